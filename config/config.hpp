@@ -1,0 +1,112 @@
+#pragma once
+// Typed configuration of a dflow run. Every section of ../DESIGN.md has a
+// struct here with its defaults; load_config() reads YAML (or the embedded
+// default), applies --set overrides and validates with file:line:column.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/pipeline.hpp"
+
+namespace dflow::config {
+
+struct RunConfig {
+  std::string name = "demo";
+  std::string out_dir = "runs/demo";
+  uint64_t seed = 1234;
+  int threads = 2;            // TBB arena size for the graph
+  int torch_threads = 1;      // LibTorch intra-op threads per op
+  std::string log_level = "info";
+  int64_t max_steps = 0;      // stop after this many optimizer steps in total (0: all epochs)
+};
+
+struct TargetConfig {
+  std::string path = "runs/demo/target";  // HF layout: config.json + *.safetensors
+  std::string dtype = "float32";          // float32 | bfloat16
+};
+
+struct DrafterConfig {
+  int num_layers = 1;
+  int block_size = 16;
+  int num_target_features = 0;          // 0: as many as draft layers (public DFlash default)
+  std::vector<int> target_layer_ids;    // empty: the DFlash formula
+  int64_t mask_token_id = -1;           // -1: the target config's mask token (tiny targets carry one)
+  std::string dtype = "float32";
+};
+
+struct ModelConfig {
+  TargetConfig target;
+  DrafterConfig drafter;
+};
+
+struct DataConfig {
+  std::vector<std::string> train{"runs/demo/data"};
+  int max_length = 512;
+  std::vector<int> buckets{64, 128, 256, 512};
+  int64_t tokens_per_batch = 4096;  // padded-token budget of one micro-batch
+  int batch_size = 8;               // samples per micro-batch for pad_bucket.fixed_batch
+};
+
+struct TrainConfig {
+  int epochs = 6;
+  int grad_accum = 2;
+  double lr = 6e-4;
+  double warmup_ratio = 0.04;
+  std::string schedule = "cosine";  // cosine | constant | linear
+  double weight_decay = 0.0;
+  double grad_clip = 1.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_eps = 1e-8;
+  int anchors_per_sequence = 512;
+  double loss_decay_gamma = 7.0;
+};
+
+struct GuardConfig {
+  std::string policy = "skip";  // none | halt | skip | quarantine | rollback
+  int window = 128;
+  double z_threshold = 6.0;
+  int warmup_steps = 20;
+};
+
+struct CheckpointConfig {
+  int every_steps = 200;  // 0: only at the end
+  int keep = 3;
+};
+
+struct MetricsConfig {
+  std::vector<std::string> sinks{"jsonl", "console"};
+  int console_every = 10;  // console progress line every N steps
+};
+
+struct DevicesConfig {
+  std::vector<std::string> target{"cpu"};
+  std::string drafter = "cpu";
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  GuardConfig guard;
+  CheckpointConfig checkpoint;
+  MetricsConfig metrics;
+  DevicesConfig devices;
+  PipelineConfig pipeline;
+  std::string source;  // the file it came from, or "<default>"
+};
+
+// Loads `path` (empty: the embedded default) and applies overrides of the form
+// "section.key=value". Throws ConfigError naming file:line:column and key.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+Config load_config_text(const std::string& yaml_text, const std::string& source_name,
+                        const std::vector<std::string>& overrides = {});
+
+// The resolved configuration as YAML (round-trips through load_config_text).
+std::string to_yaml(const Config& config);
+
+// The embedded default configuration (the demo), as YAML text.
+const std::string& default_config_yaml();
+
+}  // namespace dflow::config

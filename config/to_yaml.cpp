@@ -1,0 +1,93 @@
+#include <yaml-cpp/yaml.h>
+
+#include "config/config.hpp"
+
+namespace dflow::config {
+
+namespace {
+template <class T>
+void flow_list(YAML::Emitter& out, const char* key, const std::vector<T>& values) {
+  out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const auto& v : values) out << v;
+  out << YAML::EndSeq;
+}
+
+void emit_pipeline(YAML::Emitter& out, const PipelineConfig& p) {
+  out << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "nodes" << YAML::Value << YAML::BeginSeq;
+  for (const auto& n : p.nodes) {
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << n.name << YAML::Key << "type"
+        << YAML::Value << n.type;
+    if (n.replicas != 1) out << YAML::Key << "replicas" << YAML::Value << n.replicas;
+    if (n.params && !n.params.IsNull()) out << YAML::Key << "params" << YAML::Value << n.params;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "edges" << YAML::Value << YAML::BeginSeq;
+  for (const auto& e : p.edges) {
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "from" << YAML::Value << e.from << YAML::Key << "to"
+        << YAML::Value << e.to << YAML::Key << "capacity" << YAML::Value << e.capacity;
+    if (e.token) out << YAML::Key << "token" << YAML::Value << true;
+    if (e.initial) out << YAML::Key << "initial" << YAML::Value << e.initial;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq << YAML::EndMap;
+}
+}  // namespace
+
+std::string to_yaml(const Config& c) {
+  YAML::Emitter out;
+  out.SetDoublePrecision(17);
+  out << YAML::BeginMap;
+  out << YAML::Key << "run" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << c.run.name
+      << YAML::Key << "out_dir" << YAML::Value << c.run.out_dir << YAML::Key << "seed" << YAML::Value << c.run.seed
+      << YAML::Key << "threads" << YAML::Value << c.run.threads << YAML::Key << "torch_threads" << YAML::Value
+      << c.run.torch_threads << YAML::Key << "log_level" << YAML::Value << c.run.log_level << YAML::Key
+      << "max_steps" << YAML::Value << c.run.max_steps << YAML::EndMap;
+
+  const auto& d = c.model.drafter;
+  out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "target" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "path" << YAML::Value
+      << c.model.target.path << YAML::Key << "dtype" << YAML::Value << c.model.target.dtype << YAML::EndMap;
+  out << YAML::Key << "drafter" << YAML::Value << YAML::BeginMap << YAML::Key << "num_layers" << YAML::Value
+      << d.num_layers << YAML::Key << "block_size" << YAML::Value << d.block_size << YAML::Key
+      << "num_target_features" << YAML::Value << d.num_target_features;
+  flow_list(out, "target_layer_ids", d.target_layer_ids);
+  out << YAML::Key << "mask_token_id" << YAML::Value << d.mask_token_id << YAML::Key << "dtype" << YAML::Value
+      << d.dtype << YAML::EndMap << YAML::EndMap;
+
+  out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
+  flow_list(out, "train", c.data.train);
+  out << YAML::Key << "max_length" << YAML::Value << c.data.max_length;
+  flow_list(out, "buckets", c.data.buckets);
+  out << YAML::Key << "tokens_per_batch" << YAML::Value << c.data.tokens_per_batch << YAML::Key << "batch_size"
+      << YAML::Value << c.data.batch_size << YAML::EndMap;
+
+  const auto& t = c.train;
+  out << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "epochs" << YAML::Value << t.epochs
+      << YAML::Key << "grad_accum" << YAML::Value << t.grad_accum << YAML::Key << "lr" << YAML::Value << t.lr
+      << YAML::Key << "warmup_ratio" << YAML::Value << t.warmup_ratio << YAML::Key << "schedule" << YAML::Value
+      << t.schedule << YAML::Key << "weight_decay" << YAML::Value << t.weight_decay << YAML::Key << "grad_clip"
+      << YAML::Value << t.grad_clip << YAML::Key << "adam_beta1" << YAML::Value << t.adam_beta1 << YAML::Key
+      << "adam_beta2" << YAML::Value << t.adam_beta2 << YAML::Key << "adam_eps" << YAML::Value << t.adam_eps
+      << YAML::Key << "anchors_per_sequence" << YAML::Value << t.anchors_per_sequence << YAML::Key
+      << "loss_decay_gamma" << YAML::Value << t.loss_decay_gamma << YAML::EndMap;
+
+  out << YAML::Key << "guard" << YAML::Value << YAML::BeginMap << YAML::Key << "policy" << YAML::Value
+      << c.guard.policy << YAML::Key << "window" << YAML::Value << c.guard.window << YAML::Key << "z_threshold"
+      << YAML::Value << c.guard.z_threshold << YAML::Key << "warmup_steps" << YAML::Value << c.guard.warmup_steps
+      << YAML::EndMap;
+  out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
+      << c.checkpoint.every_steps << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep << YAML::EndMap;
+  out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
+  flow_list(out, "sinks", c.metrics.sinks);
+  out << YAML::Key << "console_every" << YAML::Value << c.metrics.console_every << YAML::EndMap;
+  out << YAML::Key << "devices" << YAML::Value << YAML::BeginMap;
+  flow_list(out, "target", c.devices.target);
+  out << YAML::Key << "drafter" << YAML::Value << c.devices.drafter << YAML::EndMap;
+  emit_pipeline(out, c.pipeline);
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace dflow::config

@@ -1,0 +1,173 @@
+#include "config/validate.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace dflow::config {
+
+namespace {
+
+const std::vector<std::string> kLogLevels{"trace", "debug", "info", "warn", "error", "off"};
+const std::vector<std::string> kDtypes{"float32", "bfloat16"};
+
+void require_one_of(const YamlSection& s, const std::string& key, const std::string& value,
+                    const std::vector<std::string>& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
+  std::string list;
+  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  throw s.error(key, "'" + value + "' is not one of: " + list + did_you_mean(value, allowed));
+}
+
+RunConfig read_run(YamlSection s) {
+  RunConfig c;
+  s.read("name", c.name).read("out_dir", c.out_dir).read("seed", c.seed).read("threads", c.threads)
+      .read("torch_threads", c.torch_threads).read("log_level", c.log_level).read("max_steps", c.max_steps);
+  s.finish();
+  s.require(!c.name.empty(), "name", "must not be empty");
+  s.require(!c.out_dir.empty(), "out_dir", "must not be empty");
+  s.require(c.threads >= 1 && c.threads <= 256, "threads", "must lie in [1, 256]");
+  s.require(c.torch_threads >= 1 && c.torch_threads <= 256, "torch_threads", "must lie in [1, 256]");
+  s.require(c.max_steps >= 0, "max_steps", "must be >= 0 (0: run all epochs)");
+  require_one_of(s, "log_level", c.log_level, kLogLevels);
+  return c;
+}
+
+ModelConfig read_model(YamlSection s) {
+  ModelConfig c;
+  YamlSection t = s.section("target");
+  t.read("path", c.target.path).read("dtype", c.target.dtype);
+  t.finish();
+  t.require(!c.target.path.empty(), "path", "must name a Hugging Face checkpoint directory");
+  require_one_of(t, "dtype", c.target.dtype, kDtypes);
+  YamlSection d = s.section("drafter");
+  auto& dr = c.drafter;
+  d.read("num_layers", dr.num_layers).read("block_size", dr.block_size)
+      .read("num_target_features", dr.num_target_features).read("target_layer_ids", dr.target_layer_ids)
+      .read("mask_token_id", dr.mask_token_id).read("dtype", dr.dtype);
+  d.finish();
+  s.finish();
+  d.require(dr.num_layers >= 1, "num_layers", "must be >= 1");
+  d.require(dr.block_size >= 2, "block_size", "must be >= 2 (an anchor plus at least one drafted token)");
+  d.require(dr.num_target_features >= 0, "num_target_features", "must be >= 0 (0: as many as draft layers)");
+  d.require(dr.mask_token_id >= -1, "mask_token_id", "must be a token id, or -1 for the target's");
+  d.require(std::is_sorted(dr.target_layer_ids.begin(), dr.target_layer_ids.end()) &&
+                std::all_of(dr.target_layer_ids.begin(), dr.target_layer_ids.end(), [](int v) { return v >= 0; }),
+            "target_layer_ids", "must be non-negative and sorted");
+  d.require(dr.target_layer_ids.empty() || dr.num_target_features == 0 ||
+                dr.num_target_features == static_cast<int>(dr.target_layer_ids.size()),
+            "num_target_features", "disagrees with the number of target_layer_ids");
+  require_one_of(d, "dtype", dr.dtype, kDtypes);
+  return c;
+}
+
+DataConfig read_data(YamlSection s) {
+  DataConfig c;
+  s.read("train", c.train).read("max_length", c.max_length).read("buckets", c.buckets)
+      .read("tokens_per_batch", c.tokens_per_batch).read("batch_size", c.batch_size);
+  s.finish();
+  s.require(!c.train.empty(), "train", "needs at least one prepared data directory");
+  s.require(c.max_length >= 2, "max_length", "must be >= 2");
+  s.require(!c.buckets.empty(), "buckets", "needs at least one bucket length");
+  s.require(std::is_sorted(c.buckets.begin(), c.buckets.end()) &&
+                std::adjacent_find(c.buckets.begin(), c.buckets.end()) == c.buckets.end(),
+            "buckets", "must be strictly increasing");
+  s.require(c.buckets.front() >= 2, "buckets", "bucket lengths must be >= 2");
+  s.require(c.buckets.back() >= c.max_length, "buckets",
+            "the largest bucket (" + std::to_string(c.buckets.back()) + ") must hold max_length (" +
+                std::to_string(c.max_length) + ")");
+  s.require(c.tokens_per_batch >= c.buckets.back(), "tokens_per_batch",
+            "must fit at least one sample of the largest bucket (" + std::to_string(c.buckets.back()) + ")");
+  s.require(c.batch_size >= 1, "batch_size", "must be >= 1");
+  return c;
+}
+
+TrainConfig read_train(YamlSection s) {
+  TrainConfig c;
+  s.read("epochs", c.epochs).read("grad_accum", c.grad_accum).read("lr", c.lr).read("warmup_ratio", c.warmup_ratio)
+      .read("schedule", c.schedule).read("weight_decay", c.weight_decay).read("grad_clip", c.grad_clip)
+      .read("adam_beta1", c.adam_beta1).read("adam_beta2", c.adam_beta2).read("adam_eps", c.adam_eps)
+      .read("anchors_per_sequence", c.anchors_per_sequence).read("loss_decay_gamma", c.loss_decay_gamma);
+  s.finish();
+  s.require(c.epochs >= 1, "epochs", "must be >= 1");
+  s.require(c.grad_accum >= 1, "grad_accum", "must be >= 1");
+  s.require(c.lr > 0, "lr", "must be > 0");
+  s.require(c.warmup_ratio >= 0 && c.warmup_ratio < 1, "warmup_ratio", "must lie in [0, 1)");
+  require_one_of(s, "schedule", c.schedule, {"cosine", "linear", "constant"});
+  s.require(c.weight_decay >= 0, "weight_decay", "must be >= 0");
+  s.require(c.grad_clip >= 0, "grad_clip", "must be >= 0 (0: no clipping)");
+  s.require(c.adam_beta1 >= 0 && c.adam_beta1 < 1, "adam_beta1", "must lie in [0, 1)");
+  s.require(c.adam_beta2 >= 0 && c.adam_beta2 < 1, "adam_beta2", "must lie in [0, 1)");
+  s.require(c.adam_eps > 0, "adam_eps", "must be > 0");
+  s.require(c.anchors_per_sequence >= 1, "anchors_per_sequence", "must be >= 1");
+  s.require(c.loss_decay_gamma > 0, "loss_decay_gamma", "must be > 0");
+  return c;
+}
+
+GuardConfig read_guard(YamlSection s) {
+  GuardConfig c;
+  s.read("policy", c.policy).read("window", c.window).read("z_threshold", c.z_threshold)
+      .read("warmup_steps", c.warmup_steps);
+  s.finish();
+  require_one_of(s, "policy", c.policy, {"none", "halt", "skip", "quarantine", "rollback"});
+  s.require(c.window >= 4, "window", "must be >= 4 steps");
+  s.require(c.z_threshold > 0, "z_threshold", "must be > 0");
+  s.require(c.warmup_steps >= 0, "warmup_steps", "must be >= 0");
+  return c;
+}
+
+CheckpointConfig read_checkpoint(YamlSection s) {
+  CheckpointConfig c;
+  s.read("every_steps", c.every_steps).read("keep", c.keep);
+  s.finish();
+  s.require(c.every_steps >= 0, "every_steps", "must be >= 0 (0: only at the end)");
+  s.require(c.keep >= 1, "keep", "must be >= 1");
+  return c;
+}
+
+MetricsConfig read_metrics(YamlSection s) {
+  MetricsConfig c;
+  s.read("sinks", c.sinks).read("console_every", c.console_every);
+  s.finish();
+  for (const auto& sink : c.sinks) require_one_of(s, "sinks", sink, {"jsonl", "console"});
+  s.require(c.console_every >= 1, "console_every", "must be >= 1");
+  return c;
+}
+
+DevicesConfig read_devices(YamlSection s) {
+  DevicesConfig c;
+  s.read("target", c.target).read("drafter", c.drafter);
+  s.finish();
+  auto valid = [](const std::string& d) { return d == "cpu" || d.rfind("cuda", 0) == 0; };
+  s.require(!c.target.empty(), "target", "needs at least one device");
+  for (const auto& d : c.target) s.require(valid(d), "target", "'" + d + "' is not a device (cpu, cuda, cuda:N)");
+  s.require(valid(c.drafter), "drafter", "'" + c.drafter + "' is not a device (cpu, cuda, cuda:N)");
+  return c;
+}
+
+PipelineConfig default_pipeline() {
+  auto origins = std::make_shared<Origins>();
+  origins->file = "<default>";
+  YAML::Node root = YAML::Load(default_config_yaml());
+  PipelineConfig p = parse_pipeline(YamlSection(root["pipeline"], "pipeline", origins));
+  p.from_default = true;
+  return p;
+}
+
+}  // namespace
+
+Config read_config(YamlSection root) {
+  Config c;
+  c.run = read_run(root.section("run"));
+  c.model = read_model(root.section("model"));
+  c.data = read_data(root.section("data"));
+  c.train = read_train(root.section("train"));
+  c.guard = read_guard(root.section("guard"));
+  c.checkpoint = read_checkpoint(root.section("checkpoint"));
+  c.metrics = read_metrics(root.section("metrics"));
+  c.devices = read_devices(root.section("devices"));
+  c.pipeline = root.has("pipeline") ? parse_pipeline(root.section("pipeline")) : default_pipeline();
+  root.finish();
+  return c;
+}
+
+}  // namespace dflow::config

@@ -1,0 +1,126 @@
+// Config: defaults, round trip, overrides and every validation rule's message.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "config/config.hpp"
+
+using dflow::ConfigError;
+using dflow::config::load_config;
+using dflow::config::load_config_text;
+
+namespace {
+// The message of the ConfigError that loading `yaml` (with overrides) throws.
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    load_config_text(yaml, "test.yaml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  FAIL("expected a ConfigError for: " << yaml);
+  return {};
+}
+}  // namespace
+
+TEST_CASE("Config.Default.is_the_demo") {
+  auto c = load_config("");
+  CHECK(c.source == "<default>");
+  CHECK(c.run.name == "demo");
+  CHECK(c.run.threads == 2);
+  CHECK(c.model.drafter.block_size == 16);
+  CHECK(c.pipeline.nodes.size() == 10);
+  CHECK(c.pipeline.nodes.front().name == "load");
+  CHECK_FALSE(c.pipeline.from_default);  // the default file declares its pipeline
+}
+
+TEST_CASE("Config.Pipeline.absent_section_uses_default_graph") {
+  auto c = load_config_text("run: {name: x}\n", "x.yaml");
+  CHECK(c.pipeline.from_default);
+  CHECK(c.pipeline.edges.size() == load_config("").pipeline.edges.size());
+}
+
+TEST_CASE("Config.ToYaml.round_trips") {
+  auto c = load_config("", {"train.lr=0.00123", "data.buckets=[32, 64, 512]"});
+  auto again = load_config_text(dflow::config::to_yaml(c), "resolved.yaml");
+  CHECK(again.train.lr == doctest::Approx(0.00123));
+  CHECK(again.data.buckets == std::vector<int>{32, 64, 512});
+  CHECK(dflow::config::to_yaml(again) == dflow::config::to_yaml(c));
+}
+
+TEST_CASE("Config.Set.overrides_are_typed") {
+  auto c = load_config("", {"train.lr=0.5", "run.threads=1", "devices.target=[cpu, cpu]"});
+  CHECK(c.train.lr == 0.5);
+  CHECK(c.run.threads == 1);
+  CHECK(c.devices.target.size() == 2);
+  auto msg = error_of("{}", {"train.lr=abc"});
+  CHECK(msg.find("--set train.lr=abc") != std::string::npos);
+  CHECK(msg.find("train.lr: expected a number, got 'abc'") != std::string::npos);
+  CHECK(error_of("{}", {"train.epochs=2.5"}).find("train.epochs: expected an integer, got '2.5'") != std::string::npos);
+  CHECK(error_of("{}", {"train.lrr=1"}).find("unknown key 'train.lrr', did you mean 'train.lr'?") != std::string::npos);
+  CHECK(error_of("{}", {"trainlr"}).find("expected section.key=value") != std::string::npos);
+}
+
+TEST_CASE("Config.Errors.unknown_key_names_file_line_column_and_suggestion") {
+  auto msg = error_of("run: {name: x}\ntrian:\n  lr: 1\n");
+  CHECK(msg == "test.yaml:2:1: unknown key 'trian', did you mean 'train'?");
+  msg = error_of("train:\n  epochs: 2\n  warmup_ration: 0.1\n");
+  CHECK(msg == "test.yaml:3:3: unknown key 'train.warmup_ration', did you mean 'train.warmup_ratio'?");
+  CHECK(error_of("zzzzzz: 1\n") == "test.yaml:1:1: unknown key 'zzzzzz'");
+}
+
+TEST_CASE("Config.Errors.wrong_types") {
+  CHECK(error_of("train:\n  lr: fast\n") == "test.yaml:2:7: train.lr: expected a number, got 'fast'");
+  CHECK(error_of("run: {threads: [1, 2]}\n").find("run.threads: expected an integer, got a list") != std::string::npos);
+  CHECK(error_of("data: {buckets: [64, x]}\n").find("data.buckets[1]: expected an integer, got 'x'") != std::string::npos);
+  CHECK(error_of("train: 3\n").find("train: expected a mapping of keys") != std::string::npos);
+  CHECK(error_of("run: {name: [x\n").find("test.yaml:") == 0);  // YAML syntax error has a place
+}
+
+TEST_CASE("Config.Errors.out_of_range_values") {
+  struct Case { const char* yaml; const char* expected; };
+  const Case cases[] = {
+      {"train: {lr: 0}", "train.lr: must be > 0"},
+      {"train: {lr: -1.0}", "train.lr: must be > 0"},
+      {"train: {epochs: 0}", "train.epochs: must be >= 1"},
+      {"train: {grad_accum: 0}", "train.grad_accum: must be >= 1"},
+      {"train: {warmup_ratio: 1.5}", "train.warmup_ratio: must lie in [0, 1)"},
+      {"train: {schedule: cosin}", "train.schedule: 'cosin' is not one of: cosine, linear, constant, did you mean 'cosine'?"},
+      {"train: {anchors_per_sequence: 0}", "train.anchors_per_sequence: must be >= 1"},
+      {"train: {loss_decay_gamma: 0}", "train.loss_decay_gamma: must be > 0"},
+      {"train: {adam_beta2: 1.0}", "train.adam_beta2: must lie in [0, 1)"},
+      {"model: {drafter: {block_size: 1}}", "model.drafter.block_size: must be >= 2"},
+      {"model: {drafter: {num_layers: 0}}", "model.drafter.num_layers: must be >= 1"},
+      {"model: {drafter: {target_layer_ids: [5, 1]}}", "model.drafter.target_layer_ids: must be non-negative and sorted"},
+      {"model: {target: {dtype: fp8}}", "model.target.dtype: 'fp8' is not one of: float32, bfloat16"},
+      {"data: {buckets: [128, 64]}", "data.buckets: must be strictly increasing"},
+      {"data: {buckets: [64, 128], max_length: 512}", "data.buckets: the largest bucket (128) must hold max_length (512)"},
+      {"data: {tokens_per_batch: 100}", "data.tokens_per_batch: must fit at least one sample of the largest bucket (512)"},
+      {"data: {train: []}", "data.train: needs at least one prepared data directory"},
+      {"run: {threads: 0}", "run.threads: must lie in [1, 256]"},
+      {"run: {log_level: loud}", "run.log_level: 'loud' is not one of"},
+      {"guard: {policy: ignore}", "guard.policy: 'ignore' is not one of: none, halt, skip, quarantine, rollback"},
+      {"checkpoint: {keep: 0}", "checkpoint.keep: must be >= 1"},
+      {"metrics: {sinks: [jsonl, tensorboard]}", "metrics.sinks: 'tensorboard' is not one of: jsonl, console"},
+      {"devices: {drafter: tpu}", "devices.drafter: 'tpu' is not a device (cpu, cuda, cuda:N)"},
+      {"pipeline: {nodes: [{name: a, type: b}], edges: [{from: a, to: b, capacity: 0}]}",
+       "pipeline.edges[0].capacity: every edge is bounded: capacity must be >= 1"},
+      {"pipeline: {nodes: [{name: a, type: b}], edges: [{from: a, to: b}]}",
+       "pipeline.edges[0].capacity: every edge is bounded: capacity must be >= 1"},
+      {"pipeline: {nodes: [{name: a, type: b, replicas: 0}], edges: []}", "pipeline.nodes[0].replicas: must be >= 1"},
+      {"pipeline: {nodes: [{name: a, type: b}], edges: [{from: a, to: b, capacity: 1, initial: 1}]}",
+       "pipeline.edges[0].initial: only a token edge (token: true) starts with tokens"},
+      {"pipeline: {nodes: [{name: a, typ: b}], edges: []}", "unknown key 'pipeline.nodes[0].typ', did you mean 'pipeline.nodes[0].type'?"},
+  };
+  for (const auto& c : cases) {
+    std::string yaml = c.yaml;
+    CAPTURE(yaml);
+    auto msg = error_of(c.yaml);
+    CHECK_MESSAGE(msg.find(c.expected) != std::string::npos, msg);
+    CHECK_MESSAGE(msg.rfind("test.yaml:1:", 0) == 0, msg);  // every message has file:line:column
+  }
+}
+
+TEST_CASE("Config.File.missing_file_is_a_clear_error") {
+  CHECK_THROWS_WITH_AS(load_config("/nonexistent/dflow.yaml"), "cannot open config file '/nonexistent/dflow.yaml'",
+                       ConfigError);
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Configure (once) and build dflow into build/ against the venv's LibTorch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TORCH_VERSION="2.15.0"
+VENV="${DFLOW_VENV:-/opt/dflow/torch-${TORCH_VERSION}}"
+BUILD_DIR="${DFLOW_BUILD_DIR:-build}"
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  prefix=$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null) \
+    || { echo "[build] error: no torch in $VENV; run tools/setup.sh first" >&2; exit 1; }
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+fi
+cmake --build "$BUILD_DIR" -- -j"${DFLOW_BUILD_JOBS:-2}"

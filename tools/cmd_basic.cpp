@@ -1,0 +1,49 @@
+// `dflow version` and `dflow config`.
+#include <oneapi/tbb/version.h>
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "config/config.hpp"
+#include "tools/cli.hpp"
+
+namespace dflow::cli {
+
+void add_common_options(CLI::App& sub, Common& common) {
+  sub.add_option("--set", common.overrides, "override a config value: section.key=value (repeatable)");
+  sub.add_option("--log-level", common.log_level, "trace, debug, info, warn, error, off (default: run.log_level)");
+}
+
+void add_version_command(CLI::App& app, Action& action) {
+  auto* sub = app.add_subcommand("version", "print dflow, LibTorch and oneTBB versions and whether CUDA is usable");
+  sub->callback([&action] {
+    action = [] {
+      std::cout << "dflow " << "0.1.0" << "\n"
+                << "LibTorch " << TORCH_VERSION << "\n"
+                << "oneTBB " << TBB_VERSION_STRING << "\n"
+#ifdef DFLOW_HAVE_CUDA
+                << "CUDA build: yes\n"
+#else
+                << "CUDA build: no\n"
+#endif
+                << "CUDA available: " << (torch::cuda::is_available() ? "yes" : "no") << " ("
+                << torch::cuda::device_count() << " devices)\n";
+      return 0;
+    };
+  });
+}
+
+void add_config_command(CLI::App& app, Common& common, Action& action) {
+  auto* sub = app.add_subcommand("config", "print the resolved configuration as YAML (the embedded demo when no FILE)");
+  static std::string file;
+  sub->add_option("FILE", file, "YAML config file")->check(CLI::ExistingFile);
+  add_common_options(*sub, common);
+  sub->callback([&action, &common] {
+    action = [&common] {
+      std::cout << config::to_yaml(config::load_config(file, common.overrides));
+      return 0;
+    };
+  });
+}
+
+}  // namespace dflow::cli

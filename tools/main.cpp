@@ -1,0 +1,34 @@
+// dflow: train DFlash speculative-decoding drafters with a YAML-declared
+// oneTBB flow graph.
+#include <iostream>
+
+#include "config/errors.hpp"
+#include "config/log.hpp"
+#include "tools/cli.hpp"
+
+int main(int argc, char** argv) {
+  using namespace dflow;
+  CLI::App app{"dflow: train DFlash speculative-decoding drafters; the training loop is a oneTBB flow graph declared in YAML."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "dflow 0.1.0");
+  cli::Common common;
+  cli::Action action;
+  cli::add_version_command(app, action);
+  cli::add_config_command(app, common, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    if (!common.log_level.empty()) log::set_level(common.log_level);
+    return action ? action() : 0;
+  } catch (const ConfigError& e) {
+    std::cerr << "dflow: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "dflow: error: " << e.what() << "\n";
+    return 1;
+  }
+}
