@@ -84,6 +84,16 @@ struct DevicesConfig {
   std::string drafter = "cpu";
 };
 
+// Fault injection for tests and drills; empty (off) by default.
+struct FaultDecl {
+  std::string kind;      // exception | nan_loss | spike | delay
+  std::string node;      // node name (exception, delay)
+  int64_t step = 0;      // global optimizer step (0-based) at which it fires
+  double factor = 100;   // spike: loss and gradients multiplied by this
+  double seconds = 0.1;  // delay: sleep per call from `step` on
+  SourceMark mark;
+};
+
 struct Config {
   RunConfig run;
   ModelConfig model;
@@ -93,6 +103,7 @@ struct Config {
   CheckpointConfig checkpoint;
   MetricsConfig metrics;
   DevicesConfig devices;
+  std::vector<FaultDecl> faults;
   PipelineConfig pipeline;
   std::string source;  // the file it came from, or "<default>"
 };

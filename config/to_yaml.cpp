@@ -85,6 +85,14 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "devices" << YAML::Value << YAML::BeginMap;
   flow_list(out, "target", c.devices.target);
   out << YAML::Key << "drafter" << YAML::Value << c.devices.drafter << YAML::EndMap;
+  if (!c.faults.empty()) {
+    out << YAML::Key << "faults" << YAML::Value << YAML::BeginSeq;
+    for (const auto& f : c.faults)
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "kind" << YAML::Value << f.kind << YAML::Key << "node"
+          << YAML::Value << f.node << YAML::Key << "step" << YAML::Value << f.step << YAML::Key << "factor"
+          << YAML::Value << f.factor << YAML::Key << "seconds" << YAML::Value << f.seconds << YAML::EndMap;
+    out << YAML::EndSeq;
+  }
   emit_pipeline(out, c.pipeline);
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";

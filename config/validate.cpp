@@ -144,6 +144,27 @@ DevicesConfig read_devices(YamlSection s) {
   return c;
 }
 
+std::vector<FaultDecl> read_faults(YamlSection& root) {
+  std::vector<FaultDecl> out;
+  YAML::Node list = root.raw("faults");
+  if (!list || list.IsNull()) return out;
+  root.require(list.IsSequence(), "faults", "expected a list of faults");
+  for (size_t i = 0; i < list.size(); ++i) {
+    YamlSection s = root.child(list[i], "faults[" + std::to_string(i) + "]");
+    FaultDecl f;
+    f.mark = mark_for(list[i], s.path(), *root.origins());
+    s.read("kind", f.kind).read("node", f.node).read("step", f.step).read("factor", f.factor).read("seconds", f.seconds);
+    s.finish();
+    require_one_of(s, "kind", f.kind, {"exception", "nan_loss", "spike", "delay"});
+    s.require(f.step >= 0, "step", "must be >= 0");
+    s.require(f.kind == "nan_loss" || f.kind == "spike" || !f.node.empty(), "node", "names the node to fault");
+    s.require(f.factor > 0, "factor", "must be > 0");
+    s.require(f.seconds >= 0, "seconds", "must be >= 0");
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 PipelineConfig default_pipeline() {
   auto origins = std::make_shared<Origins>();
   origins->file = "<default>";
@@ -165,6 +186,7 @@ Config read_config(YamlSection root) {
   c.checkpoint = read_checkpoint(root.section("checkpoint"));
   c.metrics = read_metrics(root.section("metrics"));
   c.devices = read_devices(root.section("devices"));
+  c.faults = read_faults(root);
   c.pipeline = root.has("pipeline") ? parse_pipeline(root.section("pipeline")) : default_pipeline();
   root.finish();
   return c;

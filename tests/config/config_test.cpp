@@ -124,3 +124,13 @@ TEST_CASE("Config.File.missing_file_is_a_clear_error") {
   CHECK_THROWS_WITH_AS(load_config("/nonexistent/dflow.yaml"), "cannot open config file '/nonexistent/dflow.yaml'",
                        ConfigError);
 }
+
+TEST_CASE("Config.Faults.off_by_default_and_validated") {
+  CHECK(load_config("").faults.empty());
+  auto c = load_config_text("faults: [{kind: exception, node: target, step: 3}]\n", "f.yaml");
+  REQUIRE(c.faults.size() == 1);
+  CHECK(c.faults[0].node == "target");
+  CHECK(c.faults[0].step == 3);
+  CHECK(error_of("faults: [{kind: boom, step: 1}]\n").find("faults[0].kind: 'boom' is not one of") != std::string::npos);
+  CHECK(error_of("faults: [{kind: delay, step: 1}]\n").find("faults[0].node: names the node to fault") != std::string::npos);
+}
