@@ -1,0 +1,46 @@
+#pragma once
+// Node kinds by YAML `type`. A kind declares its ports (with type names), how
+// to validate its params, and how to build one replica's body. Real nodes are
+// registered from nodes/ (register_all_nodes()); graph/ registers only the
+// generic ones (graph/builtin_nodes.hpp).
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/yaml_reader.hpp"
+#include "graph/node_body.hpp"
+#include "graph/ports.hpp"
+
+namespace dflow::graph {
+
+struct NodeSpec {
+  // Every member has a default so that designated initializers may omit any
+  // (GCC's -Wmissing-field-initializers stays quiet for defaulted members).
+  std::string type = {};         // registry key and YAML `type`, e.g. "route.least_loaded"
+  std::string description = {};  // one line, shown by exports
+  NodeKind kind = NodeKind::function;
+  std::vector<PortSpec> inputs = {};
+  std::vector<PortSpec> outputs = {};
+  // Reads every accepted key (and checks values); the builder then refuses
+  // any key it did not read, with a suggestion. Empty: the node takes no params.
+  std::function<void(config::YamlSection& params)> check_params = {};
+  // Builds one replica's body: a SourceBody, FunctionBody or RouterBody per `kind`.
+  std::function<std::unique_ptr<NodeBody>(NodeContext& context)> make = {};
+};
+
+class NodeRegistry {
+ public:
+  // Throws std::logic_error for a duplicate type or an inconsistent spec
+  // (a source with inputs, a router without exactly one routed output, ...).
+  void add(NodeSpec spec);
+  const NodeSpec* find(std::string_view type) const;  // nullptr when unknown
+  std::vector<std::string> types() const;             // sorted
+
+ private:
+  std::map<std::string, NodeSpec, std::less<>> specs_;
+};
+
+}  // namespace dflow::graph
