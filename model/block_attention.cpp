@@ -1,0 +1,95 @@
+#include "model/block_attention.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "model/layers.hpp"
+
+namespace dflow::model {
+
+int64_t blocks_per_chunk_for_budget(int64_t batch_size, int64_t num_heads, int64_t context_length, int64_t block_size,
+                                    int64_t max_scores_per_chunk) {
+  // A chunk of G blocks scores B * heads * G*Bs * (S + G*Bs) pairs, of which
+  // the G*Bs x G*Bs draft part is mostly masked (only the block diagonal is
+  // visible). Capping G*Bs at S keeps that waste at most the useful context
+  // part; within the cap, the budget decides.
+  const int64_t scores_per_block = std::max<int64_t>(1, batch_size * num_heads * block_size * 2 * context_length);
+  const int64_t by_budget = max_scores_per_chunk / scores_per_block;
+  const int64_t by_context = (context_length + block_size - 1) / block_size;
+  return std::max<int64_t>(1, std::min(by_budget, by_context));
+}
+
+BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, const torch::Tensor& block_keep,
+                                        int64_t context_length, int64_t block_size, int64_t blocks_per_chunk,
+                                        torch::Device device) {
+  if (anchor_positions.dim() != 2 || anchor_positions.sizes() != block_keep.sizes()) {
+    throw std::invalid_argument("plan_block_attention: anchor_positions and block_keep must both be [B, N], got " +
+                                c10::str(anchor_positions.sizes()) + " and " + c10::str(block_keep.sizes()));
+  }
+  if (block_size < 1) throw std::invalid_argument("plan_block_attention: block_size must be >= 1");
+  const int64_t batch = anchor_positions.size(0), num_blocks = anchor_positions.size(1);
+  BlockAttentionPlan plan;
+  plan.block_size = block_size;
+  plan.num_blocks = num_blocks;
+  if (blocks_per_chunk <= 0) blocks_per_chunk = std::max<int64_t>(1, num_blocks);
+
+  const torch::Tensor anchors_cpu = anchor_positions.to(torch::kCPU, torch::kInt64);
+  const torch::Tensor keep_cpu = block_keep.to(torch::kCPU, torch::kBool);
+  const torch::Tensor anchors_device = anchor_positions.to(device, torch::kInt64);
+  const torch::Tensor keep_device = block_keep.to(device, torch::kBool);
+  const auto long_options = torch::TensorOptions().device(device).dtype(torch::kInt64);
+
+  for (int64_t first_block = 0; first_block < num_blocks; first_block += blocks_per_chunk) {
+    const int64_t chunk_blocks = std::min(blocks_per_chunk, num_blocks - first_block);
+    const int64_t num_queries = chunk_blocks * block_size;
+    // Only context strictly before the latest kept anchor of the chunk can be visible.
+    const torch::Tensor kept_anchors = anchors_cpu.narrow(1, first_block, chunk_blocks)
+                                           .masked_fill(keep_cpu.narrow(1, first_block, chunk_blocks).logical_not(), 0);
+    const int64_t chunk_context = std::clamp<int64_t>(kept_anchors.max().item<int64_t>(), 0, context_length);
+
+    const torch::Tensor slot_anchor =
+        anchors_device.narrow(1, first_block, chunk_blocks).repeat_interleave(block_size, 1);  // [B, Q]
+    const torch::Tensor slot_keep = keep_device.narrow(1, first_block, chunk_blocks).repeat_interleave(block_size, 1);
+    const torch::Tensor context_visible =
+        (torch::arange(chunk_context, long_options).view({1, 1, chunk_context}) < slot_anchor.unsqueeze(-1)) &
+        slot_keep.unsqueeze(-1);  // [B, Q, C]
+    const torch::Tensor slot_block = torch::arange(num_queries, long_options).floor_divide(block_size);  // [Q]
+    // Own block, both directions. Padding rows keep it too so that softmax
+    // stays finite; their outputs are zeroed through row_has_keys.
+    const torch::Tensor own_block =
+        (slot_block.unsqueeze(1) == slot_block.unsqueeze(0)).unsqueeze(0).expand({batch, num_queries, num_queries});
+
+    BlockAttentionChunk chunk;
+    chunk.first_query = first_block * block_size;
+    chunk.num_queries = num_queries;
+    chunk.context_length = chunk_context;
+    chunk.visible = torch::cat({context_visible, own_block}, -1).unsqueeze(1);  // [B, 1, Q, C + Q]
+    chunk.row_has_keys = slot_keep.view({batch, 1, num_queries, 1});
+    plan.chunks.push_back(std::move(chunk));
+  }
+  return plan;
+}
+
+torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft_k, const torch::Tensor& draft_v,
+                              const torch::Tensor& context_k, const torch::Tensor& context_v,
+                              const BlockAttentionPlan& plan) {
+  if (q.size(2) != plan.num_blocks * plan.block_size) {
+    throw std::invalid_argument("block_attention: " + std::to_string(q.size(2)) + " draft queries but the plan has " +
+                                std::to_string(plan.num_blocks) + " blocks of " + std::to_string(plan.block_size));
+  }
+  if (plan.chunks.empty()) return torch::zeros_like(q);
+  std::vector<torch::Tensor> outputs;
+  outputs.reserve(plan.chunks.size());
+  for (const BlockAttentionChunk& chunk : plan.chunks) {
+    const torch::Tensor chunk_q = q.narrow(2, chunk.first_query, chunk.num_queries);
+    const torch::Tensor chunk_k = torch::cat(
+        {context_k.narrow(2, 0, chunk.context_length), draft_k.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
+    const torch::Tensor chunk_v = torch::cat(
+        {context_v.narrow(2, 0, chunk.context_length), draft_v.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
+    const torch::Tensor attended = grouped_attention(chunk_q, chunk_k, chunk_v, chunk.visible, /*causal=*/false);
+    outputs.push_back(attended.masked_fill(chunk.row_has_keys.logical_not(), 0.0));  // [B, H, Q, D]
+  }
+  return outputs.size() == 1 ? outputs.front() : torch::cat(outputs, 2);
+}
+
+}  // namespace dflow::model

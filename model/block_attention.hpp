@@ -1,0 +1,49 @@
+// DFlash block attention: draft blocks attend to the context strictly before
+// their anchor and to their own block (bidirectionally), never to other
+// blocks. Computed in chunks of blocks so memory stays linear in the number
+// of anchors: a chunk's queries see [context prefix, its own blocks] only,
+// never a dense [N*B, S + N*B] mask.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace dflow::model {
+
+struct BlockAttentionChunk {
+  int64_t first_query = 0;     // first draft slot of the chunk (block-aligned)
+  int64_t num_queries = 0;     // draft slots in the chunk (whole blocks)
+  int64_t context_length = 0;  // keys from context positions [0, context_length)
+  torch::Tensor visible;       // [B, 1, num_queries, context_length + num_queries] bool
+  torch::Tensor row_has_keys;  // [B, 1, num_queries, 1] bool; false for padding blocks
+};
+
+struct BlockAttentionPlan {
+  int64_t block_size = 0;
+  int64_t num_blocks = 0;  // per sample
+  std::vector<BlockAttentionChunk> chunks;
+};
+
+// anchor_positions [B, N] int64 and block_keep [B, N] bool, any device (a CPU
+// copy of the anchors sizes the chunks). A kept block j sees context c iff
+// c < anchor_j and c < context_length. A padding block (keep false) sees
+// nothing: its rows come out as exact zeros (no NaN forward or backward).
+// blocks_per_chunk <= 0 puts all blocks in one chunk.
+BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, const torch::Tensor& block_keep,
+                                        int64_t context_length, int64_t block_size, int64_t blocks_per_chunk,
+                                        torch::Device device);
+
+// Blocks per chunk: attention scores within max_scores_per_chunk elements,
+// and at most S / Bs blocks so the mostly-masked draft-to-draft part never
+// outweighs the context part (at least 1).
+int64_t blocks_per_chunk_for_budget(int64_t batch_size, int64_t num_heads, int64_t context_length, int64_t block_size,
+                                    int64_t max_scores_per_chunk);
+
+// q [B, H, N*Bs, D]; draft_k/draft_v [B, KVH, N*Bs, D]; context_k/context_v
+// [B, KVH, S, D] (S >= every chunk's context_length). Returns [B, H, N*Bs, D].
+torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft_k, const torch::Tensor& draft_v,
+                              const torch::Tensor& context_k, const torch::Tensor& context_v,
+                              const BlockAttentionPlan& plan);
+
+}  // namespace dflow::model

@@ -1,0 +1,25 @@
+// Weighted cross-entropy through a frozen LM head without materialising
+// full-vocabulary logits for all positions: logits are built a chunk of rows
+// at a time, and when a gradient is needed it is computed in the same sweep
+// and kept as [P, H], so peak memory is one chunk of logits and no logits are
+// recomputed in the backward pass.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace dflow::model {
+
+struct ChunkedCrossEntropyResult {
+  torch::Tensor weighted_ce_sum;  // scalar, differentiable w.r.t. hidden: sum_i w_i * CE_i
+  torch::Tensor predictions;      // [P] int64 argmax of the logits (not differentiable)
+};
+
+// hidden [P, H] (float32, bfloat16 or float64), lm_head_weight [V, H] frozen
+// (must not require grad), labels [P] int64, row_weights [P]. Logits are
+// computed in the head's dtype and reduced in float32 (float64 stays
+// float64). rows_per_chunk >= 1.
+ChunkedCrossEntropyResult chunked_linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& lm_head_weight,
+                                                       const torch::Tensor& labels, const torch::Tensor& row_weights,
+                                                       int64_t rows_per_chunk);
+
+}  // namespace dflow::model

@@ -1,0 +1,156 @@
+// The DFlash drafter (docs/dflash.md): context features of n target layers
+// -> fc -> hidden_norm, injected as extra keys/values into every draft layer
+// (Qwen3 decoder layers at the target's width); the block of draft slots is
+// denoised in one non-causal pass; final norm; the target's frozen lm_head.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "model/block_attention.hpp"
+#include "model/hf_config.hpp"
+#include "model/layers.hpp"
+
+namespace dflow::model {
+
+struct DrafterSpec {
+  // Width and attention shape, copied from the target config.
+  int64_t hidden_size = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  int64_t intermediate_size = 0;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  bool attention_bias = false;
+  // DFlash shape.
+  int64_t num_layers = 1;
+  int64_t block_size = 16;
+  int64_t num_target_layers = 0;
+  std::vector<int64_t> target_layer_ids;  // n feature layers of the target
+  int64_t mask_token_id = -1;
+
+  int64_t num_features() const { return static_cast<int64_t>(target_layer_ids.size()); }
+  // Throws naming the first inconsistent field.
+  void validate() const;
+};
+
+struct DrafterOptions {
+  int64_t num_layers = 1;
+  int64_t block_size = 16;
+  int64_t num_target_features = 0;            // 0: as many as draft layers (the public default)
+  std::vector<int64_t> target_layer_ids;      // explicit ids override num_target_features
+  std::optional<int64_t> mask_token_id;       // default: the target config's mask token id
+};
+
+// Refuses a missing mask token or one outside the target vocabulary.
+DrafterSpec make_drafter_spec(const HFConfig& target_config, const DrafterOptions& options);
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x) { return rms_norm(x, weight, eps_); }
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Keys and values of one draft layer over the context (after k_norm, RoPE).
+struct ContextKV {
+  torch::Tensor keys;    // [B, KVH, S, D]
+  torch::Tensor values;  // [B, KVH, S, D]
+};
+
+class DraftAttentionImpl : public torch::nn::Module {
+ public:
+  explicit DraftAttentionImpl(const DrafterSpec& spec);
+  // context [B, S, H] at positions 0..S-1 -> that layer's context K/V.
+  ContextKV project_context(const torch::Tensor& context, const RotaryTables& context_rotary);
+  // x [B, Q, H] (already input_layernorm'ed) -> [B, Q, H] after o_proj.
+  torch::Tensor forward(const torch::Tensor& x, const ContextKV& context_kv, const RotaryTables& draft_rotary,
+                        const BlockAttentionPlan& plan);
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+
+ private:
+  torch::Tensor split_heads(const torch::Tensor& x, int64_t heads) const;  // [B, T, heads*D] -> [B, heads, T, D]
+  int64_t num_heads_, num_kv_heads_, head_dim_;
+};
+TORCH_MODULE(DraftAttention);
+
+class DraftMLPImpl : public torch::nn::Module {
+ public:
+  explicit DraftMLPImpl(const DrafterSpec& spec);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(DraftMLP);
+
+class DraftLayerImpl : public torch::nn::Module {
+ public:
+  explicit DraftLayerImpl(const DrafterSpec& spec);
+  torch::Tensor forward(const torch::Tensor& hidden, const ContextKV& context_kv, const RotaryTables& draft_rotary,
+                        const BlockAttentionPlan& plan);
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  DraftAttention self_attn{nullptr};
+  DraftMLP mlp{nullptr};
+};
+TORCH_MODULE(DraftLayer);
+
+class DFlashDrafterImpl : public torch::nn::Module {
+ public:
+  // Parameters on CPU in float32, initialised from `init_seed`:
+  // normal(0, 0.02) for linear weights, zeros for biases, ones for norms.
+  DFlashDrafterImpl(DrafterSpec spec, uint64_t init_seed);
+
+  const DrafterSpec& spec() const { return spec_; }
+
+  // fc + hidden_norm: features [B, S, n*H] -> context [B, S, H].
+  torch::Tensor project_features(const torch::Tensor& context_features);
+
+  // Hidden states of every draft slot after the final norm, [B, N*Bs, H].
+  // block_embeddings [B, N*Bs, H]: target embeddings of the block tokens;
+  // block_positions [B, N*Bs]: absolute positions (anchor + 0 .. Bs-1).
+  // Context entries sit at positions 0 .. S-1.
+  torch::Tensor forward(const torch::Tensor& context_features, const torch::Tensor& block_embeddings,
+                        const torch::Tensor& block_positions, const BlockAttentionPlan& plan);
+
+  // The same pass over context K/V projected earlier (a drafting cache).
+  torch::Tensor forward_with_context_kv(const std::vector<ContextKV>& context_kv_per_layer,
+                                        const torch::Tensor& block_embeddings, const torch::Tensor& block_positions,
+                                        const BlockAttentionPlan& plan);
+  // Per-layer context K/V for context [B, T, H] (from project_features) at
+  // positions first_position .. first_position + T - 1.
+  std::vector<ContextKV> context_kv(const torch::Tensor& context, int64_t first_position);
+
+  torch::nn::Linear fc{nullptr};
+  RMSNorm hidden_norm{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+
+ private:
+  DrafterSpec spec_;
+};
+TORCH_MODULE(DFlashDrafter);
+
+// Saves model.safetensors (parameters under their public names, in their
+// current dtype) and config.json (a Qwen3 config with DFlash fields) into
+// `dir`, each written to a temporary name and renamed.
+void save_pretrained(DFlashDrafterImpl& drafter, const std::filesystem::path& dir);
+// Loads a directory written by save_pretrained (or a public DFlash export):
+// parameters on CPU in the checkpoint's dtype; refuses missing, unexpected
+// or misshapen tensors, naming them.
+DFlashDrafter load_pretrained(const std::filesystem::path& dir);
+nlohmann::json drafter_config_json(const DrafterSpec& spec, torch::Dtype dtype);
+DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::string& source);
+
+}  // namespace dflow::model

@@ -1,0 +1,145 @@
+// DrafterSpec: built from the target config, validated, and mapped to and
+// from the config.json of an exported drafter.
+#include <stdexcept>
+
+#include "model/drafter.hpp"
+#include "model/target.hpp"
+
+namespace dflow::model {
+
+namespace {
+std::invalid_argument spec_error(const std::string& what) {
+  return std::invalid_argument("drafter spec: " + what);
+}
+}  // namespace
+
+void DrafterSpec::validate() const {
+  if (hidden_size <= 0 || num_attention_heads <= 0 || num_key_value_heads <= 0 || intermediate_size <= 0 ||
+      vocab_size <= 0) {
+    throw spec_error("hidden_size, heads, kv heads, intermediate_size and vocab_size must be positive");
+  }
+  if (num_attention_heads % num_key_value_heads != 0) {
+    throw spec_error("num_attention_heads " + std::to_string(num_attention_heads) +
+                     " is not a multiple of num_key_value_heads " + std::to_string(num_key_value_heads));
+  }
+  if (head_dim <= 0 || head_dim % 2 != 0) throw spec_error("head_dim must be positive and even, got " + std::to_string(head_dim));
+  if (num_layers < 1) throw spec_error("num_layers must be >= 1, got " + std::to_string(num_layers));
+  if (block_size < 2) throw spec_error("block_size must be >= 2 (slot 0 holds the anchor token), got " + std::to_string(block_size));
+  if (target_layer_ids.empty()) throw spec_error("target_layer_ids is empty");
+  for (const int64_t id : target_layer_ids) {
+    if (id < 0 || id >= num_target_layers) {
+      throw spec_error("target layer id " + std::to_string(id) + " outside the target's " +
+                       std::to_string(num_target_layers) + " layers");
+    }
+  }
+  if (mask_token_id < 0 || mask_token_id >= vocab_size) {
+    throw spec_error("mask_token_id " + std::to_string(mask_token_id) + " is not a row of the target embedding (vocab " +
+                     std::to_string(vocab_size) + ")");
+  }
+}
+
+DrafterSpec make_drafter_spec(const HFConfig& target, const DrafterOptions& options) {
+  DrafterSpec spec;
+  spec.hidden_size = target.hidden_size;
+  spec.num_attention_heads = target.num_attention_heads;
+  spec.num_key_value_heads = target.num_key_value_heads;
+  spec.head_dim = target.head_dim;
+  spec.intermediate_size = target.intermediate_size;
+  spec.vocab_size = target.vocab_size;
+  spec.max_position_embeddings = target.max_position_embeddings;
+  spec.rms_norm_eps = target.rms_norm_eps;
+  spec.rope_theta = target.rope_theta;
+  spec.attention_bias = false;  // draft layers are Qwen3 layers, bias-free like the public checkpoints
+  spec.num_layers = options.num_layers;
+  spec.block_size = options.block_size;
+  spec.num_target_layers = target.num_hidden_layers;
+  if (!options.target_layer_ids.empty()) {
+    spec.target_layer_ids = options.target_layer_ids;
+  } else {
+    const int64_t features = options.num_target_features > 0 ? options.num_target_features : options.num_layers;
+    spec.target_layer_ids = feature_layer_ids(target.num_hidden_layers, features);
+  }
+  if (options.mask_token_id) {
+    spec.mask_token_id = *options.mask_token_id;
+  } else if (target.mask_token_id) {
+    spec.mask_token_id = *target.mask_token_id;
+  } else {
+    throw spec_error("no mask token id: set the drafter's mask_token_id, or dflow_mask_token_id in the target's "
+                     "config.json (it must be a row of the target embedding)");
+  }
+  spec.validate();
+  return spec;
+}
+
+nlohmann::json drafter_config_json(const DrafterSpec& spec, torch::Dtype dtype) {
+  std::string dtype_name = "float32";
+  if (dtype == torch::kBFloat16) dtype_name = "bfloat16";
+  if (dtype == torch::kFloat16) dtype_name = "float16";
+  if (dtype == torch::kFloat64) dtype_name = "float64";
+  return {
+      {"architectures", {"DFlashDraftModel"}},
+      {"model_type", "qwen3"},
+      {"hidden_size", spec.hidden_size},
+      {"intermediate_size", spec.intermediate_size},
+      {"num_hidden_layers", spec.num_layers},
+      {"num_attention_heads", spec.num_attention_heads},
+      {"num_key_value_heads", spec.num_key_value_heads},
+      {"head_dim", spec.head_dim},
+      {"vocab_size", spec.vocab_size},
+      {"max_position_embeddings", spec.max_position_embeddings},
+      {"rms_norm_eps", spec.rms_norm_eps},
+      {"rope_theta", spec.rope_theta},
+      {"rope_scaling", nullptr},
+      {"hidden_act", "silu"},
+      {"attention_bias", spec.attention_bias},
+      {"attention_dropout", 0.0},
+      {"use_sliding_window", false},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", dtype_name},
+      {"block_size", spec.block_size},
+      {"num_target_layers", spec.num_target_layers},
+      {"dflash_config", {{"mask_token_id", spec.mask_token_id}, {"target_layer_ids", spec.target_layer_ids}}},
+  };
+}
+
+DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::string& source) {
+  const HFConfig parsed = parse_hf_config(config, source);
+  if (!parsed.is_dflash_drafter) {
+    throw std::runtime_error("drafter config '" + source + "': architectures must be [\"DFlashDraftModel\"]");
+  }
+  auto required = [&](const nlohmann::json& json, const std::string& key) {
+    if (!json.contains(key) || !json[key].is_number_integer()) {
+      throw std::runtime_error("drafter config '" + source + "': missing or non-integer '" + key + "'");
+    }
+    return json[key].get<int64_t>();
+  };
+  DrafterSpec spec;
+  spec.hidden_size = parsed.hidden_size;
+  spec.num_attention_heads = parsed.num_attention_heads;
+  spec.num_key_value_heads = parsed.num_key_value_heads;
+  spec.head_dim = parsed.head_dim;
+  spec.intermediate_size = parsed.intermediate_size;
+  spec.vocab_size = parsed.vocab_size;
+  spec.max_position_embeddings = parsed.max_position_embeddings;
+  spec.rms_norm_eps = parsed.rms_norm_eps;
+  spec.rope_theta = parsed.rope_theta;
+  spec.attention_bias = parsed.attention_bias;
+  spec.num_layers = parsed.num_hidden_layers;
+  spec.block_size = required(config, "block_size");
+  spec.num_target_layers = required(config, "num_target_layers");
+  const nlohmann::json dflash = config.value("dflash_config", nlohmann::json::object());
+  spec.mask_token_id = required(dflash, "mask_token_id");
+  if (dflash.contains("target_layer_ids") && dflash["target_layer_ids"].is_array()) {
+    spec.target_layer_ids = dflash["target_layer_ids"].get<std::vector<int64_t>>();
+  } else {
+    spec.target_layer_ids = feature_layer_ids(spec.num_target_layers, spec.num_layers);  // the public default
+  }
+  try {
+    spec.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error("drafter config '" + source + "': " + e.what());
+  }
+  return spec;
+}
+
+}  // namespace dflow::model

@@ -1,0 +1,147 @@
+#include "model/objective.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "model/chunked_cross_entropy.hpp"
+
+namespace dflow::model {
+
+double default_loss_decay_gamma(int64_t block_size) {
+  switch (block_size) {
+    case 16: return 7.0;
+    case 10: return 5.0;
+    case 8: return 4.0;
+    default:
+      throw std::invalid_argument("no published loss decay gamma for block size " + std::to_string(block_size) +
+                                  " (the paper gives 7 for 16, 5 for 10, 4 for 8); set loss_decay_gamma explicitly");
+  }
+}
+
+DraftBlocks build_draft_blocks(const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
+                               const torch::Tensor& lengths, const AnchorBatch& anchors, int64_t block_size,
+                               int64_t mask_token_id, double loss_decay_gamma, torch::Device device) {
+  const int64_t batch = input_ids.size(0), length = input_ids.size(1), blocks = anchors.blocks_per_sample();
+  const auto long_options = torch::TensorOptions().device(device).dtype(torch::kInt64);
+  const torch::Tensor ids = input_ids.to(device, torch::kInt64);
+  const torch::Tensor response = loss_mask.to(device).ne(0);
+  const torch::Tensor real_lengths = lengths.to(device, torch::kInt64).view({batch, 1, 1});
+  const torch::Tensor anchor = anchors.anchor_positions.to(device, torch::kInt64);  // [B, N]
+  const torch::Tensor keep = anchors.block_keep.to(device, torch::kBool);           // [B, N]
+  const torch::Tensor slot = torch::arange(block_size, long_options).view({1, 1, block_size});
+
+  DraftBlocks out;
+  out.block_positions = anchor.unsqueeze(-1) + slot;  // [B, N, Bs]
+  const torch::Tensor in_sample = out.block_positions < real_lengths;
+  const torch::Tensor gather_index = out.block_positions.clamp_max(length - 1).view({batch, blocks * block_size});
+  // Same-position labels: slot k predicts token[a + k], no extra shift.
+  out.labels = ids.gather(1, gather_index).view({batch, blocks, block_size}).masked_fill(in_sample.logical_not(), 0);
+  const torch::Tensor label_in_response = response.gather(1, gather_index).view({batch, blocks, block_size});
+  out.valid = keep.unsqueeze(-1) & in_sample & (slot > 0) & label_in_response;
+  const torch::Tensor decay =
+      torch::exp(-(slot.to(torch::kFloat64) - 1.0) / loss_decay_gamma).to(torch::kFloat32);  // [1, 1, Bs]
+  out.weights = out.valid.to(torch::kFloat32) * decay;
+
+  out.block_tokens = torch::full({batch, blocks, block_size}, mask_token_id, long_options);
+  out.block_tokens.select(2, 0).copy_(ids.gather(1, anchor.clamp(0, length - 1)));  // slot 0: the anchor token
+  return out;
+}
+
+namespace {
+
+void check_loss_inputs(const DrafterSpec& spec, const torch::Tensor& embedding_weight,
+                       const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
+                       const torch::Tensor& input_ids, const torch::Tensor& loss_mask, const torch::Tensor& lengths,
+                       const AnchorBatch& anchors) {
+  const bool shapes_ok = input_ids.dim() == 2 && loss_mask.sizes() == input_ids.sizes() && lengths.dim() == 1 &&
+                         lengths.size(0) == input_ids.size(0) && context_features.dim() == 3 &&
+                         context_features.sizes().slice(0, 2) == input_ids.sizes() &&
+                         anchors.anchor_positions.dim() == 2 && anchors.batch_size() == input_ids.size(0);
+  if (!shapes_ok) {
+    throw std::invalid_argument("dflash_loss: need input_ids and loss_mask [B, S], lengths [B], context features "
+                                "[B, S, n*H] and anchors for B samples; got " + c10::str(input_ids.sizes()) + ", " +
+                                c10::str(loss_mask.sizes()) + ", " + c10::str(lengths.sizes()) + ", " +
+                                c10::str(context_features.sizes()) + ", " + c10::str(anchors.anchor_positions.sizes()));
+  }
+  if (embedding_weight.size(0) <= spec.mask_token_id || lm_head_weight.size(0) != embedding_weight.size(0)) {
+    throw std::invalid_argument("dflash_loss: the target embedding has " + std::to_string(embedding_weight.size(0)) +
+                                " rows and the LM head " + std::to_string(lm_head_weight.size(0)) +
+                                "; the drafter's mask token id is " + std::to_string(spec.mask_token_id));
+  }
+}
+
+// Rows of the frozen target embedding, looked up on its device, on `device`.
+torch::Tensor frozen_embeddings(const torch::Tensor& embedding_weight, const torch::Tensor& token_ids,
+                                torch::Device device) {
+  torch::NoGradGuard no_grad;
+  return torch::embedding(embedding_weight, token_ids.to(embedding_weight.device())).to(device);
+}
+
+// sum of `values` [P] grouped by the block slot of each flat row index [P].
+std::vector<double> sum_per_slot(const torch::Tensor& rows, const torch::Tensor& values, int64_t block_size) {
+  const torch::Tensor sums = torch::zeros({block_size}, values.options().dtype(torch::kFloat64))
+                                 .index_add_(0, rows.remainder(block_size), values.to(torch::kFloat64))
+                                 .cpu();
+  return {sums.data_ptr<double>(), sums.data_ptr<double>() + block_size};
+}
+
+}  // namespace
+
+ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const TargetModel& target,
+                            const torch::Tensor& context_features, const torch::Tensor& input_ids,
+                            const torch::Tensor& loss_mask, const torch::Tensor& lengths, const AnchorBatch& anchors,
+                            const ObjectiveOptions& options) {
+  return dflash_loss(drafter, target.embedding_weight(), target.lm_head_weight(), context_features, input_ids,
+                     loss_mask, lengths, anchors, options);
+}
+
+ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& embedding_weight,
+                            const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
+                            const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
+                            const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options) {
+  const DrafterSpec& spec = drafter.spec();
+  check_loss_inputs(spec, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask, lengths, anchors);
+  const int64_t batch = input_ids.size(0), length = input_ids.size(1), block_size = spec.block_size;
+  const torch::Device device = drafter.fc->weight.device();
+  const double gamma = options.loss_decay_gamma > 0.0 ? options.loss_decay_gamma : default_loss_decay_gamma(block_size);
+  const DraftBlocks blocks = build_draft_blocks(input_ids, loss_mask, lengths, anchors, block_size, spec.mask_token_id,
+                                                gamma, device);
+  const int64_t draft_slots = anchors.blocks_per_sample() * block_size;
+
+  const torch::Tensor block_embeddings =
+      frozen_embeddings(embedding_weight, blocks.block_tokens.view({batch, draft_slots}), device);  // [B, N*Bs, H]
+  const int64_t blocks_per_chunk =
+      options.attention_blocks_per_chunk > 0
+          ? options.attention_blocks_per_chunk
+          : blocks_per_chunk_for_budget(batch, spec.num_attention_heads, length, block_size,
+                                        options.max_attention_scores_per_chunk);
+  const BlockAttentionPlan plan =
+      plan_block_attention(anchors.anchor_positions, anchors.block_keep, length, block_size, blocks_per_chunk, device);
+  const torch::Tensor hidden = drafter.forward(context_features.to(device), block_embeddings,
+                                               blocks.block_positions.view({batch, draft_slots}), plan);  // [B, N*Bs, H]
+
+  // Only label-bearing slots reach the LM head.
+  const torch::Tensor rows = blocks.valid.reshape({-1}).nonzero().squeeze(1);  // [P]
+  const torch::Tensor selected = hidden.reshape({-1, spec.hidden_size}).index_select(0, rows);
+  const torch::Tensor labels = blocks.labels.reshape({-1}).index_select(0, rows);
+  const torch::Tensor weights = blocks.weights.reshape({-1}).index_select(0, rows);
+  const torch::Tensor head = lm_head_weight.device() == device ? lm_head_weight : lm_head_weight.to(device);
+  const int64_t rows_per_chunk = std::max<int64_t>(1, options.max_logits_per_chunk / std::max<int64_t>(1, head.size(0)));
+  const ChunkedCrossEntropyResult ce = chunked_linear_cross_entropy(selected, head, labels, weights, rows_per_chunk);
+
+  ObjectiveOutput out;
+  out.weight_sum = weights.sum().to(torch::kFloat64).item<double>();
+  out.weighted_ce_sum = ce.weighted_ce_sum.detach().to(torch::kFloat64).item<double>();
+  out.loss_sum = ce.weighted_ce_sum;
+  out.loss = ce.weighted_ce_sum / (out.weight_sum > 0.0 ? out.weight_sum : 1.0);
+
+  out.correct_per_position = sum_per_slot(rows, ce.predictions.eq(labels), block_size);
+  out.count_per_position = sum_per_slot(rows, torch::ones_like(labels), block_size);
+  out.num_anchors = anchors.num_anchors();
+  out.real_tokens = lengths.sum().item<int64_t>();
+  out.predicted_tokens = rows.size(0);
+  return out;
+}
+
+}  // namespace dflow::model

@@ -1,0 +1,73 @@
+// The DFlash training objective (docs/dflash.md, "Training objective").
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/anchors.hpp"
+#include "model/drafter.hpp"
+#include "model/target.hpp"
+
+namespace dflow::model {
+
+// 7 for block 16, 5 for block 10, 4 for block 8 (the paper's values);
+// other block sizes have no published value, so this throws and asks for
+// an explicit loss_decay_gamma.
+double default_loss_decay_gamma(int64_t block_size);
+
+struct ObjectiveOptions {
+  double loss_decay_gamma = 0.0;                    // <= 0: default_loss_decay_gamma(block_size)
+  int64_t attention_blocks_per_chunk = 0;           // <= 0: sized by max_attention_scores_per_chunk
+  int64_t max_attention_scores_per_chunk = 1 << 25;  // B * heads * queries * keys per attention chunk
+  int64_t max_logits_per_chunk = 1 << 25;           // rows * vocab of full-vocabulary logits at once
+};
+
+// One micro-batch laid out as draft blocks, on the drafter's device.
+struct DraftBlocks {
+  torch::Tensor block_tokens;     // [B, N, Bs] int64: token[a], MASK, ..., MASK
+  torch::Tensor block_positions;  // [B, N, Bs] int64: a + k
+  torch::Tensor labels;           // [B, N, Bs] int64: token[a + k] (0 past the sample's end)
+  torch::Tensor valid;            // [B, N, Bs] bool: keep * [a+k < S] * [k > 0] * loss_mask[a+k]
+  torch::Tensor weights;          // [B, N, Bs] float: valid * exp(-(k - 1) / gamma)
+};
+
+DraftBlocks build_draft_blocks(const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
+                               const torch::Tensor& lengths, const AnchorBatch& anchors, int64_t block_size,
+                               int64_t mask_token_id, double loss_decay_gamma, torch::Device device);
+
+struct ObjectiveOutput {
+  // weighted_ce_sum / weight_sum, differentiable; exactly 0 (still
+  // back-propagatable) when the micro-batch has no weighted position.
+  torch::Tensor loss;
+  // sum(w * CE) over the micro-batch, differentiable: back-propagate this
+  // and divide the gradients by the step's total weight to get the exact
+  // step-level loss sum(w * CE) / sum(w) across micro-batches.
+  torch::Tensor loss_sum;
+  double weighted_ce_sum = 0.0;
+  double weight_sum = 0.0;
+  // Per block slot k (index 0 .. Bs-1; k = 0 never counts): argmax == label
+  // over valid positions. Sums, so micro-batches add up.
+  std::vector<double> correct_per_position;
+  std::vector<double> count_per_position;
+  int64_t num_anchors = 0;   // kept blocks
+  int64_t real_tokens = 0;   // sum of lengths
+  int64_t predicted_tokens = 0;  // valid (label-bearing) draft slots
+};
+
+// context_features [B, S, n*H] (the target's fused features), input_ids,
+// loss_mask [B, S], lengths [B]; anchors from sample_anchors. The embedding
+// and LM head are the target's, frozen (never trained here).
+ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const TargetModel& target,
+                            const torch::Tensor& context_features, const torch::Tensor& input_ids,
+                            const torch::Tensor& loss_mask, const torch::Tensor& lengths, const AnchorBatch& anchors,
+                            const ObjectiveOptions& options);
+
+// The same with the frozen embedding [V, H] and LM head [V, H] given directly.
+ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& embedding_weight,
+                            const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
+                            const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
+                            const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options);
+
+}  // namespace dflow::model

@@ -1,0 +1,49 @@
+// Speculative decoding with a DFlash drafter (docs/dflash.md, "Drafting and
+// acceptance length"): greedy, lossless (the output equals the target's own
+// greedy decoding), and it reports the acceptance length per cycle.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/drafter.hpp"
+#include "model/target.hpp"
+
+namespace dflow::model {
+
+// The drafter's K/V cache: context entries of committed tokens only (a
+// block's own entries are dropped after each pass).
+class DrafterContextCache {
+ public:
+  int64_t length() const { return length_; }
+  const std::vector<ContextKV>& per_layer() const { return per_layer_; }
+  // Appends the target features [1, T, n*H] of the next T committed tokens
+  // (positions length() .. length() + T - 1).
+  void append(DFlashDrafterImpl& drafter, const torch::Tensor& context_features);
+
+ private:
+  std::vector<ContextKV> per_layer_;  // each [1, KVH, length, D]
+  int64_t length_ = 0;
+};
+
+// One non-causal draft pass over [bonus, MASK x (B-1)] at positions
+// cache.length() .. + B-1, using the spec's mask token (the one trained with).
+// Returns the B-1 argmax drafts for slots 1 .. B-1.
+std::vector<int64_t> drafter_generate_block(DFlashDrafterImpl& drafter, const TargetModel& target,
+                                            const DrafterContextCache& cache, int64_t bonus_token);
+
+struct SpeculativeResult {
+  std::vector<int64_t> tokens;                 // generated tokens (prompt excluded)
+  std::vector<int64_t> acceptance_lengths;     // tau = accepted drafts + 1 per cycle, in 1 .. B
+  double mean_acceptance_length() const;
+};
+
+// Greedy speculative decoding of up to max_new_tokens after the prompt;
+// stops after an eos id.
+SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetModel& target,
+                                       const std::vector<int64_t>& prompt_ids, int64_t max_new_tokens,
+                                       const std::vector<int64_t>& eos_token_ids);
+
+}  // namespace dflow::model

@@ -1,0 +1,108 @@
+// The frozen target LLM (Qwen3 / Qwen2 / Llama), loaded from a Hugging Face
+// checkpoint directory. Inference only: every call runs under NoGradGuard.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include "model/hf_config.hpp"
+#include "model/layers.hpp"
+
+namespace dflow::model {
+
+// Feature layer ids of the public DFlash code: n == 1 gives [L / 2];
+// otherwise id_i = round(1 + i * (L - 4) / (n - 1)) with Python's
+// round-half-to-even. 36 layers, n = 5 -> 1, 9, 17, 25, 33.
+std::vector<int64_t> feature_layer_ids(int64_t num_target_layers, int64_t num_features);
+
+struct TargetLayerWeights {
+  torch::Tensor input_layernorm, post_attention_layernorm;  // [H]
+  torch::Tensor q_proj, k_proj, v_proj, o_proj;             // [out, in]
+  torch::Tensor q_bias, k_bias, v_bias, o_bias;             // undefined when absent
+  torch::Tensor q_norm, k_norm;                             // [head_dim], undefined unless qk_norm
+  torch::Tensor gate_proj, up_proj, down_proj;
+};
+
+// Per-layer keys and values of the tokens seen so far (after k_norm and
+// RoPE), preallocated to a capacity so appending never copies the past.
+class KVCache {
+ public:
+  int64_t length() const { return length_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t batch_size() const { return batch_size_; }
+  // Forget entries from `new_length` on (e.g. rejected speculative tokens).
+  void truncate(int64_t new_length);
+
+ private:
+  friend class TargetModel;
+  std::vector<torch::Tensor> keys_, values_;  // per layer [B, KVH, capacity, D]
+  int64_t length_ = 0;
+  int64_t capacity_ = 0;
+  int64_t batch_size_ = 0;
+};
+
+struct TargetOutput {
+  std::vector<torch::Tensor> hidden_states;  // one per requested layer id, [B, S, H], before the final norm
+  torch::Tensor logits;                      // [B, S, V] when requested, else undefined
+};
+
+class TargetModel {
+ public:
+  // Loads config.json + *.safetensors and converts the weights to `dtype`
+  // (float32, bfloat16, float16 or float64) on `device`.
+  static TargetModel load(const std::filesystem::path& dir, torch::Device device = torch::kCPU,
+                          torch::Dtype dtype = torch::kFloat32);
+
+  const HFConfig& config() const { return config_; }
+  torch::Device device() const { return device_; }
+  torch::Dtype dtype() const { return dtype_; }
+  int64_t num_layers() const { return config_.num_hidden_layers; }
+
+  // input_ids [B, S] int64, right-padded (padding after the real tokens, so
+  // causal attention keeps real positions exact). Layer l's feature is the
+  // residual stream after decoder layer l (HF hidden_states[l + 1]).
+  TargetOutput forward(const torch::Tensor& input_ids, const std::vector<int64_t>& layer_ids,
+                       bool want_logits) const;
+
+  // cat(features of layer_ids, -1): [B, S, n * H].
+  torch::Tensor context_features(const torch::Tensor& input_ids, const std::vector<int64_t>& layer_ids) const;
+
+  // Incremental decoding: prefill, then one or more tokens per call; logits
+  // equal those of a full forward over the whole sequence.
+  KVCache new_cache(int64_t batch_size, int64_t capacity_tokens) const;
+  TargetOutput forward_cached(KVCache& cache, const torch::Tensor& new_input_ids,
+                              const std::vector<int64_t>& layer_ids, bool want_logits) const;
+
+  // Frozen embedding and LM head (the drafter uses both).
+  torch::Tensor embed(const torch::Tensor& input_ids) const;  // [..] -> [.., H]
+  torch::Tensor lm_head(const torch::Tensor& hidden) const;   // [.., H] -> [.., V]
+  const torch::Tensor& embedding_weight() const { return embed_tokens_; }  // [V, H]
+  const torch::Tensor& lm_head_weight() const { return lm_head_; }         // [V, H]
+
+  // Generates up to max_new_tokens after the prompt (greedy when
+  // temperature <= 0, else softmax(logits / temperature) sampling with a
+  // CPU generator seeded by `seed`). Stops after emitting an eos id.
+  // Returns the new tokens only.
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt_ids, int64_t max_new_tokens,
+                                double temperature, uint64_t seed,
+                                const std::vector<int64_t>& eos_token_ids) const;
+
+ private:
+  TargetOutput run(const torch::Tensor& input_ids, KVCache* cache, const std::vector<int64_t>& layer_ids,
+                   bool want_logits) const;
+  torch::Tensor decoder_layer(int64_t layer_index, const torch::Tensor& hidden, const RotaryTables& rotary,
+                              KVCache* cache, int64_t cache_start) const;
+
+  HFConfig config_;
+  torch::Device device_ = torch::kCPU;
+  torch::Dtype dtype_ = torch::kFloat32;
+  torch::Tensor embed_tokens_;  // [V, H]
+  torch::Tensor final_norm_;    // [H]
+  torch::Tensor lm_head_;       // [V, H]; the embedding itself when tied
+  std::vector<TargetLayerWeights> layers_;
+};
+
+}  // namespace dflow::model

@@ -1,0 +1,118 @@
+// Loading a target from a Hugging Face checkpoint directory, checking every
+// tensor's presence and shape against config.json.
+#include <cmath>
+#include <stdexcept>
+
+#include "model/safetensors.hpp"
+#include "model/target.hpp"
+
+namespace dflow::model {
+
+std::vector<int64_t> feature_layer_ids(int64_t num_target_layers, int64_t num_features) {
+  if (num_target_layers < 1 || num_features < 1) {
+    throw std::invalid_argument("feature_layer_ids: need at least one target layer and one feature, got " +
+                                std::to_string(num_target_layers) + " layers, " + std::to_string(num_features) +
+                                " features");
+  }
+  if (num_features == 1) return {num_target_layers / 2};
+  const double start = 1.0;
+  const double end = static_cast<double>(num_target_layers - 3);
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < num_features; ++i) {
+    // nearbyint rounds half to even under the default rounding mode, like Python's round().
+    const double id = std::nearbyint(start + static_cast<double>(i) * (end - start) / static_cast<double>(num_features - 1));
+    ids.push_back(std::clamp<int64_t>(static_cast<int64_t>(id), 0, num_target_layers - 1));
+  }
+  return ids;
+}
+
+namespace {
+
+class WeightSource {
+ public:
+  WeightSource(TensorMap tensors, std::filesystem::path dir, torch::Device device, torch::Dtype dtype)
+      : tensors_(std::move(tensors)), dir_(std::move(dir)), device_(device), dtype_(dtype) {}
+
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+
+  torch::Tensor take(const std::string& name, const std::vector<int64_t>& expected_shape) const {
+    const auto it = tensors_.find(name);
+    if (it == tensors_.end()) {
+      throw std::runtime_error("target checkpoint '" + dir_.string() + "' lacks tensor '" + name +
+                               "' (is this a supported HF layout?)");
+    }
+    if (it->second.sizes().vec() != expected_shape) {
+      throw std::runtime_error("target checkpoint '" + dir_.string() + "': tensor '" + name + "' has shape " +
+                               c10::str(it->second.sizes()) + " but config.json implies " +
+                               c10::str(c10::IntArrayRef(expected_shape)));
+    }
+    return it->second.to(device_, dtype_).contiguous();
+  }
+
+  torch::Tensor take_optional(const std::string& name, const std::vector<int64_t>& expected_shape,
+                              bool required) const {
+    if (!required && !has(name)) return {};
+    return take(name, expected_shape);
+  }
+
+ private:
+  TensorMap tensors_;
+  std::filesystem::path dir_;
+  torch::Device device_;
+  torch::Dtype dtype_;
+};
+
+}  // namespace
+
+TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device device, torch::Dtype dtype) {
+  if (!at::isFloatingType(dtype)) {
+    throw std::invalid_argument("TargetModel::load: dtype must be floating point, got " +
+                                std::string(c10::toString(dtype)));
+  }
+  torch::NoGradGuard no_grad;
+  TargetModel model;
+  model.config_ = load_hf_config(dir);
+  if (model.config_.is_dflash_drafter) {
+    throw std::runtime_error("'" + dir.string() + "' holds a DFlash drafter, not a target model");
+  }
+  model.device_ = device;
+  model.dtype_ = dtype;
+  const HFConfig& c = model.config_;
+  const WeightSource source(load_checkpoint_dir(dir), dir, device, dtype);
+
+  const int64_t hidden = c.hidden_size, head_dim = c.head_dim;
+  const int64_t q_width = c.num_attention_heads * head_dim, kv_width = c.num_key_value_heads * head_dim;
+  model.embed_tokens_ = source.take("model.embed_tokens.weight", {c.vocab_size, hidden});
+  model.final_norm_ = source.take("model.norm.weight", {hidden});
+  if (c.tie_word_embeddings && !source.has("lm_head.weight")) {
+    model.lm_head_ = model.embed_tokens_;
+  } else {
+    model.lm_head_ = source.take("lm_head.weight", {c.vocab_size, hidden});
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    const std::string attn = prefix + "self_attn.";
+    TargetLayerWeights layer;
+    layer.input_layernorm = source.take(prefix + "input_layernorm.weight", {hidden});
+    layer.post_attention_layernorm = source.take(prefix + "post_attention_layernorm.weight", {hidden});
+    layer.q_proj = source.take(attn + "q_proj.weight", {q_width, hidden});
+    layer.k_proj = source.take(attn + "k_proj.weight", {kv_width, hidden});
+    layer.v_proj = source.take(attn + "v_proj.weight", {kv_width, hidden});
+    layer.o_proj = source.take(attn + "o_proj.weight", {hidden, q_width});
+    layer.q_bias = source.take_optional(attn + "q_proj.bias", {q_width}, c.attention_bias);
+    layer.k_bias = source.take_optional(attn + "k_proj.bias", {kv_width}, c.attention_bias);
+    layer.v_bias = source.take_optional(attn + "v_proj.bias", {kv_width}, c.attention_bias);
+    layer.o_bias = source.take_optional(attn + "o_proj.bias", {hidden}, c.attention_output_bias);
+    if (c.qk_norm) {
+      layer.q_norm = source.take(attn + "q_norm.weight", {head_dim});
+      layer.k_norm = source.take(attn + "k_norm.weight", {head_dim});
+    }
+    layer.gate_proj = source.take(prefix + "mlp.gate_proj.weight", {c.intermediate_size, hidden});
+    layer.up_proj = source.take(prefix + "mlp.up_proj.weight", {c.intermediate_size, hidden});
+    layer.down_proj = source.take(prefix + "mlp.down_proj.weight", {hidden, c.intermediate_size});
+    model.layers_.push_back(std::move(layer));
+  }
+  return model;
+}
+
+}  // namespace dflow::model
