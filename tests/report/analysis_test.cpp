@@ -1,0 +1,82 @@
+// The findings in words name the node that bounds throughput and the edges
+// that drain, as a person reading the report needs them.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "fixture.hpp"
+#include "report/analysis.hpp"
+#include "report/summary_table.hpp"
+
+using namespace dflow::report;
+
+namespace {
+RunData run_of(const test::FixtureOptions& options, const std::string& name) {
+  const auto dir = test::fresh_dir(name);
+  test::write_fixture_run(dir, options);
+  return load_run(dir);
+}
+bool contains(const std::vector<std::string>& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+}  // namespace
+
+TEST_CASE("Report.Analysis.NamesTheNodeThatBoundsThroughput") {
+  const Analysis a = analyze(run_of({}, "analysis-target"));
+  REQUIRE(a.has_telemetry);
+  REQUIRE(a.bottleneck);
+  CHECK(a.bottleneck->node == "target");
+  CHECK(a.bottleneck->busy_share == doctest::Approx(0.95).epsilon(0.03));
+  CHECK(contains(a.bottleneck->full_inputs, "route.out->target.in"));
+  CHECK(contains(a.bottleneck->starved_outputs, "target.out->reorder.in"));
+  REQUIRE_FALSE(a.summary.empty());
+  CHECK(a.summary[0].find("`target`") == a.summary[0].find("`"));  // the first name in the first finding
+  CHECK(a.summary[0].find("bounds throughput") != std::string::npos);
+  CHECK(a.summary[0].find("route.out->target.in") != std::string::npos);
+  CHECK(a.summary[1].find("compute") != std::string::npos);
+  CHECK(a.draining.empty());
+  // The routed edge is measured per replica and summed for the declared edge.
+  const auto& routed = *std::find_if(a.edges.begin(), a.edges.end(), [](const EdgeLoad& e) { return e.name == "route.out->target.in"; });
+  CHECK(routed.pieces.size() == 2);
+  CHECK(routed.capacity == 4);
+  const auto& target = *std::find_if(a.nodes.begin(), a.nodes.end(), [](const NodeLoad& n) { return n.name == "target"; });
+  CHECK(target.replica_busy_share.size() == 2);
+  CHECK(a.to_json()["bottleneck"]["node"] == "target");
+}
+
+TEST_CASE("Report.Analysis.ANonComputeBoundIsCalledOut") {
+  const Analysis a = analyze(run_of({.steps = 120, .total_steps = 120, .bound = "pad"}, "analysis-pad"));
+  REQUIRE(a.bottleneck);
+  CHECK(a.bottleneck->node == "pad");
+  CHECK(contains(a.bottleneck->full_inputs, "load.out->pad.in"));
+  const std::string text = bottleneck_summary(a);
+  CHECK(text.find("`pad`") != std::string::npos);
+  CHECK(text.find("not a compute node") != std::string::npos);
+}
+
+TEST_CASE("Report.Analysis.ReportsDrainingEdgesWithTheStepTheyWillBeEmpty") {
+  // pad.out->route.in stays full (4) to step 200, then falls 0.02 items/step: empty at step 400.
+  const Analysis a = analyze(run_of({.steps = 300, .total_steps = 600, .draining_edge = "pad.out->route.in"},
+                                    "analysis-drain"));
+  REQUIRE(a.draining.size() == 1);
+  CHECK(a.draining[0].edge == "pad.out->route.in");
+  CHECK(a.draining[0].projected_empty_step == doctest::Approx(400).epsilon(0.06));
+  const std::string text = bottleneck_summary(a);
+  CHECK(text.find("`pad.out->route.in` is draining") != std::string::npos);
+  CHECK(text.find("empty at step " + std::to_string(a.draining[0].projected_empty_step)) != std::string::npos);
+}
+
+TEST_CASE("Report.SummaryTable.AlignsOneRowPerNodeReplicaAndEdge") {
+  const RunData run = run_of({.steps = 30, .total_steps = 30}, "summary-table");
+  const std::string table = summary_table(*run.last_telemetry());
+  for (const char* row : {"target[0]", "target[1]", "optimizer", "route.out->target[1].in", "optimizer.token->drafter.token (token)"})
+    CHECK_MESSAGE(table.find(row) != std::string::npos, row);
+  // Right-aligned numbers: every row of a table ends in the same column.
+  std::istringstream lines(table);
+  std::vector<size_t> widths;
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("->") != std::string::npos || line.rfind("edge", 0) == 0) widths.push_back(line.size());
+  REQUIRE(widths.size() == 13);
+  CHECK(std::all_of(widths.begin(), widths.end(), [&](size_t w) { return w == widths[0]; }));
+}

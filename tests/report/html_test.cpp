@@ -1,0 +1,117 @@
+// The HTML report: one file, no network, one drawn element per declared node
+// and edge, and it draws in a real browser without script errors.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <regex>
+
+#include "browser.hpp"
+#include "fixture.hpp"
+#include "report/command.hpp"
+#include "report/html.hpp"
+#include "report/page_data.hpp"
+
+using namespace dflow::report;
+namespace fs = std::filesystem;
+
+namespace {
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("Report.Html.DrawsEveryDeclaredNodeAndEdgeAndNeedsNoNetwork") {
+  for (bool with_graph : {true, false}) {
+    CAPTURE(with_graph);
+    const fs::path dir = test::fresh_dir(with_graph ? "html-graph" : "html-no-graph");
+    test::write_fixture_run(dir, {.steps = 60, .total_steps = 60, .write_graph = with_graph});
+    const std::string html = render_html(load_run(dir));
+    CHECK(count(html, "class=\"node\"") == 10);
+    CHECK(count(html, "class=\"edge\"") == 11);
+    for (const auto& e : test::default_graph(2)["edges"]) {
+      std::string name = e["name"];
+      name = std::regex_replace(name, std::regex(">"), "&gt;");
+      CHECK_MESSAGE(count(html, "data-edge=\"" + name + "\"") == 1, name);
+    }
+    CHECK(count(html, "data-node=\"target\"") == 1);
+    CHECK(count(html, "http://") == 0);
+    CHECK(count(html, "https://") == 0);
+    CHECK(count(html, "<script src") == 0);
+    CHECK(count(html, "<link") == 0);
+    CHECK(count(html, "</script>") == 2);  // the data and the script; nothing in the data closes them
+  }
+}
+
+TEST_CASE("Report.Html.ARunWithoutTelemetryOrGraphStillRenders") {
+  const fs::path dir = test::fresh_dir("html-bare");
+  std::ofstream out(dir / "metrics.jsonl");
+  for (int s = 1; s <= 5; ++s) out << nlohmann::json{{"kind", "step"}, {"global_step", s}, {"loss", 2.0 / s}}.dump() << "\n";
+  out.close();
+  const std::string html = render_html(load_run(dir));
+  CHECK(count(html, "class=\"node\"") == 0);
+  CHECK(html.find("No graph telemetry") != std::string::npos);
+}
+
+TEST_CASE("Report.Html.ALongRunIsThinnedButKeepsEdgePointsAndGuardDecisions") {
+  const fs::path dir = test::fresh_dir("html-long");
+  test::write_fixture_run(dir, {.steps = 3000, .total_steps = 3000, .checkpoint_every = 1000, .guard_skip_step = 1777, .alarms = false});
+  ReportOptions options;
+  options.max_points = 200;
+  const Page page = make_page(load_run(dir, {.telemetry_points = 300, .telemetry_tail = 60}), options);
+  CHECK(page.records.size() <= 2 * 200 + 2);
+  size_t with_telemetry = 0;
+  bool guard_kept = false;
+  for (const auto& r : page.records) {
+    with_telemetry += r.contains("tel");
+    guard_kept = guard_kept || (r["s"] == 1777 && r.contains("g"));
+  }
+  CHECK(with_telemetry >= 100);  // of about 240 kept by load_run, thinned to at most 200
+  CHECK(guard_kept);
+  CHECK(page.records.back()["s"] == 3000);
+}
+
+TEST_CASE("Report.Html.ThinsLongRunsButKeepsGuardDecisions") {
+  auto kept = thin(10000, 100, [](size_t i) { return i == 4321; });
+  CHECK(kept.size() <= 102);
+  CHECK(kept.front() == 0);
+  CHECK(kept.back() == 9999);
+  CHECK(std::find(kept.begin(), kept.end(), 4321) != kept.end());
+  CHECK(thin(5, 100, {}).size() == 5);
+  CHECK(script_json("</script><!--").find("</") == std::string::npos);
+}
+
+TEST_CASE("Report.Html.RendersInHeadlessChromiumWithoutScriptErrors") {
+  const std::string chromium = test::find_chromium();
+  if (chromium.empty())
+    FAIL("chromium is not installed: run tools/setup.sh (it installs chromium, which the report tests need)");
+  const fs::path dir = test::fresh_dir("html-browser");
+  test::write_fixture_run(dir, {.steps = 400, .total_steps = 1200, .draining_edge = "load.out->pad.in"});
+  const fs::path report = test::build_dir() / "report-fixture.html";
+  std::ostringstream console;
+  CHECK(report_command(dir, report, console) == 0);
+  CHECK(console.str().find("`target` (target_forward x2) bounds throughput") != std::string::npos);
+  const std::string url = "file://" + fs::absolute(report).string();
+
+  const std::string dom = test::run_chromium("--virtual-time-budget=5000 --dump-dom", url, dir / "dump-dom.log");
+  INFO("chromium log: " << (dir / "dump-dom.log").string());
+  REQUIRE_MESSAGE(!dom.empty(), "chromium printed no DOM");
+  std::smatch errors;
+  std::regex_search(dom, errors, std::regex("<div id=\"errors\"[^>]*>([^<]*)</div>"));
+  CHECK_MESSAGE(dom.find("data-rendered=\"ok\"") != std::string::npos, "the page did not finish drawing: " << errors.str(1));
+  CHECK(dom.find("data-rendered=\"error\"") == std::string::npos);
+  CHECK(count(dom, "class=\"plot\"") == 8 + 12);  // training plots, one per telemetry edge
+  CHECK(dom.find("bounds throughput") != std::string::npos);
+  CHECK(dom.find("is draining") != std::string::npos);
+  CHECK(std::regex_search(dom, std::regex("busy 9[3-7]% \\(9[3-7]% / 9[3-7]%\\)")));  // target, both replicas
+
+  const fs::path screenshot = test::build_dir() / "report-screenshot.png";
+  fs::remove(screenshot);
+  test::run_chromium("--virtual-time-budget=5000 --hide-scrollbars --window-size=1400,2400 --screenshot=" + screenshot.string(), url,
+                     dir / "screenshot.log");
+  REQUIRE(fs::exists(screenshot));
+  CHECK(fs::file_size(screenshot) > 50000);
+  MESSAGE("screenshot: " << screenshot.string());
+}
