@@ -1,10 +1,22 @@
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
+
 #include "config/config.hpp"
 
 namespace dflow::config {
 
 namespace {
+// Shortest text that reads back to the same double ("0.003", not
+// "0.0030000000000000001"), so resolved configs and their diffs read well.
+std::string num(double v) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, v);
+  std::string text(buffer, end);
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";  // stays a float in YAML
+  return text;
+}
+
 template <class T>
 void flow_list(YAML::Emitter& out, const char* key, const std::vector<T>& values) {
   out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
@@ -65,17 +77,17 @@ std::string to_yaml(const Config& c) {
 
   const auto& t = c.train;
   out << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "epochs" << YAML::Value << t.epochs
-      << YAML::Key << "grad_accum" << YAML::Value << t.grad_accum << YAML::Key << "lr" << YAML::Value << t.lr
-      << YAML::Key << "warmup_ratio" << YAML::Value << t.warmup_ratio << YAML::Key << "schedule" << YAML::Value
-      << t.schedule << YAML::Key << "weight_decay" << YAML::Value << t.weight_decay << YAML::Key << "grad_clip"
-      << YAML::Value << t.grad_clip << YAML::Key << "adam_beta1" << YAML::Value << t.adam_beta1 << YAML::Key
-      << "adam_beta2" << YAML::Value << t.adam_beta2 << YAML::Key << "adam_eps" << YAML::Value << t.adam_eps
+      << YAML::Key << "grad_accum" << YAML::Value << t.grad_accum << YAML::Key << "lr" << YAML::Value << num(t.lr)
+      << YAML::Key << "warmup_ratio" << YAML::Value << num(t.warmup_ratio) << YAML::Key << "schedule" << YAML::Value
+      << t.schedule << YAML::Key << "weight_decay" << YAML::Value << num(t.weight_decay) << YAML::Key << "grad_clip"
+      << YAML::Value << num(t.grad_clip) << YAML::Key << "adam_beta1" << YAML::Value << num(t.adam_beta1) << YAML::Key
+      << "adam_beta2" << YAML::Value << num(t.adam_beta2) << YAML::Key << "adam_eps" << YAML::Value << num(t.adam_eps)
       << YAML::Key << "anchors_per_sequence" << YAML::Value << t.anchors_per_sequence << YAML::Key
-      << "loss_decay_gamma" << YAML::Value << t.loss_decay_gamma << YAML::EndMap;
+      << "loss_decay_gamma" << YAML::Value << num(t.loss_decay_gamma) << YAML::EndMap;
 
   out << YAML::Key << "guard" << YAML::Value << YAML::BeginMap << YAML::Key << "policy" << YAML::Value
       << c.guard.policy << YAML::Key << "window" << YAML::Value << c.guard.window << YAML::Key << "z_threshold"
-      << YAML::Value << c.guard.z_threshold << YAML::Key << "warmup_steps" << YAML::Value << c.guard.warmup_steps
+      << YAML::Value << num(c.guard.z_threshold) << YAML::Key << "warmup_steps" << YAML::Value << c.guard.warmup_steps
       << YAML::EndMap;
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
       << c.checkpoint.every_steps << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep << YAML::EndMap;
@@ -90,7 +102,7 @@ std::string to_yaml(const Config& c) {
     for (const auto& f : c.faults)
       out << YAML::Flow << YAML::BeginMap << YAML::Key << "kind" << YAML::Value << f.kind << YAML::Key << "node"
           << YAML::Value << f.node << YAML::Key << "step" << YAML::Value << f.step << YAML::Key << "factor"
-          << YAML::Value << f.factor << YAML::Key << "seconds" << YAML::Value << f.seconds << YAML::EndMap;
+          << YAML::Value << num(f.factor) << YAML::Key << "seconds" << YAML::Value << num(f.seconds) << YAML::EndMap;
     out << YAML::EndSeq;
   }
   emit_pipeline(out, c.pipeline);

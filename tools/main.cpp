@@ -15,6 +15,12 @@ int main(int argc, char** argv) {
   cli::Action action;
   cli::add_version_command(app, action);
   cli::add_config_command(app, common, action);
+  cli::add_graph_command(app, common, action);
+  cli::add_make_tiny_target_command(app, action);
+  cli::add_prepare_command(app, action);
+  cli::add_train_command(app, common, action);
+  cli::add_inspect_command(app, action);
+  cli::add_report_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

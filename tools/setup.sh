@@ -15,6 +15,8 @@ DEB_PACKAGES=(
   doctest-dev           # unit tests
   nlohmann-json3-dev    # metrics records, safetensors headers, exports
   libcli11-dev          # the dflow command line
+  libcpp-httplib-dev    # the live view (dflow train --serve)
+  chromium              # renders the HTML run report in tests (headless)
   python3-venv          # the venv that holds the torch wheel
 )
 

@@ -1,0 +1,50 @@
+// checkpoint.async: writes snapshots taken by optimizer_step under the model
+// token. Writing happens here, off the training path: training continues
+// while the files are written, and a snapshot is immutable, so a slow disk
+// can delay checkpoints (the edge backs up) but never change training.
+#include "config/log.hpp"
+#include "report/live_server.hpp"
+#include "nodes/messages.hpp"
+#include "nodes/node_support.hpp"
+#include "nodes/registry.hpp"
+
+namespace dflow::nodes {
+
+namespace {
+
+class CheckpointAsync final : public graph::FunctionBody {
+ public:
+  CheckpointAsync(RunState& state, std::string name) : state_(state), name_(std::move(name)) {}
+
+  void process(graph::Inputs& in, graph::Emitter&) override {
+    auto& snapshot = in.get<Snapshot>(0);
+    if (state_.options.rank != 0) return;
+    const int64_t step = snapshot.state.global_step;
+    auto dir = train::write_checkpoint(state_.checkpoints_dir, snapshot.state, state_.config.checkpoint.keep,
+                                       [&] { inject_node_faults(state_, name_, step - 1); });  // after step index step-1
+    state_.checkpoints_written++;
+    if (state_.options.live) state_.options.live->publish({{"kind", "checkpoint"}, {"global_step", step}, {"path", dir.string()}});
+    std::lock_guard lock(state_.summary_mutex);
+    state_.last_checkpoint = dir.string();
+    log::info("checkpoint", log::str("wrote ", dir.string()));
+  }
+
+ private:
+  RunState& state_;
+  std::string name_;
+};
+
+}  // namespace
+
+void register_checkpoint(graph::NodeRegistry& registry) {
+  graph::NodeSpec spec;
+  spec.type = "checkpoint.async";
+  spec.description = "writes snapshots atomically in the background (step-N/, latest, keep newest)";
+  spec.inputs = {{"in", "Snapshot"}};
+  spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
+    return std::make_unique<CheckpointAsync>(run_state(context), context.name);
+  };
+  registry.add(std::move(spec));
+}
+
+}  // namespace dflow::nodes

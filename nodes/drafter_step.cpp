@@ -1,0 +1,99 @@
+// drafter_step: forward and backward of one micro-batch under the DFlash
+// objective. Fires only while it holds the model token (invariant 1); the
+// token travels on with its MicroStats. Gradients of sum(w * CE) accumulate
+// in the parameters; optimizer_step divides by the step's total weight, so a
+// step's loss is sum(w * CE) / sum(w) over all of its micro-batches exactly.
+#include <cmath>
+
+#include "nodes/messages.hpp"
+#include "nodes/node_support.hpp"
+#include "nodes/registry.hpp"
+
+namespace dflow::nodes {
+
+namespace {
+
+class DrafterStep final : public graph::FunctionBody {
+ public:
+  DrafterStep(RunState& state, std::string name) : state_(state), name_(std::move(name)) {
+    const auto& target = *state.targets.front();
+    embedding_ = target.embedding_weight().to(state.drafter_device, torch::kFloat32);  // frozen [V, H]
+    lm_head_ = target.lm_head_weight().to(state.drafter_device, torch::kFloat32);     // frozen [V, H]
+  }
+
+  void process(graph::Inputs& in, graph::Emitter& out) override {
+    auto message = in.at("batch");
+    auto& features = graph::payload<FeatureBatch>(message);
+    MicroStats stats;
+    with_batch_context(features.batch.plan, features.batch.position, [&] { stats = step(features); });
+    out.emit(graph::make_message(message.seq, 0, std::move(stats)));
+  }
+
+ private:
+  MicroStats step(const FeatureBatch& features) {
+    const auto& batch = features.batch;
+    const auto& position = batch.position;
+    inject_node_faults(state_, name_, position.global_step);
+
+    model::AnchorSamplingOptions anchor_options;
+    anchor_options.anchors_per_sequence = state_.config.train.anchors_per_sequence;
+    anchor_options.seed = state_.config.run.seed;
+    anchor_options.epoch = position.epoch;
+    anchor_options.batch_index = batch.plan.index_in_epoch;
+    auto anchors = model::sample_anchors(batch.loss_mask, batch.lengths, anchor_options);
+
+    const auto device = state_.drafter_device;
+    auto result = model::dflash_loss(*state_.drafter, embedding_, lm_head_, features.features,
+                                     batch.input_ids.to(device), batch.loss_mask.to(device), batch.lengths.to(device),
+                                     anchors, state_.objective);
+    torch::Tensor weighted_ce = result.loss * result.weight_sum;  // sum(w * CE), differentiable
+    double weighted_ce_sum = result.weighted_ce_sum;
+    if (auto* f = state_.fault("spike", name_, position.global_step)) {
+      weighted_ce = weighted_ce * f->factor;
+      weighted_ce_sum *= f->factor;
+    }
+    if (state_.fault("nan_loss", name_, position.global_step)) {
+      weighted_ce = weighted_ce * std::nan("");
+      weighted_ce_sum = std::nan("");
+    }
+    if (result.weight_sum > 0) weighted_ce.backward();
+
+    MicroStats stats;
+    stats.position = position;
+    auto& s = stats.sums;
+    s.weighted_ce_sum = weighted_ce_sum;
+    s.weight_sum = result.weight_sum;
+    s.correct_per_position = result.correct_per_position;
+    s.count_per_position = result.count_per_position;
+    s.anchors = result.num_anchors;
+    s.real_tokens = batch.plan.real_tokens;
+    s.padded_tokens = batch.plan.padded_tokens;
+    s.micro_batches = 1;
+    s.batches_per_bucket.assign(state_.config.data.buckets.size(), 0);
+    if (state_.batch_mode == data::BatchMode::TokenBudget) s.batches_per_bucket.at(batch.plan.bucket_index) = 1;
+    s.sample_ids = batch.plan.sample_ids;
+    auto lengths = batch.lengths.to(torch::kCPU);
+    for (int64_t r = 0; r < lengths.size(0); ++r) s.sample_lengths.push_back(lengths[r].item<int64_t>());
+    return stats;
+  }
+
+  RunState& state_;
+  std::string name_;
+  torch::Tensor embedding_, lm_head_;
+};
+
+}  // namespace
+
+void register_drafter_step(graph::NodeRegistry& registry) {
+  graph::NodeSpec spec;
+  spec.type = "drafter_step";
+  spec.description = "DFlash forward + backward of one micro-batch; needs the model token";
+  spec.inputs = {{"batch", "FeatureBatch"}, {"token", "ModelToken"}};
+  spec.outputs = {{"out", "MicroStats"}};
+  spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
+    return std::make_unique<DrafterStep>(run_state(context), context.name);
+  };
+  registry.add(std::move(spec));
+}
+
+}  // namespace dflow::nodes

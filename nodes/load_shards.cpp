@@ -1,0 +1,60 @@
+// load.shards: the source. Walks the epoch plans from the run's cursor and
+// reads each planned batch's samples from the memory-mapped shards.
+#include "nodes/messages.hpp"
+#include "nodes/node_support.hpp"
+#include "nodes/registry.hpp"
+
+namespace dflow::nodes {
+
+namespace {
+
+class LoadShards final : public graph::SourceBody {
+ public:
+  explicit LoadShards(RunState& state) : state_(state), epoch_(state.cursor.epoch), next_(state.cursor.next_batch) {}
+
+  bool next(graph::Emitter& out) override {
+    while (epoch_ < state_.config.train.epochs) {
+      const auto& plan = state_.plan(epoch_);
+      auto mine = plan.batches_for_rank(state_.options.rank, data::PlanCursor{epoch_, next_});
+      if (mine.empty()) {
+        ++epoch_, next_ = 0;
+        continue;
+      }
+      const data::PlannedBatch& batch = *mine.front();
+      next_ = batch.index_in_epoch + 1;
+      StepPosition position{batch.epoch,
+                            batch.step_in_epoch,
+                            plan.steps_per_epoch(),
+                            int64_t{batch.epoch} * state_.steps_per_epoch + batch.step_in_epoch,
+                            batch.micro_in_step,
+                            batch.micros_in_step};
+      if (position.global_step >= state_.stop_step) return false;
+      LoadedBatch loaded{batch, position, data::collate(state_.dataset, batch, state_.pad_token_id)};
+      out.emit(graph::make_message(seq_++, static_cast<uint64_t>(batch.padded_tokens), std::move(loaded)));
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  RunState& state_;
+  int epoch_;
+  int64_t next_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace
+
+void register_load_shards(graph::NodeRegistry& registry) {
+  graph::NodeSpec spec;
+  spec.type = "load.shards";
+  spec.description = "source: walks the epoch plans from the cursor and reads each batch from the shards";
+  spec.kind = graph::NodeKind::source;
+  spec.outputs = {{"out", "LoadedBatch"}};
+  spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
+    return std::make_unique<LoadShards>(run_state(context));
+  };
+  registry.add(std::move(spec));
+}
+
+}  // namespace dflow::nodes

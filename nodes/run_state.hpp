@@ -1,0 +1,111 @@
+#pragma once
+// Everything one training run shares between its nodes: config, dataset and
+// plans, the target replicas, the drafter and its optimizer, progress, sinks.
+// Built once before the graph; nodes receive a pointer to it through
+// NodeContext::user. The drafter's parameters are touched only by the holder
+// of the model token (invariant 1), never by two nodes at once.
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "data/dataset.hpp"
+#include "data/plan.hpp"
+#include "model/drafter.hpp"
+#include "model/objective.hpp"
+#include "model/target.hpp"
+#include "train/adamw.hpp"
+#include "train/checkpoint.hpp"
+#include "train/schedule.hpp"
+
+#include "report/drain_detector.hpp"
+
+namespace dflow::graph {
+class TelemetryBoard;
+}
+namespace dflow::report {
+class LiveServer;
+}
+
+namespace dflow::nodes {
+
+namespace fs = std::filesystem;
+
+struct RunOptions {
+  std::string resume;    // "", "latest" or a checkpoint path
+  report::LiveServer* live = nullptr;  // --serve: records are published to it
+  bool overwrite = false;  // a fresh run may delete the out_dir's checkpoints
+  int rank = 0;
+  int world_size = 1;
+};
+
+class RunState {
+ public:
+  RunState(config::Config config, RunOptions options);
+
+  const config::Config config;
+  const std::string config_yaml;  // resolved, saved in every checkpoint
+  const RunOptions options;
+  const fs::path out_dir;
+  const fs::path checkpoints_dir;
+
+  // Data and plan.
+  data::Dataset dataset;
+  data::BatchMode batch_mode = data::BatchMode::TokenBudget;  // from the declared pad_bucket node
+  data::PlanOptions plan_options(int epoch) const;
+  const data::EpochPlan& plan(int epoch);  // built on first use, cached
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;   // epochs * steps_per_epoch: what the LR schedule spans
+  int64_t stop_step = 0;     // steps this invocation ends after (max_steps or total)
+
+  // Models.
+  std::vector<std::unique_ptr<model::TargetModel>> targets;  // one per devices.target entry
+  std::vector<int64_t> feature_layer_ids;
+  torch::Device drafter_device{torch::kCPU};
+  model::DFlashDrafter drafter{nullptr};
+  std::unique_ptr<train::AdamW> optimizer;
+  train::Schedule schedule;
+  model::ObjectiveOptions objective;
+  int64_t pad_token_id = 0;
+
+  // Progress: the state after `completed_steps` optimizer steps.
+  int64_t completed_steps = 0;
+  data::PlanCursor cursor;                 // first batch not yet trained on
+  nlohmann::json guard_state;              // restored on resume
+  std::string resumed_from;                // checkpoint dir, or empty
+  int64_t completed_steps_at_start = 0;    // for this invocation's ETA
+
+  // Sinks and run-wide clocks.
+  std::chrono::steady_clock::time_point started_at = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_step_end{};  // optimizer_step only (holds the token)
+  std::ofstream metrics_jsonl;
+  report::DrainDetector drain;  // metric_sample only
+  const graph::TelemetryBoard* telemetry = nullptr;
+  std::atomic<int64_t> checkpoints_written{0};
+  std::string last_checkpoint;
+  std::mutex summary_mutex;
+  nlohmann::json last_record;  // for the end-of-run summary
+
+  // Named parameters of the drafter (HF names), the optimizer's order.
+  std::vector<std::pair<std::string, torch::Tensor>> drafter_parameters() const;
+  // CPU copies of everything a checkpoint holds, taken under the model token.
+  train::CheckpointState snapshot() const;
+  // Fault injection: the fault of `kind` for `node` (or any node) at `step`, if declared.
+  const config::FaultDecl* fault(const std::string& kind, const std::string& node, int64_t step) const;
+
+ private:
+  void load_models();
+  void plan_run();
+  void restore(const std::string& which);
+  std::map<int, data::EpochPlan> plans_;
+};
+
+}  // namespace dflow::nodes

@@ -1,0 +1,78 @@
+#include "nodes/step_record.hpp"
+
+#include <chrono>
+#include <cmath>
+
+namespace dflow::nodes {
+
+GuardDecision decide_guard(const std::string& policy, double loss, double grad_norm) {
+  GuardDecision d;
+  d.action = "applied";
+  if (policy == "none") return d;
+  const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+  if (finite) return d;
+  d.reason = std::isfinite(loss) ? "non-finite grad norm" : "non-finite loss";
+  d.apply = false;
+  d.halt = policy == "halt";
+  d.action = d.halt ? "halted" : "skipped";
+  return d;
+}
+
+namespace {
+// JSON has no NaN/Inf: write them as strings so a record always parses.
+nlohmann::json number(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+}  // namespace
+
+nlohmann::json make_step_record(RunState& state, const StepStats& step, double loss, double grad_norm, double lr,
+                                const GuardDecision& guard) {
+  using clock = std::chrono::steady_clock;
+  const auto now = clock::now();
+  const auto since = state.last_step_end == clock::time_point{} ? state.started_at : state.last_step_end;
+  state.last_step_end = now;
+
+  const auto& p = step.position;
+  const auto& s = step.sums;
+  nlohmann::json acc = nlohmann::json::array();
+  for (size_t k = 1; k < s.count_per_position.size(); ++k)
+    acc.push_back(s.count_per_position[k] > 0 ? s.correct_per_position[k] / s.count_per_position[k] : 0.0);
+
+  nlohmann::json r;
+  r["kind"] = "step";
+  r["epoch"] = p.epoch;
+  r["step_in_epoch"] = p.step_in_epoch + 1;
+  r["steps_per_epoch"] = p.steps_per_epoch;
+  r["epoch_progress"] = static_cast<double>(p.step_in_epoch + 1) / static_cast<double>(p.steps_per_epoch);
+  r["global_step"] = p.global_step + 1;
+  r["total_steps"] = state.total_steps;
+  r["run_progress"] = static_cast<double>(p.global_step + 1) / static_cast<double>(state.total_steps);
+  r["loss"] = number(loss);
+  r["loss_weight"] = s.weight_sum;
+  r["accuracy_per_position"] = acc;
+  r["grad_norm"] = number(grad_norm);
+  r["lr"] = lr;
+  r["micro_batches"] = s.micro_batches;
+  r["anchors"] = s.anchors;
+  r["real_tokens"] = s.real_tokens;
+  r["padded_tokens"] = s.padded_tokens;
+  r["padding_efficiency"] = s.padded_tokens > 0 ? static_cast<double>(s.real_tokens) / s.padded_tokens : 0.0;
+  r["batches_per_bucket"] = s.batches_per_bucket;
+  r["guard"] = {{"action", guard.action}, {"reason", guard.reason}};
+  if (!guard.apply) r["guard"]["sample_ids"] = s.sample_ids;
+
+  const double step_s = std::chrono::duration<double>(now - since).count();
+  const double elapsed_s = std::chrono::duration<double>(now - state.started_at).count();
+  const int64_t steps_done_here = p.global_step + 1 - state.completed_steps_at_start;
+  const double eta_s = steps_done_here > 0
+                           ? elapsed_s / steps_done_here * static_cast<double>(state.stop_step - (p.global_step + 1))
+                           : 0.0;
+  r["time"] = {{"step_s", step_s},
+               {"elapsed_s", elapsed_s},
+               {"tokens_per_s", step_s > 0 ? s.real_tokens / step_s : 0.0},
+               {"eta_s", eta_s}};
+  return r;
+}
+
+}  // namespace dflow::nodes

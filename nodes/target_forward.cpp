@@ -1,0 +1,61 @@
+// target_forward: one replica per target device. The frozen target runs the
+// whole padded batch under no-grad and returns the fused features of the
+// DFlash layers, delivered on the drafter's device.
+#include "config/log.hpp"
+#include "nodes/messages.hpp"
+#include "nodes/node_support.hpp"
+#include "nodes/registry.hpp"
+
+namespace dflow::nodes {
+
+namespace {
+
+class TargetForward final : public graph::FunctionBody {
+ public:
+  TargetForward(RunState& state, std::string name, int replica)
+      : state_(state), name_(std::move(name)), replica_(replica), target_(*state.targets.at(replica)) {}
+
+  void process(graph::Inputs& in, graph::Emitter& out) override {
+    auto message = in[0];
+    auto& batch = graph::payload<PaddedBatch>(message);
+    torch::Tensor features;  // [B, S, n*H]
+    with_batch_context(batch.plan, batch.position, [&] {
+      inject_node_faults(state_, name_, batch.position.global_step);
+      torch::NoGradGuard no_grad;
+      const bool non_blocking = target_.device().is_cuda();
+      auto ids = batch.input_ids.to(target_.device(), non_blocking);
+      features = target_.context_features(ids, state_.feature_layer_ids)
+                     .to(state_.drafter_device, torch::kFloat32, non_blocking);
+    });
+    FeatureBatch result{std::move(batch), std::move(features), replica_};
+    out.emit(graph::make_message(message.seq, message.cost, std::move(result)));
+  }
+
+ private:
+  RunState& state_;
+  std::string name_;
+  int replica_;
+  const model::TargetModel& target_;
+};
+
+}  // namespace
+
+void register_target_forward(graph::NodeRegistry& registry) {
+  graph::NodeSpec spec;
+  spec.type = "target_forward";
+  spec.description = "frozen target under no-grad: fused features of the DFlash layers (one replica per device)";
+  spec.inputs = {{"in", "PaddedBatch"}};
+  spec.outputs = {{"out", "FeatureBatch"}};
+  spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
+    auto& state = run_state(context);
+    if (context.replicas != static_cast<int>(state.targets.size()))
+      throw ConfigError(context.params.mark_of(""), "pipeline.nodes." + context.name + ".replicas",
+                        "node '" + context.name + "' has " + std::to_string(context.replicas) +
+                            " replicas but devices.target lists " + std::to_string(state.targets.size()) +
+                            " devices: one replica per target device");
+    return std::make_unique<TargetForward>(state, context.name, context.replica);
+  };
+  registry.add(std::move(spec));
+}
+
+}  // namespace dflow::nodes

@@ -1,0 +1,59 @@
+#include "nodes/trainer.hpp"
+
+#include <iomanip>
+#include <sstream>
+
+#include "config/log.hpp"
+#include "graph/export.hpp"
+#include "graph/pipeline.hpp"
+#include "report/live_server.hpp"
+#include "report/summary_table.hpp"
+#include "nodes/registry.hpp"
+
+namespace dflow::nodes {
+
+TrainResult run_training(const config::Config& config, const RunOptions& options) {
+  torch::set_num_threads(config.run.torch_threads);
+  RunState state(config, options);
+  graph::BuildOptions build;
+  build.threads = config.run.threads;
+  build.user_context = &state;
+  auto pipeline = graph::build_pipeline(config.pipeline, default_registry(), build);
+  state.telemetry = &pipeline->telemetry_board();
+  // The declared graph beside the metrics: what `dflow report` draws.
+  auto graph_json = graph::to_json(pipeline->description());
+  if (options.rank == 0) std::ofstream(state.out_dir / "graph.json") << graph_json.dump(2) << "\n";
+  if (options.live) options.live->set_graph(graph_json);
+  log::info("train", log::str("run '", config.run.name, "': ", state.steps_per_epoch, " steps per epoch, ",
+                              config.train.epochs, " epochs, ", state.total_steps, " steps in all; this invocation runs steps ",
+                              state.completed_steps + 1, "..", state.stop_step, " on ", config.run.threads,
+                              " graph threads"));
+  if (state.completed_steps < state.stop_step) pipeline->run();
+
+  TrainResult result;
+  result.completed_steps = state.completed_steps;
+  result.total_steps = state.total_steps;
+  result.last_record = state.last_record;
+  result.last_checkpoint = state.last_checkpoint;
+  result.metrics_path = (state.out_dir / "metrics.jsonl").string();
+  result.telemetry = graph::to_json(pipeline->telemetry());
+  return result;
+}
+
+std::string summarize(const TrainResult& r) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(4);
+  out << "trained " << r.completed_steps << "/" << r.total_steps << " steps";
+  if (!r.last_record.empty()) {
+    const auto& rec = r.last_record;
+    out << "\n  final loss " << (rec["loss"].is_number() ? rec["loss"].get<double>() : NAN);
+    out << "\n  accuracy per block position (k=1..):";
+    for (const auto& a : rec["accuracy_per_position"]) out << " " << std::setprecision(3) << a.get<double>();
+  }
+  out << "\n  metrics: " << r.metrics_path;
+  out << "\n  checkpoint: " << (r.last_checkpoint.empty() ? "(none written by this invocation)" : r.last_checkpoint);
+  if (!r.telemetry.is_null()) out << "\n" << report::summary_table(r.telemetry);
+  return out.str();
+}
+
+}  // namespace dflow::nodes

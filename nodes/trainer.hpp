@@ -1,0 +1,29 @@
+#pragma once
+// One training run: the run state, the graph the YAML declares, run to the
+// end (or the first failure), and a summary.
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "config/config.hpp"
+#include "nodes/run_state.hpp"
+
+namespace dflow::nodes {
+
+struct TrainResult {
+  int64_t completed_steps = 0;
+  int64_t total_steps = 0;
+  nlohmann::json last_record;  // the final step's record (empty if no step ran)
+  std::string last_checkpoint;
+  std::string metrics_path;
+  nlohmann::json telemetry;    // the graph's telemetry at the end
+};
+
+// Sets the thread counts from run.threads / run.torch_threads, builds and runs
+// the declared graph. Throws graph::NodeError (naming node and message) when a
+// node fails; the last complete checkpoint is left intact.
+TrainResult run_training(const config::Config& config, const RunOptions& options);
+
+// The end-of-run summary for the console.
+std::string summarize(const TrainResult& result);
+
+}  // namespace dflow::nodes

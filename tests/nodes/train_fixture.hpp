@@ -1,0 +1,81 @@
+#pragma once
+// A small but real training setup shared by the end-to-end tests: a tiny
+// Qwen3-architecture target, prompts whose responses it regenerated itself,
+// prepared into shards (made once per test process), and the demo config
+// pointed at them with sizes that run in seconds on 2 cores.
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "train/demo.hpp"
+
+namespace dflow::testing {
+
+namespace fs = std::filesystem;
+
+inline const fs::path& assets_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("dflow-e2e-assets-" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    auto config = config::load_config("", {"model.target.path=" + (d / "target").string(),
+                                           "data.train=[" + (d / "data").string() + "]", "data.max_length=128",
+                                           "data.buckets=[64, 128]"});
+    train::DemoDataOptions options;
+    options.num_prompts = 240;
+    options.max_prompt_tokens = 32;
+    options.max_new_tokens = 80;
+    torch::set_num_threads(1);
+    train::ensure_demo_assets(config, options);
+    return d;
+  }();
+  return dir;
+}
+
+// The demo config on the shared assets, writing into `out_dir`, plus overrides.
+inline std::vector<std::string> small_run_overrides(const fs::path& out_dir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> o{"model.target.path=" + (assets_dir() / "target").string(),
+                             "data.train=[" + (assets_dir() / "data").string() + "]",
+                             "run.out_dir=" + out_dir.string(),
+                             "data.max_length=128",
+                             "data.buckets=[64, 128]",
+                             "data.tokens_per_batch=1024",
+                             "train.grad_accum=1",
+                             "metrics.sinks=[jsonl]",
+                             "checkpoint.every_steps=0",
+                             "run.log_level=warn"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return o;
+}
+
+inline config::Config small_run_config(const fs::path& out_dir, std::vector<std::string> extra = {}) {
+  return config::load_config("", small_run_overrides(out_dir, std::move(extra)));
+}
+
+inline fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("dflow-e2e-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// Step records of a run, without the wall-clock and telemetry fields (the
+// only fields allowed to differ between two runs of the same config).
+inline std::vector<nlohmann::json> step_records(const fs::path& out_dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(out_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto r = nlohmann::json::parse(line);
+    if (r.value("kind", "") != "step") continue;
+    r.erase("time");
+    r.erase("telemetry");
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace dflow::testing

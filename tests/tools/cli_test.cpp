@@ -1,0 +1,134 @@
+// The dflow command as a user runs it: exit codes, one clear error line,
+// failure in a node, and a crash in the middle of a checkpoint write.
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "../nodes/train_fixture.hpp"
+#include "train/checkpoint.hpp"
+
+using namespace dflow;
+using testing::fresh_dir;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs `dflow ARGS` (stdout and stderr together).
+Outcome run_dflow(const std::string& args) {
+  Outcome o;
+  std::string command = std::string(DFLOW_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) o.output.append(buffer, n);
+  int status = ::pclose(pipe);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+// A config file for a small run in `dir`, with extra YAML appended (faults).
+fs::path write_config(const fs::path& dir, const std::vector<std::string>& overrides, const std::string& extra_yaml) {
+  auto path = dir / "run.yaml";
+  std::ofstream(path) << config::to_yaml(testing::small_run_config(dir, overrides)) << extra_yaml;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("Cli.Config.bad_override_exits_2_naming_key_and_type") {
+  auto o = run_dflow("config --set train.lr=abc");
+  CHECK(o.exit_code == 2);
+  CHECK(o.output.find("train.lr: expected a number, got 'abc'") != std::string::npos);
+}
+
+TEST_CASE("Cli.Config.typo_exits_2_with_place_and_suggestion") {
+  auto dir = fresh_dir("typo");
+  std::ofstream(dir / "bad.yaml") << "run:\n  name: x\ntrian:\n  lr: 0.1\n";
+  auto o = run_dflow("config " + (dir / "bad.yaml").string());
+  CHECK(o.exit_code == 2);
+  CHECK(o.output.find((dir / "bad.yaml").string() + ":3:1: unknown key 'trian', did you mean 'train'?") !=
+        std::string::npos);
+}
+
+TEST_CASE("Cli.Graph.prints_the_declared_graph") {
+  auto o = run_dflow("graph --format dot");
+  CHECK(o.exit_code == 0);
+  CHECK(o.output.find("digraph") != std::string::npos);
+  CHECK(o.output.find("target_forward") != std::string::npos);
+  auto bad = run_dflow("graph --set pipeline.nodes=[{name: a, type: load.shardz}]");
+  CHECK(bad.exit_code == 2);
+}
+
+TEST_CASE("Cli.Train.exception_in_target_forward_names_node_and_batch") {
+  auto dir = fresh_dir("fault");
+  // The target runs at most a few batches ahead of the optimizer (bounded edges),
+  // so by its failure at step 16 the snapshots of steps 2 and 4 have been taken.
+  auto config = write_config(dir, {"checkpoint.every_steps=2"}, "faults: [{kind: exception, node: target, step: 15}]\n");
+  auto started = std::chrono::steady_clock::now();
+  auto o = run_dflow("train " + config.string());
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  INFO(o.output);
+  CHECK(o.exit_code == 1);
+  CHECK(o.output.find("node 'target'") != std::string::npos);
+  CHECK(o.output.find("batch 15 of epoch 0 (step 16") != std::string::npos);  // the batch
+  CHECK(o.output.find("injected fault") != std::string::npos);
+  CHECK(seconds < 60);
+  // The last good checkpoint is intact, and nothing partial looks valid.
+  auto kept = train::list_checkpoints(dir / "checkpoints");
+  REQUIRE_FALSE(kept.empty());
+  CHECK_NOTHROW(train::read_checkpoint(train::resolve_checkpoint(dir / "checkpoints", "latest")));
+  for (const auto& entry : fs::directory_iterator(dir / "checkpoints"))
+    CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
+}
+
+TEST_CASE("Cli.Train.sigkill_while_writing_a_checkpoint_keeps_latest_valid") {
+  auto dir = fresh_dir("kill");
+  auto config = write_config(dir, {"checkpoint.every_steps=5", "train.epochs=1"},
+                             "faults: [{kind: delay, node: checkpoint, step: 9, seconds: 60}]\n");
+  std::string command = "(exec " + std::string(DFLOW_BINARY) + " train " + config.string() + " > " +
+                        (dir / "log").string() + " 2>&1) & echo $! > " + (dir / "pid").string();
+  REQUIRE(std::system(command.c_str()) == 0);
+  int pid = 0;
+  std::ifstream(dir / "pid") >> pid;
+  REQUIRE(pid > 0);
+  // Wait until step-10 is half written (its temporary directory exists).
+  bool half_written = false;
+  for (int i = 0; i < 1200 && !half_written; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (fs::exists(dir / "checkpoints"))
+      for (const auto& e : fs::directory_iterator(dir / "checkpoints"))
+        half_written = half_written || e.path().filename().string().rfind(".step-10.tmp", 0) == 0;
+  }
+  ::kill(pid, SIGKILL);
+  REQUIRE(half_written);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto latest = train::resolve_checkpoint(dir / "checkpoints", "latest");
+  CHECK(latest.filename() == "step-5");
+  CHECK(train::read_checkpoint(latest).global_step == 5);
+  // And it resumes (without the fault) to the end.
+  auto resumed = write_config(dir, {"checkpoint.every_steps=5", "train.epochs=1", "run.max_steps=8"}, "");
+  auto o = run_dflow("train " + resumed.string() + " --resume latest");
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  CHECK(o.output.find("trained 8/") != std::string::npos);
+}
+
+TEST_CASE("Cli.Inspect.reports_step_and_finite_tensors") {
+  auto dir = fresh_dir("inspect");
+  auto config = write_config(dir, {"run.max_steps=3"}, "");
+  REQUIRE(run_dflow("train " + config.string()).exit_code == 0);
+  auto o = run_dflow("inspect " + (dir / "checkpoints" / "step-3").string());
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  CHECK(o.output.find("global_step 3") != std::string::npos);
+  CHECK(o.output.find("layers.0.self_attn.q_proj.weight") != std::string::npos);
+  CHECK(o.output.find("all tensors finite") != std::string::npos);
+}

@@ -1,0 +1,50 @@
+// `dflow train [CONFIG] [--resume latest|PATH]` and `dflow inspect CKPT`.
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "config/config.hpp"
+#include "config/log.hpp"
+#include "nodes/trainer.hpp"
+#include "report/live_server.hpp"
+#include "tools/cli.hpp"
+#include "train/demo.hpp"
+
+namespace dflow::cli {
+
+void add_train_command(CLI::App& app, Common& common, Action& action) {
+  auto* sub = app.add_subcommand("train", "train a drafter with the graph the config declares (the demo when no CONFIG)");
+  static std::string file, resume;
+  sub->add_option("CONFIG", file, "YAML config file")->check(CLI::ExistingFile);
+  static bool overwrite = false;
+  static std::string serve;
+  sub->add_option("--resume", resume, "continue from 'latest' or a checkpoint directory");
+  sub->add_flag("--overwrite", overwrite, "start over in an out_dir that holds checkpoints (deletes them)");
+  sub->add_option("--serve", serve, "live view at HOST:PORT (loopback only): /, /metrics (Prometheus), /graph.json");
+  add_common_options(*sub, common);
+  sub->callback([&action, &common] {
+    action = [&common] {
+      auto config = config::load_config(file, common.overrides);
+      if (common.log_level.empty()) log::set_level(config.run.log_level);
+      torch::set_num_threads(config.run.torch_threads);
+      if (file.empty()) train::ensure_demo_assets(config);
+      nodes::RunOptions options;
+      options.resume = resume;
+      options.overwrite = overwrite;
+      std::unique_ptr<report::LiveServer> live;
+      if (!serve.empty()) {
+        auto live_options = report::parse_serve_address(serve);
+        live_options.run_dir = config.run.out_dir;
+        live = std::make_unique<report::LiveServer>(live_options);
+        live->start();
+        log::info("report", "live view at " + live->url());
+        options.live = live.get();
+      }
+      auto result = nodes::run_training(config, options);
+      std::cout << nodes::summarize(result) << std::endl;
+      return 0;
+    };
+  });
+}
+
+}  // namespace dflow::cli

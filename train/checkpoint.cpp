@@ -1,0 +1,202 @@
+#include "train/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "data/checksum.hpp"
+#include "model/safetensors.hpp"
+
+namespace dflow::train {
+
+namespace {
+
+const char* kManifest = "manifest.json";
+const int kFormatVersion = 1;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("checkpoint: cannot read " + path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void fsync_path(const fs::path& path, bool directory) {
+  int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw std::runtime_error("checkpoint: cannot write " + path.string());
+}
+
+std::string checksum_hex(const std::string& bytes) {
+  std::ostringstream os;
+  os << std::hex << data::xxhash64(bytes.data(), bytes.size());
+  return os.str();
+}
+
+int64_t step_of(const fs::path& dir) {
+  static const std::regex pattern("step-([0-9]+)");
+  std::smatch m;
+  std::string name = dir.filename().string();
+  return std::regex_match(name, m, pattern) ? std::stoll(m[1]) : -1;
+}
+
+void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::string, std::string>& out) {
+  if (node.IsMap()) {
+    for (auto it = node.begin(); it != node.end(); ++it)
+      flatten(it->second, prefix.empty() ? it->first.as<std::string>() : prefix + "." + it->first.as<std::string>(), out);
+  } else {
+    YAML::Emitter e;
+    e << YAML::Flow << node;
+    out[prefix] = e.c_str();
+  }
+}
+
+}  // namespace
+
+fs::path write_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state, int keep,
+                          const std::function<void()>& mid_write) {
+  fs::create_directories(checkpoints_dir);
+  const std::string name = "step-" + std::to_string(state.global_step);
+  const fs::path final_dir = checkpoints_dir / name;
+  const fs::path tmp_dir = checkpoints_dir / ("." + name + ".tmp-" + std::to_string(::getpid()));
+  fs::remove_all(tmp_dir);
+  fs::create_directories(tmp_dir / "drafter");
+
+  model::write_safetensors(tmp_dir / "drafter" / "model.safetensors", state.drafter_tensors, {{"format", "pt"}});
+  write_text(tmp_dir / "drafter" / "config.json", state.drafter_config.dump(2));
+  if (mid_write) mid_write();
+  model::write_safetensors(tmp_dir / "optimizer.safetensors", state.optimizer_tensors);
+  nlohmann::json run = state.run_state;
+  run["global_step"] = state.global_step;
+  run["optimizer_steps"] = state.optimizer_steps;
+  run["format_version"] = kFormatVersion;
+  write_text(tmp_dir / "state.json", run.dump(2));
+  write_text(tmp_dir / "config.yaml", state.config_yaml);
+
+  nlohmann::json manifest;
+  manifest["format_version"] = kFormatVersion;
+  manifest["global_step"] = state.global_step;
+  for (const char* file : {"drafter/model.safetensors", "drafter/config.json", "optimizer.safetensors", "state.json",
+                           "config.yaml"}) {
+    std::string bytes = read_file(tmp_dir / file);
+    manifest["files"][file] = {{"bytes", bytes.size()}, {"xxhash64", checksum_hex(bytes)}};
+    fsync_path(tmp_dir / file, false);
+  }
+  // The manifest is written last: a directory without it is incomplete.
+  write_text(tmp_dir / kManifest, manifest.dump(2));
+  fsync_path(tmp_dir / kManifest, false);
+  fsync_path(tmp_dir / "drafter", true);
+  fsync_path(tmp_dir, true);
+
+  fs::remove_all(final_dir);
+  fs::rename(tmp_dir, final_dir);
+  fsync_path(checkpoints_dir, true);
+
+  // `latest` is replaced atomically by rename.
+  const fs::path latest_tmp = checkpoints_dir / ".latest.tmp";
+  write_text(latest_tmp, name + "\n");
+  fsync_path(latest_tmp, false);
+  fs::rename(latest_tmp, checkpoints_dir / "latest");
+  fsync_path(checkpoints_dir, true);
+
+  auto all = list_checkpoints(checkpoints_dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove_all(all[i]);
+  return final_dir;
+}
+
+std::vector<fs::path> list_checkpoints(const fs::path& checkpoints_dir) {
+  std::vector<fs::path> out;
+  if (!fs::is_directory(checkpoints_dir)) return out;
+  for (const auto& entry : fs::directory_iterator(checkpoints_dir))
+    if (entry.is_directory() && step_of(entry.path()) >= 0 && fs::exists(entry.path() / kManifest))
+      out.push_back(entry.path());
+  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) { return step_of(a) < step_of(b); });
+  return out;
+}
+
+fs::path resolve_checkpoint(const fs::path& checkpoints_dir, const std::string& which) {
+  if (which != "latest") {
+    fs::path p(which);
+    if (fs::exists(p / kManifest)) return p;
+    if (fs::exists(p / "checkpoints" / "latest")) return resolve_checkpoint(p / "checkpoints", "latest");
+    throw std::runtime_error("checkpoint: '" + which + "' is not a complete checkpoint (no " + kManifest + ")");
+  }
+  const fs::path latest = checkpoints_dir / "latest";
+  if (!fs::exists(latest))
+    throw std::runtime_error("checkpoint: no 'latest' in " + checkpoints_dir.string() + ": nothing to resume");
+  std::string name = read_file(latest);
+  name.erase(name.find_last_not_of(" \n\r\t") + 1);
+  fs::path dir = checkpoints_dir / name;
+  if (!fs::exists(dir / kManifest))
+    throw std::runtime_error("checkpoint: 'latest' names " + dir.string() + ", which is not complete");
+  return dir;
+}
+
+LoadedCheckpoint read_checkpoint(const fs::path& dir) {
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_file(dir / kManifest));
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error("checkpoint: " + (dir / kManifest).string() + " does not parse: " + e.what());
+  }
+  for (const auto& [file, info] : manifest.at("files").items()) {
+    std::string bytes = read_file(dir / file);
+    if (bytes.size() != info.at("bytes").get<size_t>() || checksum_hex(bytes) != info.at("xxhash64").get<std::string>())
+      throw std::runtime_error("checkpoint: " + (dir / file).string() + " does not match its checksum in the manifest");
+  }
+  LoadedCheckpoint out;
+  out.dir = dir;
+  out.run_state = nlohmann::json::parse(read_file(dir / "state.json"));
+  out.global_step = out.run_state.at("global_step").get<int64_t>();
+  out.optimizer_steps = out.run_state.at("optimizer_steps").get<int64_t>();
+  out.config_yaml = read_file(dir / "config.yaml");
+  out.drafter_config = nlohmann::json::parse(read_file(dir / "drafter" / "config.json"));
+  auto clone_all = [](const model::TensorMap& mapped) {
+    std::map<std::string, torch::Tensor> owned;
+    for (const auto& [k, v] : mapped) owned[k] = v.clone();  // detach from the file mapping
+    return owned;
+  };
+  out.drafter_tensors = clone_all(model::SafetensorsFile(dir / "drafter" / "model.safetensors").all_tensors());
+  out.optimizer_tensors = clone_all(model::SafetensorsFile(dir / "optimizer.safetensors").all_tensors());
+  return out;
+}
+
+std::vector<std::string> incompatible_config_keys(const std::string& saved_yaml, const std::string& current_yaml) {
+  // What a resumed run computes depends on these; run.max_steps, threads,
+  // logging, metrics, checkpoint cadence and epochs may change freely.
+  static const std::vector<std::string> kDecisive{"run.seed", "model.", "data.", "train.epochs", "train.grad_accum",
+                                                 "train.anchors_per_sequence", "train.loss_decay_gamma",
+                                                 "train.lr", "train.warmup_ratio", "train.schedule",
+                                                 "train.weight_decay", "train.adam_", "train.grad_clip"};
+  std::map<std::string, std::string> saved, current;
+  flatten(YAML::Load(saved_yaml), "", saved);
+  flatten(YAML::Load(current_yaml), "", current);
+  std::vector<std::string> keys;
+  for (const auto& [k, _] : saved) keys.push_back(k);
+  for (const auto& [k, _] : current)
+    if (!saved.count(k)) keys.push_back(k);
+  std::vector<std::string> out;
+  for (const auto& k : keys) {
+    bool decisive = std::any_of(kDecisive.begin(), kDecisive.end(), [&](const std::string& p) { return k.rfind(p, 0) == 0; });
+    if (!decisive) continue;
+    std::string a = saved.count(k) ? saved[k] : "(absent)", b = current.count(k) ? current[k] : "(absent)";
+    if (a != b) out.push_back(k + ": " + a + " -> " + b);
+  }
+  return out;
+}
+
+}  // namespace dflow::train
