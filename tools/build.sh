@@ -5,6 +5,9 @@ cd "$(dirname "$0")/.."
 TORCH_VERSION="2.15.0"
 VENV="${DFLOW_VENV:-/opt/dflow/torch-${TORCH_VERSION}}"
 BUILD_DIR="${DFLOW_BUILD_DIR:-build}"
+# ccache keyed on paths relative to the checkout: a fresh clone elsewhere
+# (as CI makes) reuses what earlier builds compiled.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   prefix=$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null) \
     || { echo "[build] error: no torch in $VENV; run tools/setup.sh first" >&2; exit 1; }
