@@ -12,6 +12,7 @@
 
 #include "config/config.hpp"
 #include "config/log.hpp"
+#include "data/collate.hpp"
 #include "nodes/trainer.hpp"
 
 using namespace dflow;

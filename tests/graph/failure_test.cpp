@@ -76,7 +76,7 @@ pipeline:
     - {from: target,  to: reorder, capacity: 4}
     - {from: reorder, to: sink,    capacity: 4}
 )", probe, threads);
-    // Round robin from seq 0: seq 40 goes to replica 40 % 3 = 1 (no replica is ever full here... at most it falls back).
+    // Which replica gets seq 40 depends on timing (a full replica is skipped); the error names it.
     std::string what;
     try {
       pipeline->run();

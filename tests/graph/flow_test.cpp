@@ -97,7 +97,7 @@ TEST_CASE("Graph.Reorder.starts_at_any_seq") {
   }
 }
 
-TEST_CASE("Graph.Router.least_loaded_avoids_slow_replica") {
+TEST_CASE("Graph.Router.replica_edges_named_and_bounded") {
   for (int threads : {1, 2}) {
     CAPTURE(threads);
     // Without a reorder: replica edges are named per replica and the router
