@@ -17,6 +17,7 @@ DEB_PACKAGES=(
   libcli11-dev          # the dflow command line
   libcpp-httplib-dev    # the live view (dflow train --serve)
   chromium              # renders the HTML run report in tests (headless)
+  curl                  # tests query the live view
   python3-venv          # the venv that holds the torch wheel
 )
 

@@ -132,3 +132,48 @@ TEST_CASE("Cli.Inspect.reports_step_and_finite_tensors") {
   CHECK(o.output.find("layers.0.self_attn.q_proj.weight") != std::string::npos);
   CHECK(o.output.find("all tensors finite") != std::string::npos);
 }
+
+TEST_CASE("Cli.Report.renders_a_recorded_run") {
+  auto dir = fresh_dir("report");
+  auto config = write_config(dir, {"run.max_steps=6"}, "");
+  REQUIRE(run_dflow("train " + config.string()).exit_code == 0);
+  CHECK(fs::exists(dir / "graph.json"));
+  auto o = run_dflow("report " + dir.string() + " -o " + (dir / "r.html").string());
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  std::ifstream in(dir / "r.html");
+  std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // One drawn element per declared node (10) and edge (11) of the default graph.
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = html.find(needle); at != std::string::npos; at = html.find(needle, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count("data-node=\"") >= 10);
+  CHECK(count("data-edge=\"") >= 11);
+  CHECK(html.find("target") != std::string::npos);
+}
+
+TEST_CASE("Cli.Train.live_view_answers_during_the_run") {
+  auto dir = fresh_dir("live");
+  auto config = write_config(dir, {"run.max_steps=40"}, "faults: [{kind: delay, node: drafter, step: 0, seconds: 0.1}]\n");
+  const std::string address = "127.0.0.1:" + std::to_string(20000 + ::getpid() % 20000);
+  std::string command = "(exec " + std::string(DFLOW_BINARY) + " train " + config.string() + " --serve " + address +
+                        " > " + (dir / "log").string() + " 2>&1) & echo $! > " + (dir / "pid").string();
+  REQUIRE(std::system(command.c_str()) == 0);
+  int pid = 0;
+  std::ifstream(dir / "pid") >> pid;
+  std::string metrics;
+  for (int i = 0; i < 300 && metrics.find("dflow_global_step") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    FILE* pipe = ::popen(("curl -s http://" + address + "/metrics").c_str(), "r");
+    metrics.clear();
+    char buffer[4096];
+    while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) metrics.append(buffer, n);
+    ::pclose(pipe);
+  }
+  ::kill(pid, SIGKILL);
+  INFO(metrics);
+  CHECK(metrics.find("# TYPE") != std::string::npos);
+  CHECK(metrics.find("dflow_global_step") != std::string::npos);
+}
