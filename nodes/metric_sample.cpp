@@ -38,6 +38,14 @@ class MetricSample final : public graph::FunctionBody {
     if (telemetry_) record["telemetry"] = graph::to_json(telemetry_->snapshot());
     const int64_t step = record["global_step"].get<int64_t>();
     write(record);
+    if (record["guard"]["action"] != "applied") {
+      nlohmann::json event = record["guard"];
+      event["kind"] = "guard";
+      event["event"] = record["guard"]["kind"];
+      event["global_step"] = step;
+      event["epoch"] = record["epoch"];
+      write(event);
+    }
     if (telemetry_) {
       for (const auto& alarm : state_.drain.observe(step, record["telemetry"])) {
         log::warn("graph", alarm.message);

@@ -29,19 +29,21 @@ class OptimizerStep final : public graph::FunctionBody {
     const double grad_norm = optimizer.grad_norm();
     const double loss = step.sums.weight_sum > 0 ? step.sums.weighted_ce_sum / step.sums.weight_sum : 0.0;
     const double lr = state_.schedule.lr_at(step.position.global_step);
-    GuardDecision guard = decide_guard(state_.config.guard.policy, loss, grad_norm);
+    const train::GuardVerdict guard = state_.guard.check(loss, grad_norm);
     if (guard.apply) {
       optimizer.clip_grad_norm(state_.config.train.grad_clip, grad_norm);
       optimizer.step(lr);
+      state_.guard.record_applied(loss, grad_norm);
     } else {
-      log::warn("guard", log::str("step ", step.position.global_step + 1, ": ", guard.reason, " -> update ",
-                                  guard.action, " (", step.sums.sample_ids.size(), " samples)"));
+      log::warn("guard", log::str("step ", step.position.global_step + 1, ": ", guard.reason(), " -> update ",
+                                  guard.action, " (policy ", state_.config.guard.policy, ", ",
+                                  step.sums.sample_ids.size(), " samples)"));
     }
     optimizer.zero_grad();
     if (guard.halt) {
       // The state is still that after the previous step: save it, then stop.
       auto dir = train::write_checkpoint(state_.checkpoints_dir, state_.snapshot(), state_.config.checkpoint.keep);
-      throw std::runtime_error("guard policy 'halt': " + guard.reason + " at step " +
+      throw std::runtime_error("guard policy 'halt': " + guard.reason() + " at step " +
                                std::to_string(step.position.global_step + 1) + "; the state before it is saved in " +
                                dir.string());
     }

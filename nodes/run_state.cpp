@@ -30,7 +30,8 @@ RunState::RunState(config::Config cfg, RunOptions opts)
       options(std::move(opts)),
       out_dir(config.run.out_dir),
       checkpoints_dir(fs::path(config.run.out_dir) / "checkpoints"),
-      dataset(data::Dataset::open(config.data.train)) {
+      dataset(data::Dataset::open(config.data.train)),
+      guard(config.guard) {
   batch_mode = batch_mode_of(config.pipeline);
   load_models();
   plan_run();
@@ -143,7 +144,7 @@ train::CheckpointState RunState::snapshot() const {
                  {"steps_per_epoch", steps_per_epoch},
                  {"total_steps", total_steps},
                  {"world_size", options.world_size},
-                 {"guard", guard_state}};
+                 {"guard", guard.state()}};
   return s;
 }
 
@@ -170,7 +171,7 @@ void RunState::restore(const std::string& which) {
   completed_steps = ckpt.global_step;
   completed_steps_at_start = completed_steps;
   cursor = data::PlanCursor{ckpt.run_state.at("epoch").get<int>(), ckpt.run_state.at("next_batch").get<int64_t>()};
-  guard_state = ckpt.run_state.value("guard", nlohmann::json::object());
+  guard.restore(ckpt.run_state.value("guard", nlohmann::json::object()));
   resumed_from = dir.string();
   log::info("train", log::str("resumed from ", dir.string(), " at step ", completed_steps, " (epoch ", cursor.epoch,
                               ", batch ", cursor.next_batch, ")"));

@@ -24,6 +24,7 @@
 #include "model/target.hpp"
 #include "train/adamw.hpp"
 #include "train/checkpoint.hpp"
+#include "train/guard.hpp"
 #include "train/schedule.hpp"
 
 #include "report/drain_detector.hpp"
@@ -79,7 +80,7 @@ class RunState {
   // Progress: the state after `completed_steps` optimizer steps.
   int64_t completed_steps = 0;
   data::PlanCursor cursor;                 // first batch not yet trained on
-  nlohmann::json guard_state;              // restored on resume
+  train::StabilityGuard guard;              // optimizer_step only; checkpointed
   std::string resumed_from;                // checkpoint dir, or empty
   int64_t completed_steps_at_start = 0;    // for this invocation's ETA
 

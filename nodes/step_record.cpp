@@ -5,19 +5,6 @@
 
 namespace dflow::nodes {
 
-GuardDecision decide_guard(const std::string& policy, double loss, double grad_norm) {
-  GuardDecision d;
-  d.action = "applied";
-  if (policy == "none") return d;
-  const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
-  if (finite) return d;
-  d.reason = std::isfinite(loss) ? "non-finite grad norm" : "non-finite loss";
-  d.apply = false;
-  d.halt = policy == "halt";
-  d.action = d.halt ? "halted" : "skipped";
-  return d;
-}
-
 namespace {
 // JSON has no NaN/Inf: write them as strings so a record always parses.
 nlohmann::json number(double v) {
@@ -27,7 +14,7 @@ nlohmann::json number(double v) {
 }  // namespace
 
 nlohmann::json make_step_record(RunState& state, const StepStats& step, double loss, double grad_norm, double lr,
-                                const GuardDecision& guard) {
+                                const train::GuardVerdict& guard) {
   using clock = std::chrono::steady_clock;
   const auto now = clock::now();
   const auto since = state.last_step_end == clock::time_point{} ? state.started_at : state.last_step_end;
@@ -59,8 +46,17 @@ nlohmann::json make_step_record(RunState& state, const StepStats& step, double l
   r["padded_tokens"] = s.padded_tokens;
   r["padding_efficiency"] = s.padded_tokens > 0 ? static_cast<double>(s.real_tokens) / s.padded_tokens : 0.0;
   r["batches_per_bucket"] = s.batches_per_bucket;
-  r["guard"] = {{"action", guard.action}, {"reason", guard.reason}};
-  if (!guard.apply) r["guard"]["sample_ids"] = s.sample_ids;
+  r["guard"] = {{"action", guard.action}};
+  if (!guard.kind.empty()) {
+    r["guard"].update({{"kind", guard.kind},
+                       {"metric", guard.metric},
+                       {"value", number(guard.value)},
+                       {"threshold", number(guard.threshold)},
+                       {"reason", guard.reason()},
+                       {"sample_ids", s.sample_ids},
+                       {"sample_lengths", s.sample_lengths},
+                       {"batches_per_bucket", s.batches_per_bucket}});
+  }
 
   const double step_s = std::chrono::duration<double>(now - since).count();
   const double elapsed_s = std::chrono::duration<double>(now - state.started_at).count();
