@@ -46,7 +46,7 @@ class DrafterStep final : public graph::FunctionBody {
     auto result = model::dflash_loss(*state_.drafter, embedding_, lm_head_, features.features,
                                      batch.input_ids.to(device), batch.loss_mask.to(device), batch.lengths.to(device),
                                      anchors, state_.objective);
-    torch::Tensor weighted_ce = result.loss * result.weight_sum;  // sum(w * CE), differentiable
+    torch::Tensor weighted_ce = result.loss_sum;  // sum(w * CE), differentiable
     double weighted_ce_sum = result.weighted_ce_sum;
     if (auto* f = state_.fault("spike", name_, position.global_step)) {
       weighted_ce = weighted_ce * f->factor;

@@ -26,6 +26,9 @@ void add_prepare_command(CLI::App& app, Action& action);
 void add_train_command(CLI::App& app, Common& common, Action& action);
 void add_inspect_command(CLI::App& app, Action& action);
 void add_report_command(CLI::App& app, Action& action);
+void add_eval_command(CLI::App& app, Action& action);
+void add_export_command(CLI::App& app, Action& action);
+void add_regenerate_command(CLI::App& app, Action& action);
 
 // Adds --set and --log-level to a subcommand.
 void add_common_options(CLI::App& sub, Common& common);

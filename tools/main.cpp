@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
   cli::add_train_command(app, common, action);
   cli::add_inspect_command(app, action);
   cli::add_report_command(app, action);
+  cli::add_eval_command(app, action);
+  cli::add_export_command(app, action);
+  cli::add_regenerate_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -177,3 +177,43 @@ TEST_CASE("Cli.Train.live_view_answers_during_the_run") {
   CHECK(metrics.find("# TYPE") != std::string::npos);
   CHECK(metrics.find("dflow_global_step") != std::string::npos);
 }
+
+TEST_CASE("Cli.Eval.export_and_regenerate_round_trip") {
+  auto dir = fresh_dir("eval");
+  auto config = write_config(dir, {"run.max_steps=4"}, "");
+  REQUIRE(run_dflow("train " + config.string()).exit_code == 0);
+  const auto target = (testing::assets_dir() / "target").string();
+  std::ofstream(dir / "prompts.jsonl") << "{\"prompt_ids\": [5, 17, 99, 3, 42, 7, 8, 9]}\n"
+                                       << "{\"prompt_ids\": [11, 12, 13, 200, 300, 4, 5, 6]}\n";
+  // Speculative decoding is lossless and tau lies in [1, block size].
+  auto json = (dir / "eval.json").string();
+  auto o = run_dflow("eval --target " + target + " --drafter " + dir.string() + " --prompts " +
+                     (dir / "prompts.jsonl").string() + " --max-new-tokens 24 --json " + json);
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  CHECK(o.output.find("lossless: yes") != std::string::npos);
+  auto report = nlohmann::json::parse(std::ifstream(json));
+  CHECK(report["mean_tau"].get<double>() >= 1.0);
+  CHECK(report["mean_tau"].get<double>() <= 16.0);
+  // The exported drafter loads back and drafts exactly the same.
+  REQUIRE(run_dflow("export " + dir.string() + " --out " + (dir / "exported").string()).exit_code == 0);
+  auto json2 = (dir / "eval2.json").string();
+  REQUIRE(run_dflow("eval --target " + target + " --drafter " + (dir / "exported").string() + " --prompts " +
+                    (dir / "prompts.jsonl").string() + " --max-new-tokens 24 --json " + json2)
+              .exit_code == 0);
+  auto report2 = nlohmann::json::parse(std::ifstream(json2));
+  CHECK(report2["tau_histogram"] == report["tau_histogram"]);
+  // Regenerated data round-trips through prepare and trains.
+  REQUIRE(run_dflow("regenerate --target " + target + " --prompts " + (dir / "prompts.jsonl").string() +
+                    " --max-new-tokens 40 --out " + (dir / "regen.jsonl").string())
+              .exit_code == 0);
+  REQUIRE(run_dflow("prepare " + (dir / "regen.jsonl").string() + " --out " + (dir / "regen").string() +
+                    " --max-length 128 --vocab-size 512")
+              .exit_code == 0);
+  auto regen_config = dir / "regen.yaml";
+  std::ofstream(regen_config) << config::to_yaml(testing::small_run_config(
+      dir / "regen-run", {"data.train=[" + (dir / "regen").string() + "]", "run.max_steps=2"}));
+  auto trained = run_dflow("train " + regen_config.string());
+  INFO(trained.output);
+  CHECK(trained.exit_code == 0);
+}

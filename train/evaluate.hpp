@@ -1,0 +1,39 @@
+#pragma once
+// Does the drafter draft? Greedy speculative decoding against target-only
+// greedy decoding on the same prompts, in one run: acceptance length tau,
+// its distribution, and the speed-up, with a losslessness check.
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/drafter.hpp"
+#include "model/target.hpp"
+
+namespace dflow::train {
+
+struct EvalOptions {
+  int64_t max_new_tokens = 64;
+  int64_t max_prompts = 0;  // 0: all
+};
+
+struct EvalReport {
+  int64_t prompts = 0;
+  double mean_tau = 0;                     // mean over prompts of each prompt's mean tau
+  std::vector<int64_t> tau_histogram;      // cycles with tau = 1 .. B (index tau-1)
+  std::vector<double> acceptance_by_position;  // share of cycles whose draft k (1..B-1) was accepted
+  int64_t mismatched_prompts = 0;          // speculative output differs from target-only greedy
+  double speculative_tokens_per_s = 0;
+  double target_tokens_per_s = 0;
+  nlohmann::json to_json() const;
+  std::string summary() const;
+};
+
+// Prompts from JSONL: {"prompt_ids": [...]} or a training sample
+// {"input_ids": [...], "loss_mask": [...]} (its prompt = tokens before the first loss_mask 1).
+std::vector<std::vector<int64_t>> read_prompts(const std::filesystem::path& jsonl);
+
+EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::TargetModel& target,
+                            const std::vector<std::vector<int64_t>>& prompts, const EvalOptions& options);
+
+}  // namespace dflow::train
