@@ -63,7 +63,7 @@ struct TrainConfig {
 };
 
 struct GuardConfig {
-  std::string policy = "skip";  // none | halt | skip | quarantine | rollback
+  std::string policy = "skip";  // none | halt | skip
   int window = 128;
   double z_threshold = 6.0;
   int warmup_steps = 20;
