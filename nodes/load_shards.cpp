@@ -15,13 +15,13 @@ class LoadShards final : public graph::SourceBody {
   bool next(graph::Emitter& out) override {
     while (epoch_ < state_.config.train.epochs) {
       const auto& plan = state_.plan(epoch_);
-      auto mine = plan.batches_for_rank(state_.options.rank, data::PlanCursor{epoch_, next_});
-      if (mine.empty()) {
+      const auto batches = plan.batches();  // plan order; O(1) per emitted batch
+      while (next_ < plan.num_batches() && batches[next_].rank != state_.options.rank) ++next_;
+      if (next_ >= plan.num_batches()) {
         ++epoch_, next_ = 0;
         continue;
       }
-      const data::PlannedBatch& batch = *mine.front();
-      next_ = batch.index_in_epoch + 1;
+      const data::PlannedBatch& batch = batches[next_++];
       StepPosition position{batch.epoch,
                             batch.step_in_epoch,
                             plan.steps_per_epoch(),
