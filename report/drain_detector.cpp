@@ -33,6 +33,7 @@ std::optional<DrainAlarm> judge_drain(const std::string& edge, int capacity, std
   alarm.trend_items_per_step = trend->slope;
   alarm.occupancy = std::max(0.0, trend->at(steps.back()));
   alarm.capacity = capacity;
+  if (capacity > 0 && alarm.occupancy > options.max_occupancy_share * capacity) return std::nullopt;
   alarm.projected_empty_step = std::llround(-trend->intercept / trend->slope);
   std::ostringstream m;
   m << std::fixed << std::setprecision(3) << "edge " << edge << " is draining: " << trend->slope << " items/step over the last "

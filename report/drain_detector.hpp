@@ -25,6 +25,9 @@ struct DrainOptions {
   int horizon_steps = 200;      // alarm when the edge is projected empty within this many steps
   double min_drop_items = 0.5;  // the fitted line must fall at least this much over the window
   double min_slope_t = 4.0;     // and the fall must stand out of the noise (slope / its std. error)
+  // and the edge must already be at most this share full: a queue drifting
+  // from full to two-thirds full still has slack, one near empty does not.
+  double max_occupancy_share = 0.5;
 };
 
 struct DrainAlarm {
