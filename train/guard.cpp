@@ -26,9 +26,11 @@ double StabilityGuard::spike_threshold(const std::deque<double>& history) const 
   };
   const double median = median_of(v);
   for (auto& x : v) x = std::abs(x - median);
-  // 1.4826 * MAD estimates the standard deviation of normal data; the floor
-  // keeps a perfectly flat history from flagging every tiny wobble.
-  const double scale = std::max(1.4826 * median_of(v), 1e-3 * std::abs(median) + 1e-12);
+  // 1.4826 * MAD estimates the standard deviation of normal data. Late in a
+  // run grad norms cluster tightly and the MAD shrinks; the floor of 10% of
+  // the median keeps ordinary wobble (a few percent) from being skipped: a
+  // spike must stand z_threshold tenths of the baseline above it at least.
+  const double scale = std::max(1.4826 * median_of(v), 0.1 * std::abs(median) + 1e-12);
   return median + config_.z_threshold * scale;
 }
 
