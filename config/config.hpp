@@ -77,6 +77,11 @@ struct CheckpointConfig {
 struct MetricsConfig {
   std::vector<std::string> sinks{"jsonl", "console"};
   int console_every = 10;  // console progress line every N steps
+  // Drain alarm: the least-squares trend of each edge's occupancy over the last
+  // `drain_window_steps` steps; one alarm per edge when it projects the edge
+  // empty within `drain_horizon_steps` steps.
+  int drain_window_steps = 50;
+  int drain_horizon_steps = 200;
 };
 
 struct DevicesConfig {

@@ -93,7 +93,9 @@ std::string to_yaml(const Config& c) {
       << c.checkpoint.every_steps << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep << YAML::EndMap;
   out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
   flow_list(out, "sinks", c.metrics.sinks);
-  out << YAML::Key << "console_every" << YAML::Value << c.metrics.console_every << YAML::EndMap;
+  out << YAML::Key << "console_every" << YAML::Value << c.metrics.console_every;
+  out << YAML::Key << "drain_window_steps" << YAML::Value << c.metrics.drain_window_steps;
+  out << YAML::Key << "drain_horizon_steps" << YAML::Value << c.metrics.drain_horizon_steps << YAML::EndMap;
   out << YAML::Key << "devices" << YAML::Value << YAML::BeginMap;
   flow_list(out, "target", c.devices.target);
   out << YAML::Key << "drafter" << YAML::Value << c.devices.drafter << YAML::EndMap;

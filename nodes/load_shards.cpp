@@ -28,11 +28,12 @@ class LoadShards final : public graph::SourceBody {
                             int64_t{batch.epoch} * state_.steps_per_epoch + batch.step_in_epoch,
                             batch.micro_in_step,
                             batch.micros_in_step};
-      if (position.global_step >= state_.stop_step) return false;
+      if (position.global_step >= state_.stop_step) break;
       LoadedBatch loaded{batch, position, data::collate(state_.dataset, batch, state_.pad_token_id)};
       out.emit(graph::make_message(seq_++, static_cast<uint64_t>(batch.padded_tokens), std::move(loaded)));
       return true;
     }
+    state_.source_exhausted = true;
     return false;
   }
 

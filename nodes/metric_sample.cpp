@@ -46,10 +46,14 @@ class MetricSample final : public graph::FunctionBody {
       event["epoch"] = record["epoch"];
       write(event);
     }
-    if (telemetry_) {
+    // Once the source has emitted its last batch the edges empty by design;
+    // that is the end of the data, not a draining queue.
+    if (telemetry_ && !state_.source_exhausted) {
       for (const auto& alarm : state_.drain.observe(step, record["telemetry"])) {
         log::warn("graph", alarm.message);
         write(alarm.to_record());
+        std::lock_guard lock(state_.summary_mutex);
+        state_.alarms.push_back(alarm.to_record());
       }
     }
     if (console_ && (step % state_.config.metrics.console_every == 0 || step == state_.stop_step)) console_line(record);

@@ -33,6 +33,8 @@ RunState::RunState(config::Config cfg, RunOptions opts)
       dataset(data::Dataset::open(config.data.train)),
       guard(config.guard) {
   batch_mode = batch_mode_of(config.pipeline);
+  drain = report::DrainDetector({.window_steps = config.metrics.drain_window_steps,
+                                 .horizon_steps = config.metrics.drain_horizon_steps});
   load_models();
   plan_run();
   if (!options.resume.empty()) {

@@ -89,6 +89,10 @@ class RunState {
   std::chrono::steady_clock::time_point last_step_end{};  // optimizer_step only (holds the token)
   std::ofstream metrics_jsonl;
   report::DrainDetector drain;  // metric_sample only
+  // Set by the source when the plan has no batch left for this invocation:
+  // from then on every edge drains by design, and the drain alarm is off.
+  std::atomic<bool> source_exhausted{false};
+  std::vector<nlohmann::json> alarms;  // alarm records raised (metric_sample; read after the run)
   const graph::TelemetryBoard* telemetry = nullptr;
   std::atomic<int64_t> checkpoints_written{0};
   std::string last_checkpoint;

@@ -6,7 +6,9 @@
 #include "config/log.hpp"
 #include "graph/export.hpp"
 #include "graph/pipeline.hpp"
+#include "report/analysis.hpp"
 #include "report/live_server.hpp"
+#include "report/pipeline_model.hpp"
 #include "report/summary_table.hpp"
 #include "nodes/registry.hpp"
 
@@ -37,6 +39,14 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   result.last_checkpoint = state.last_checkpoint;
   result.metrics_path = (state.out_dir / "metrics.jsonl").string();
   result.telemetry = graph::to_json(pipeline->telemetry());
+  // The report's bottleneck analysis over the whole invocation, for the console.
+  const nlohmann::json last = {{"kind", "step"}, {"global_step", result.completed_steps},
+                               {"total_steps", result.total_steps}, {"telemetry", result.telemetry}};
+  result.findings = report::analyze(report::pipeline_model(graph_json, &result.telemetry), {last}).summary;
+  {
+    std::lock_guard lock(state.summary_mutex);
+    result.alarms = state.alarms;
+  }
   return result;
 }
 
@@ -53,6 +63,12 @@ std::string summarize(const TrainResult& r) {
   out << "\n  metrics: " << r.metrics_path;
   out << "\n  checkpoint: " << (r.last_checkpoint.empty() ? "(none written by this invocation)" : r.last_checkpoint);
   if (!r.telemetry.is_null()) out << "\n" << report::summary_table(r.telemetry);
+  if (!r.findings.empty()) {
+    out << "\nwhere the graph waited:";
+    for (const auto& line : r.findings) out << "\n  - " << line;
+  }
+  for (const auto& alarm : r.alarms)
+    out << "\n  ! drain alarm at step " << alarm.value("global_step", int64_t{0}) << ": " << alarm.value("message", "");
   return out.str();
 }
 

@@ -16,6 +16,8 @@ struct TrainResult {
   std::string last_checkpoint;
   std::string metrics_path;
   nlohmann::json telemetry;    // the graph's telemetry at the end
+  std::vector<std::string> findings;    // where the graph waited, in words (report::analyze)
+  std::vector<nlohmann::json> alarms;   // drain alarms raised during the run
 };
 
 // Sets the thread counts from run.threads / run.torch_threads, builds and runs
