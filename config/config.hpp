@@ -63,10 +63,19 @@ struct TrainConfig {
 };
 
 struct GuardConfig {
-  std::string policy = "skip";  // none | halt | skip
-  int window = 128;
-  double z_threshold = 6.0;
-  int warmup_steps = 20;
+  std::string policy = "skip";  // none | halt | skip | quarantine | rollback
+  int window = 128;             // applied steps in the rolling baseline
+  double z_threshold = 6.0;     // spike: above median + z * robust scale
+  int warmup_steps = 20;        // no spike detection before this many applied steps
+  bool per_bucket = false;      // also a loss baseline per bucket length (spikes of one bucket)
+  // rollback: a cliff is `cliff_steps` consecutive steps whose loss exceeds
+  // median + cliff_z_threshold * scale; it restores the last good in-memory
+  // snapshot (taken every `snapshot_every` steps); the (max_rollbacks+1)-th
+  // cliff halts.
+  double cliff_z_threshold = 3.0;
+  int cliff_steps = 3;
+  int snapshot_every = 20;
+  int max_rollbacks = 2;
 };
 
 struct CheckpointConfig {
@@ -91,10 +100,10 @@ struct DevicesConfig {
 
 // Fault injection for tests and drills; empty (off) by default.
 struct FaultDecl {
-  std::string kind;      // exception | nan_loss | spike | delay
+  std::string kind;      // exception | nan_loss | spike | delay | corrupt_weights
   std::string node;      // node name (exception, delay)
   int64_t step = 0;      // global optimizer step (0-based) at which it fires
-  double factor = 100;   // spike: loss and gradients multiplied by this
+  double factor = 100;   // spike: loss and gradients multiplied by this; corrupt_weights: parameters multiplied by this after the step's update
   double seconds = 0.1;  // delay: sleep per call from `step` on
   SourceMark mark;
 };

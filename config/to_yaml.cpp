@@ -88,7 +88,10 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "guard" << YAML::Value << YAML::BeginMap << YAML::Key << "policy" << YAML::Value
       << c.guard.policy << YAML::Key << "window" << YAML::Value << c.guard.window << YAML::Key << "z_threshold"
       << YAML::Value << num(c.guard.z_threshold) << YAML::Key << "warmup_steps" << YAML::Value << c.guard.warmup_steps
-      << YAML::EndMap;
+      << YAML::Key << "per_bucket" << YAML::Value << c.guard.per_bucket << YAML::Key << "cliff_z_threshold"
+      << YAML::Value << num(c.guard.cliff_z_threshold) << YAML::Key << "cliff_steps" << YAML::Value
+      << c.guard.cliff_steps << YAML::Key << "snapshot_every" << YAML::Value << c.guard.snapshot_every << YAML::Key
+      << "max_rollbacks" << YAML::Value << c.guard.max_rollbacks << YAML::EndMap;
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
       << c.checkpoint.every_steps << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep << YAML::EndMap;
   out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;

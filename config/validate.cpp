@@ -106,16 +106,25 @@ TrainConfig read_train(YamlSection s) {
 GuardConfig read_guard(YamlSection s) {
   GuardConfig c;
   s.read("policy", c.policy).read("window", c.window).read("z_threshold", c.z_threshold)
-      .read("warmup_steps", c.warmup_steps);
+      .read("warmup_steps", c.warmup_steps).read("per_bucket", c.per_bucket)
+      .read("cliff_z_threshold", c.cliff_z_threshold).read("cliff_steps", c.cliff_steps)
+      .read("snapshot_every", c.snapshot_every).read("max_rollbacks", c.max_rollbacks);
   s.finish();
-  // quarantine and rollback are designed (DESIGN: guard) but not built yet:
-  // refuse them rather than silently behave like skip.
-  if (c.policy == "quarantine" || c.policy == "rollback")
-    throw s.error("policy", "'" + c.policy + "' is not implemented yet; use none, halt or skip");
-  require_one_of(s, "policy", c.policy, {"none", "halt", "skip"});
+  require_one_of(s, "policy", c.policy, {"none", "halt", "skip", "quarantine", "rollback"});
   s.require(c.window >= 4, "window", "must be >= 4 steps");
   s.require(c.z_threshold > 0, "z_threshold", "must be > 0");
   s.require(c.warmup_steps >= 0, "warmup_steps", "must be >= 0");
+  s.require(c.cliff_z_threshold > 0, "cliff_z_threshold", "must be > 0");
+  s.require(c.cliff_steps >= 1, "cliff_steps", "must be >= 1");
+  s.require(c.snapshot_every >= 1, "snapshot_every", "must be >= 1");
+  s.require(c.max_rollbacks >= 0, "max_rollbacks", "must be >= 0");
+  // A cliff is judged against the baseline of the steps before it: a window
+  // no longer than the cliff would let the cliff's own losses become the
+  // baseline before it is detected.
+  if (c.policy == "rollback")
+    s.require(c.window > 2 * c.cliff_steps, "window",
+              "must be > 2 * guard.cliff_steps (" + std::to_string(2 * c.cliff_steps) +
+                  ") under policy rollback, so that a cliff cannot become its own baseline");
   return c;
 }
 
@@ -162,9 +171,10 @@ std::vector<FaultDecl> read_faults(YamlSection& root) {
     f.mark = mark_for(list[i], s.path(), *root.origins());
     s.read("kind", f.kind).read("node", f.node).read("step", f.step).read("factor", f.factor).read("seconds", f.seconds);
     s.finish();
-    require_one_of(s, "kind", f.kind, {"exception", "nan_loss", "spike", "delay"});
+    require_one_of(s, "kind", f.kind, {"exception", "nan_loss", "spike", "delay", "corrupt_weights"});
     s.require(f.step >= 0, "step", "must be >= 0");
-    s.require(f.kind == "nan_loss" || f.kind == "spike" || !f.node.empty(), "node", "names the node to fault");
+    s.require(f.kind == "nan_loss" || f.kind == "spike" || f.kind == "corrupt_weights" || !f.node.empty(), "node",
+              "names the node to fault");
     s.require(f.factor > 0, "factor", "must be > 0");
     s.require(f.seconds >= 0, "seconds", "must be >= 0");
     out.push_back(std::move(f));

@@ -18,6 +18,10 @@ void LossSums::add(const LossSums& o) {
   add_vec(correct_per_position, o.correct_per_position);
   add_vec(count_per_position, o.count_per_position);
   add_vec(batches_per_bucket, o.batches_per_bucket);
+  add_vec(bucket_ce_sum, o.bucket_ce_sum);
+  add_vec(bucket_weight_sum, o.bucket_weight_sum);
+  add_vec(bucket_real_tokens, o.bucket_real_tokens);
+  excluded_samples += o.excluded_samples;
   anchors += o.anchors;
   real_tokens += o.real_tokens;
   padded_tokens += o.padded_tokens;

@@ -3,6 +3,9 @@
 // token travels on with its MicroStats. Gradients of sum(w * CE) accumulate
 // in the parameters; optimizer_step divides by the step's total weight, so a
 // step's loss is sum(w * CE) / sum(w) over all of its micro-batches exactly.
+// Rows of samples quarantined during this invocation are dropped here (the
+// loader drops those known at the start): the live set only changes under
+// the model token, which this node holds, so the run stays deterministic.
 #include <cmath>
 
 #include "nodes/messages.hpp"
@@ -30,10 +33,39 @@ class DrafterStep final : public graph::FunctionBody {
   }
 
  private:
-  MicroStats step(const FeatureBatch& features) {
+  // The batch without rows quarantined since the loader read it.
+  static FeatureBatch without_quarantined(const FeatureBatch& in, const RunState& state) {
+    FeatureBatch out = in;
+    const auto& ids = in.batch.plan.sample_ids;
+    std::vector<int64_t> keep;
+    for (size_t r = 0; r < ids.size(); ++r)
+      if (!state.quarantined.count(ids[r])) keep.push_back(static_cast<int64_t>(r));
+    if (keep.size() == ids.size()) return out;
+    out.batch.plan = data::without_samples(in.batch.plan, state.quarantined, state.dataset.lengths());
+    out.batch.excluded_rows += static_cast<int64_t>(ids.size() - keep.size());
+    auto rows = torch::tensor(keep, torch::kInt64);
+    out.batch.input_ids = in.batch.input_ids.index_select(0, rows);
+    out.batch.loss_mask = in.batch.loss_mask.index_select(0, rows);
+    out.batch.lengths = in.batch.lengths.index_select(0, rows);
+    out.features = in.features.index_select(0, rows.to(in.features.device()));
+    return out;
+  }
+
+  MicroStats step(const FeatureBatch& received) {
+    const FeatureBatch features = without_quarantined(received, state_);
     const auto& batch = features.batch;
     const auto& position = batch.position;
     inject_node_faults(state_, name_, position.global_step);
+    MicroStats stats;
+    stats.position = position;
+    auto& s = stats.sums;
+    s.excluded_samples = batch.excluded_rows;
+    s.micro_batches = 1;
+    s.batches_per_bucket.assign(state_.config.data.buckets.size(), 0);
+    s.bucket_ce_sum.assign(state_.config.data.buckets.size(), 0.0);
+    s.bucket_weight_sum.assign(state_.config.data.buckets.size(), 0.0);
+    s.bucket_real_tokens.assign(state_.config.data.buckets.size(), 0);
+    if (batch.plan.rows() == 0) return stats;  // every row quarantined: no loss, no gradient
 
     model::AnchorSamplingOptions anchor_options;
     anchor_options.anchors_per_sequence = state_.config.train.anchors_per_sequence;
@@ -58,9 +90,6 @@ class DrafterStep final : public graph::FunctionBody {
     }
     if (result.weight_sum > 0) weighted_ce.backward();
 
-    MicroStats stats;
-    stats.position = position;
-    auto& s = stats.sums;
     s.weighted_ce_sum = weighted_ce_sum;
     s.weight_sum = result.weight_sum;
     s.correct_per_position = result.correct_per_position;
@@ -68,9 +97,13 @@ class DrafterStep final : public graph::FunctionBody {
     s.anchors = result.num_anchors;
     s.real_tokens = batch.plan.real_tokens;
     s.padded_tokens = batch.plan.padded_tokens;
-    s.micro_batches = 1;
-    s.batches_per_bucket.assign(state_.config.data.buckets.size(), 0);
-    if (state_.batch_mode == data::BatchMode::TokenBudget) s.batches_per_bucket.at(batch.plan.bucket_index) = 1;
+    if (state_.batch_mode == data::BatchMode::TokenBudget) {
+      const auto b = static_cast<size_t>(batch.plan.bucket_index);
+      s.batches_per_bucket.at(b) = 1;
+      s.bucket_ce_sum.at(b) = weighted_ce_sum;
+      s.bucket_weight_sum.at(b) = result.weight_sum;
+      s.bucket_real_tokens.at(b) = batch.plan.real_tokens;
+    }
     s.sample_ids = batch.plan.sample_ids;
     auto lengths = batch.lengths.to(torch::kCPU);
     for (int64_t r = 0; r < lengths.size(0); ++r) s.sample_lengths.push_back(lengths[r].item<int64_t>());

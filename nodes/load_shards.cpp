@@ -1,5 +1,7 @@
 // load.shards: the source. Walks the epoch plans from the run's cursor and
-// reads each planned batch's samples from the memory-mapped shards.
+// reads each planned batch's samples from the memory-mapped shards. Samples
+// quarantined when the run started are dropped from their batches here (the
+// plan, its steps and cursors are unchanged; a batch may be left empty).
 #include "nodes/messages.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
@@ -21,7 +23,9 @@ class LoadShards final : public graph::SourceBody {
         ++epoch_, next_ = 0;
         continue;
       }
-      const data::PlannedBatch& batch = batches[next_++];
+      const data::PlannedBatch& planned = batches[next_++];
+      const data::PlannedBatch batch =
+          data::without_samples(planned, state_.quarantined_at_start, state_.dataset.lengths());
       StepPosition position{batch.epoch,
                             batch.step_in_epoch,
                             plan.steps_per_epoch(),
@@ -29,7 +33,8 @@ class LoadShards final : public graph::SourceBody {
                             batch.micro_in_step,
                             batch.micros_in_step};
       if (position.global_step >= state_.stop_step) break;
-      LoadedBatch loaded{batch, position, data::collate(state_.dataset, batch, state_.pad_token_id)};
+      LoadedBatch loaded{batch, position, data::collate(state_.dataset, batch, state_.pad_token_id),
+                         planned.rows() - batch.rows()};
       out.emit(graph::make_message(seq_++, static_cast<uint64_t>(batch.padded_tokens), std::move(loaded)));
       return true;
     }

@@ -30,6 +30,7 @@ struct LoadedBatch {
   data::PlannedBatch plan;
   StepPosition position;
   data::CollatedBatch host;  // right-padded to plan.padded_length
+  int64_t excluded_rows = 0;  // planned rows dropped as quarantined
 };
 
 // "PaddedBatch": tensors ready for a target worker.
@@ -39,6 +40,7 @@ struct PaddedBatch {
   torch::Tensor input_ids;  // [B, S] int64, CPU (pinned when a target is on CUDA)
   torch::Tensor loss_mask;  // [B, S] uint8
   torch::Tensor lengths;    // [B] int64
+  int64_t excluded_rows = 0;  // planned rows dropped as quarantined (by the loader)
 };
 
 // "FeatureBatch": the target's fused context features for one micro-batch.
@@ -60,8 +62,14 @@ struct LossSums {
   int64_t padded_tokens = 0;
   int64_t micro_batches = 0;
   std::vector<int64_t> batches_per_bucket;
-  std::vector<int64_t> sample_ids;
+  // Per bucket index (token_budget batching): the bucket's share of the
+  // step's loss numerator and denominator, and its real tokens.
+  std::vector<double> bucket_ce_sum;
+  std::vector<double> bucket_weight_sum;
+  std::vector<int64_t> bucket_real_tokens;
+  std::vector<int64_t> sample_ids;       // trained on (quarantined rows already dropped)
   std::vector<int64_t> sample_lengths;
+  int64_t excluded_samples = 0;          // planned rows dropped because they are quarantined
 
   void add(const LossSums& other);
 };

@@ -29,6 +29,7 @@ class PadBucket final : public graph::FunctionBody {
     std::memcpy(padded.loss_mask.data_ptr<uint8_t>(), loaded.host.loss_mask.data(), rows * length);
     auto* lengths = padded.lengths.data_ptr<int64_t>();
     for (int64_t r = 0; r < rows; ++r) lengths[r] = loaded.host.lengths[r];
+    padded.excluded_rows = loaded.excluded_rows;
     out.emit(graph::make_message(message.seq, message.cost, std::move(padded)));
   }
 

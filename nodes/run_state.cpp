@@ -31,7 +31,8 @@ RunState::RunState(config::Config cfg, RunOptions opts)
       out_dir(config.run.out_dir),
       checkpoints_dir(fs::path(config.run.out_dir) / "checkpoints"),
       dataset(data::Dataset::open(config.data.train)),
-      guard(config.guard) {
+      guard(config.guard),
+      quarantine_path(fs::path(config.run.out_dir) / "quarantine.jsonl") {
   batch_mode = batch_mode_of(config.pipeline);
   drain = report::DrainDetector({.window_steps = config.metrics.drain_window_steps,
                                  .horizon_steps = config.metrics.drain_horizon_steps});
@@ -48,6 +49,7 @@ RunState::RunState(config::Config cfg, RunOptions opts)
                                "or choose another run.out_dir");
     fs::remove_all(checkpoints_dir);
   }
+  if (resumed_from.empty() && options.rank == 0) fs::remove(quarantine_path);  // a fresh run starts clean
   fs::create_directories(out_dir);
   if (options.rank == 0) {
     // A fresh run starts a fresh metrics file; a resumed one continues it.
@@ -146,7 +148,8 @@ train::CheckpointState RunState::snapshot() const {
                  {"steps_per_epoch", steps_per_epoch},
                  {"total_steps", total_steps},
                  {"world_size", options.world_size},
-                 {"guard", guard.state()}};
+                 {"guard", guard.state()},
+                 {"quarantine", std::vector<int64_t>(quarantined.begin(), quarantined.end())}};
   return s;
 }
 
@@ -174,9 +177,27 @@ void RunState::restore(const std::string& which) {
   completed_steps_at_start = completed_steps;
   cursor = data::PlanCursor{ckpt.run_state.at("epoch").get<int>(), ckpt.run_state.at("next_batch").get<int64_t>()};
   guard.restore(ckpt.run_state.value("guard", nlohmann::json::object()));
+  // The file may be newer than the checkpoint (samples quarantined after it):
+  // both are excluded.
+  quarantined = data::read_quarantine(quarantine_path);
+  for (int64_t id : ckpt.run_state.value("quarantine", std::vector<int64_t>{})) quarantined.insert(id);
+  for (int64_t id : quarantined)
+    if (id >= dataset.size())
+      throw std::runtime_error(quarantine_path.string() + " or checkpoint " + dir.string() + " quarantines sample " +
+                               std::to_string(id) + " but the dataset has " + std::to_string(dataset.size()) +
+                               " samples; was it written for another data.train?");
+  quarantined_at_start = quarantined;
+  if (!quarantined.empty())
+    log::info("guard", log::str(quarantined.size(), " quarantined sample(s) are excluded from every batch (",
+                                quarantine_path.string(), ")"));
   resumed_from = dir.string();
   log::info("train", log::str("resumed from ", dir.string(), " at step ", completed_steps, " (epoch ", cursor.epoch,
                               ", batch ", cursor.next_batch, ")"));
+}
+
+void RunState::quarantine_samples(int64_t global_step, const std::string& reason, const std::vector<int64_t>& ids) {
+  quarantined.insert(ids.begin(), ids.end());
+  if (options.rank == 0) data::append_quarantine(quarantine_path, global_step, reason, ids);
 }
 
 const config::FaultDecl* RunState::fault(const std::string& kind, const std::string& node, int64_t step) const {

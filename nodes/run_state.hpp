@@ -19,6 +19,7 @@
 #include "config/config.hpp"
 #include "data/dataset.hpp"
 #include "data/plan.hpp"
+#include "data/quarantine.hpp"
 #include "model/drafter.hpp"
 #include "model/objective.hpp"
 #include "model/target.hpp"
@@ -81,6 +82,16 @@ class RunState {
   int64_t completed_steps = 0;
   data::PlanCursor cursor;                 // first batch not yet trained on
   train::StabilityGuard guard;              // optimizer_step only; checkpointed
+  // Samples excluded from training (README "Stability guard"): those in
+  // out_dir/quarantine.jsonl and the checkpoint when the run started (the
+  // loader drops them; fixed for the invocation, so the loader running ahead
+  // stays deterministic), and the live set, which optimizer_step grows and
+  // drafter_step reads, both while holding the model token.
+  data::SampleSet quarantined_at_start;
+  data::SampleSet quarantined;
+  const fs::path quarantine_path;
+  // Adds `ids` to the live set and (rank 0) appends them to quarantine.jsonl, fsynced.
+  void quarantine_samples(int64_t global_step, const std::string& reason, const std::vector<int64_t>& ids);
   std::string resumed_from;                // checkpoint dir, or empty
   int64_t completed_steps_at_start = 0;    // for this invocation's ETA
 

@@ -46,9 +46,33 @@ nlohmann::json make_step_record(RunState& state, const StepStats& step, double l
   r["padded_tokens"] = s.padded_tokens;
   r["padding_efficiency"] = s.padded_tokens > 0 ? static_cast<double>(s.real_tokens) / s.padded_tokens : 0.0;
   r["batches_per_bucket"] = s.batches_per_bucket;
+  // Per bucket length: the bucket's part of the loss (numerator and
+  // denominator add up to the step's), tokens and batches. A grad norm per
+  // bucket would need a gradient copy per micro-batch; it is given only for
+  // a single-bucket step, where it is the step's.
+  nlohmann::json buckets = nlohmann::json::object();
+  std::vector<int> present;
+  for (size_t b = 0; b < s.batches_per_bucket.size(); ++b) {
+    if (s.batches_per_bucket[b] == 0) continue;
+    const int length = state.config.data.buckets.at(b);
+    present.push_back(length);
+    const double ce = b < s.bucket_ce_sum.size() ? s.bucket_ce_sum[b] : 0.0;
+    const double weight = b < s.bucket_weight_sum.size() ? s.bucket_weight_sum[b] : 0.0;
+    buckets[std::to_string(length)] = {{"loss", number(weight > 0 ? ce / weight : 0.0)},
+                                       {"loss_sum", number(ce)},
+                                       {"loss_weight", weight},
+                                       {"real_tokens", b < s.bucket_real_tokens.size() ? s.bucket_real_tokens[b] : 0},
+                                       {"batches", s.batches_per_bucket[b]}};
+  }
+  if (present.size() == 1) buckets[std::to_string(present.front())]["grad_norm"] = number(grad_norm);
+  r["buckets"] = buckets;
+  r["sample_ids"] = s.sample_ids;
+  r["excluded_samples"] = s.excluded_samples;
   r["guard"] = {{"action", guard.action}};
   if (!guard.kind.empty()) {
     r["guard"].update({{"kind", guard.kind},
+                       {"policy", state.config.guard.policy},
+                       {"bucket_lengths", present},
                        {"metric", guard.metric},
                        {"value", number(guard.value)},
                        {"threshold", number(guard.threshold)},

@@ -23,6 +23,12 @@ class TargetForward final : public graph::FunctionBody {
       inject_node_faults(state_, name_, batch.position.global_step);
       torch::NoGradGuard no_grad;
       const bool non_blocking = target_.device().is_cuda();
+      if (batch.input_ids.size(0) == 0) {  // every row quarantined: nothing to run
+        const int64_t width = static_cast<int64_t>(state_.feature_layer_ids.size()) * target_.config().hidden_size;
+        features = torch::zeros({0, batch.input_ids.size(1), width},
+                                torch::TensorOptions().device(state_.drafter_device).dtype(torch::kFloat32));
+        return;
+      }
       auto ids = batch.input_ids.to(target_.device(), non_blocking);
       features = target_.context_features(ids, state_.feature_layer_ids)
                      .to(state_.drafter_device, torch::kFloat32, non_blocking);

@@ -55,6 +55,13 @@ nlohmann::json guard_mark(const nlohmann::json& r) {
   std::string label = "guard " + guard.value("action", "") + ": " + guard.value("reason", "");
   if (guard.contains("sample_ids") && guard["sample_ids"].is_array() && !guard["sample_ids"].empty())
     label += " (" + std::to_string(guard["sample_ids"].size()) + " samples)";
+  // Rollback: where the weights went back to, and what was taken out.
+  if (guard.contains("to_step") && guard["to_step"].is_number())
+    label += "; back to the state after step " + std::to_string(guard["to_step"].get<int64_t>());
+  if (guard.contains("excluded_sample_ids") && guard["excluded_sample_ids"].is_array())
+    label += ", " + std::to_string(guard["excluded_sample_ids"].size()) + " samples excluded";
+  if (guard.contains("quarantined_sample_ids") && guard["quarantined_sample_ids"].is_array())
+    label += "; " + std::to_string(guard["quarantined_sample_ids"].size()) + " samples quarantined";
   return {{"s", field(r, "global_step")}, {"kind", "guard"}, {"label", label}};
 }
 

@@ -29,6 +29,7 @@ void add_report_command(CLI::App& app, Action& action);
 void add_eval_command(CLI::App& app, Action& action);
 void add_export_command(CLI::App& app, Action& action);
 void add_regenerate_command(CLI::App& app, Action& action);
+void add_replay_command(CLI::App& app, Common& common, Action& action);
 
 // Adds --set and --log-level to a subcommand.
 void add_common_options(CLI::App& sub, Common& common);

@@ -12,12 +12,15 @@ std::string GuardVerdict::reason() const {
   std::ostringstream out;
   if (kind == "non_finite") out << "non-finite " << metric;
   else if (kind == "spike") out << metric << " " << value << " > spike threshold " << threshold;
+  else if (kind == "cliff")
+    out << metric << " " << value << " > cliff threshold " << threshold << " for " << cliff_steps << " steps in a row";
+  else if (kind == "empty") out << "no sample left to train on (all excluded)";
   return out.str();
 }
 
 StabilityGuard::StabilityGuard(config::GuardConfig config) : config_(std::move(config)) {}
 
-double StabilityGuard::spike_threshold(const std::deque<double>& history) const {
+double StabilityGuard::threshold(const std::deque<double>& history, double z) const {
   if (static_cast<int>(history.size()) < std::max(config_.warmup_steps, 4)) return std::numeric_limits<double>::infinity();
   std::vector<double> v(history.begin(), history.end());
   auto median_of = [](std::vector<double>& x) {
@@ -31,38 +34,96 @@ double StabilityGuard::spike_threshold(const std::deque<double>& history) const 
   // the median keeps ordinary wobble (a few percent) from being skipped: a
   // spike must stand z_threshold tenths of the baseline above it at least.
   const double scale = std::max(1.4826 * median_of(v), 0.1 * std::abs(median) + 1e-12);
-  return median + config_.z_threshold * scale;
+  return median + z * scale;
 }
 
-GuardVerdict StabilityGuard::check(double loss, double grad_norm) const {
+GuardVerdict StabilityGuard::decide(const GuardSignal& signal) {
   GuardVerdict v;
-  if (config_.policy == "none") return v;
-  if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+  const auto& policy = config_.policy;
+  if (policy == "none") return v;
+  const double loss = signal.loss, grad_norm = signal.grad_norm;
+  if (signal.empty) {
+    v.kind = "empty";
+  } else if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
     v.kind = "non_finite";
     v.metric = std::isfinite(loss) ? "grad_norm" : "loss";
     v.value = std::isfinite(loss) ? grad_norm : loss;
-  } else if (config_.policy != "halt") {
-    const double loss_limit = spike_threshold(losses_), grad_limit = spike_threshold(grad_norms_);
+  } else if (policy != "halt") {
+    const double loss_limit = threshold(losses_, config_.z_threshold);
+    const double grad_limit = threshold(grad_norms_, config_.z_threshold);
     if (loss > loss_limit) v.kind = "spike", v.metric = "loss", v.value = loss, v.threshold = loss_limit;
     else if (grad_norm > grad_limit) v.kind = "spike", v.metric = "grad_norm", v.value = grad_norm, v.threshold = grad_limit;
+    if (v.kind.empty() && config_.per_bucket) {
+      for (const auto& [bucket, bucket_loss] : signal.bucket_losses) {
+        auto it = bucket_losses_.find(bucket);
+        if (it == bucket_losses_.end()) continue;
+        const double limit = threshold(it->second, config_.z_threshold);
+        if (bucket_loss > limit) {
+          v.kind = "spike", v.metric = "loss@" + std::to_string(bucket), v.value = bucket_loss, v.threshold = limit;
+          break;
+        }
+      }
+    }
+  }
+  if (policy == "rollback") {
+    // A cliff: the loss stays above its (lower) cliff threshold step after
+    // step. Non-finite losses count too: they are the worst cliff.
+    const double cliff_limit = threshold(losses_, config_.cliff_z_threshold);
+    v.above_cliff = !signal.empty && (!std::isfinite(loss) || loss > cliff_limit);
+    cliff_run_ = v.above_cliff ? cliff_run_ + 1 : 0;
+    v.cliff_steps = cliff_run_;
+    if (cliff_run_ >= config_.cliff_steps) {
+      v.kind = "cliff", v.metric = "loss", v.value = loss, v.threshold = cliff_limit;
+      v.rollback = rollbacks_ < config_.max_rollbacks;
+      v.halt = !v.rollback;
+    }
   }
   if (v.kind.empty()) return v;
   v.apply = false;
-  v.halt = config_.policy == "halt";
-  v.action = v.halt ? "halted" : "skipped";
+  v.halt = v.halt || (policy == "halt" && v.kind != "empty");
+  v.quarantine = policy == "quarantine" && (v.kind == "non_finite" || v.kind == "spike");
+  v.action = v.halt ? "halted" : v.rollback ? "rolled_back" : v.quarantine ? "quarantined" : "skipped";
   return v;
 }
 
+GuardVerdict StabilityGuard::check(double loss, double grad_norm) const {
+  auto copy = *this;
+  return copy.decide(GuardSignal{loss, grad_norm, false, {}});
+}
+
 void StabilityGuard::record_applied(double loss, double grad_norm) {
-  if (!std::isfinite(loss) || !std::isfinite(grad_norm)) return;
-  losses_.push_back(loss);
-  grad_norms_.push_back(grad_norm);
-  while (static_cast<int>(losses_.size()) > config_.window) losses_.pop_front(), grad_norms_.pop_front();
+  record_applied(GuardSignal{loss, grad_norm, false, {}});
+}
+
+void StabilityGuard::push(std::deque<double>& history, double value) const {
+  history.push_back(value);
+  while (static_cast<int>(history.size()) > config_.window) history.pop_front();
+}
+
+void StabilityGuard::record_applied(const GuardSignal& signal) {
+  if (signal.empty || !std::isfinite(signal.loss) || !std::isfinite(signal.grad_norm)) return;
+  push(losses_, signal.loss);
+  push(grad_norms_, signal.grad_norm);
+  if (config_.per_bucket)
+    for (const auto& [bucket, loss] : signal.bucket_losses)
+      if (std::isfinite(loss)) push(bucket_losses_[bucket], loss);
+}
+
+void StabilityGuard::restore_after_rollback(const nlohmann::json& state, int rollbacks) {
+  restore(state);
+  rollbacks_ = rollbacks;
+  cliff_run_ = 0;
 }
 
 nlohmann::json StabilityGuard::state() const {
+  nlohmann::json buckets = nlohmann::json::object();
+  for (const auto& [bucket, history] : bucket_losses_)
+    buckets[std::to_string(bucket)] = std::vector<double>(history.begin(), history.end());
   return {{"losses", std::vector<double>(losses_.begin(), losses_.end())},
-          {"grad_norms", std::vector<double>(grad_norms_.begin(), grad_norms_.end())}};
+          {"grad_norms", std::vector<double>(grad_norms_.begin(), grad_norms_.end())},
+          {"bucket_losses", buckets},
+          {"cliff_run", cliff_run_},
+          {"rollbacks", rollbacks_}};
 }
 
 void StabilityGuard::restore(const nlohmann::json& state) {
@@ -70,6 +131,14 @@ void StabilityGuard::restore(const nlohmann::json& state) {
   auto l = state["losses"].get<std::vector<double>>(), g = state["grad_norms"].get<std::vector<double>>();
   losses_.assign(l.begin(), l.end());
   grad_norms_.assign(g.begin(), g.end());
+  bucket_losses_.clear();
+  if (state.contains("bucket_losses"))
+    for (const auto& [bucket, history] : state["bucket_losses"].items()) {
+      auto h = history.get<std::vector<double>>();
+      bucket_losses_[std::stoi(bucket)].assign(h.begin(), h.end());
+    }
+  cliff_run_ = state.value("cliff_run", 0);
+  rollbacks_ = state.value("rollbacks", 0);
 }
 
 }  // namespace dflow::train

@@ -2,10 +2,15 @@
 // The stability guard: decides, before the optimizer update, whether a step
 // is applied. Non-finite loss or grad norm, and spikes far above the rolling
 // robust baseline (median and MAD of the last `window` applied steps), are
-// caught; the policy says what happens to them. Costs two scalars per step.
+// caught; the policy says what happens to them. Under policy rollback it also
+// counts consecutive steps whose loss stands above the (lower) cliff
+// threshold: `cliff_steps` of them in a row are a cliff. Costs a few host
+// scalars per step (loss, grad norm, one loss per bucket of the step).
 #include <deque>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 
@@ -13,31 +18,58 @@ namespace dflow::train {
 
 struct GuardVerdict {
   bool apply = true;       // take the optimizer update
-  bool halt = false;       // stop the run (policy halt)
-  std::string kind;        // "" | "non_finite" | "spike"
-  std::string metric;      // "loss" | "grad_norm"
+  bool halt = false;       // stop the run (policy halt, or rollbacks exhausted)
+  bool quarantine = false; // record the step's samples (policy quarantine)
+  bool rollback = false;   // restore the last good snapshot (policy rollback)
+  bool above_cliff = false;  // loss above the cliff threshold (rollback bookkeeping)
+  std::string kind;        // "" | "non_finite" | "spike" | "cliff" | "empty"
+  std::string metric;      // "loss" | "grad_norm" | "loss@<bucket length>"
   double value = 0;        // the offending value
-  double threshold = 0;    // what it exceeded (spikes)
-  std::string action = "applied";  // applied | skipped | halted
+  double threshold = 0;    // what it exceeded (spikes, cliffs)
+  int cliff_steps = 0;     // consecutive steps above the cliff threshold so far
+  std::string action = "applied";  // applied | skipped | quarantined | rolled_back | halted
   std::string reason() const;      // "loss 41.2 > spike threshold 9.7"
+};
+
+// What the guard sees of one step: scalars already on the host.
+struct GuardSignal {
+  double loss = 0;
+  double grad_norm = 0;
+  bool empty = false;  // no weighted position left (every sample excluded)
+  std::map<int, double> bucket_losses;  // bucket length -> that bucket's loss in the step
 };
 
 class StabilityGuard {
  public:
   explicit StabilityGuard(config::GuardConfig config);
 
+  // The decision for one step; advances the cliff counter (policy rollback).
+  GuardVerdict decide(const GuardSignal& signal);
+  // The decision without advancing any counter (what decide would say now).
   GuardVerdict check(double loss, double grad_norm) const;
-  // Feeds the baseline with an applied step's values.
+  // Feeds the baselines with an applied step's values.
+  void record_applied(const GuardSignal& signal);
   void record_applied(double loss, double grad_norm);
+  // After a rollback restored `state`: the cliff counter starts over and the
+  // count of rollbacks becomes `rollbacks` (it is not undone by the restore).
+  void restore_after_rollback(const nlohmann::json& state, int rollbacks);
+
+  int rollbacks() const { return rollbacks_; }
+  int cliff_run() const { return cliff_run_; }
+  const config::GuardConfig& config() const { return config_; }
 
   nlohmann::json state() const;  // checkpointed, so a resumed run decides the same
   void restore(const nlohmann::json& state);
 
  private:
-  // Returns the spike threshold of `history` (infinity before warmup).
-  double spike_threshold(const std::deque<double>& history) const;
+  // median + z * max(1.4826 MAD, 10% of the median); infinity before warmup.
+  double threshold(const std::deque<double>& history, double z) const;
+  void push(std::deque<double>& history, double value) const;
   config::GuardConfig config_;
   std::deque<double> losses_, grad_norms_;
+  std::map<int, std::deque<double>> bucket_losses_;  // per_bucket only
+  int cliff_run_ = 0;   // consecutive steps above the cliff threshold
+  int rollbacks_ = 0;   // done in this run (checkpointed)
 };
 
 }  // namespace dflow::train

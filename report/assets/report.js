@@ -87,7 +87,7 @@
       ['loss', fmt(num(L.loss), 4), L.acc && L.acc.length ? 'acc@1 ' + fmt(num(L.acc[0]), 3) : ''],
       ['tokens/s', si(S.tps[S.tps.length - 1]), 'padding efficiency ' + pct(num(L.pe))],
       ['elapsed', duration(num(L.t)), 'ETA ' + duration(num(L.eta))],
-      ['guard', String(count('guard')), 'steps skipped or halted'],
+      ['guard', String(count('guard')), 'steps skipped, quarantined, rolled back or halted'],
       ['checkpoints', String(ckpt.length), ckpt.length ? 'last at step ' + Math.max.apply(null, ckpt) : 'none yet'],
       ['alarms', String(count('alarm')), 'draining edges and others']];
     el.innerHTML = cards.map(function (c) {
@@ -135,7 +135,7 @@
   }
 
   function eventsLegend(id) {
-    var names = { checkpoint: 'checkpoint', guard: 'guard skipped/halted', alarm: 'alarm', other: 'other event' };
+    var names = { checkpoint: 'checkpoint', guard: 'guard skipped/quarantined/rolled back/halted', alarm: 'alarm', other: 'other event' };
     var colors = { checkpoint: '#7d8597', guard: '#d6453d', alarm: '#e08a1e', other: '#8e5bd0' };
     var counts = {};
     D.events.forEach(function (e) { var k = EVENT_KINDS.indexOf(e.kind) >= 0 ? e.kind : 'other'; counts[k] = (counts[k] || 0) + 1; });

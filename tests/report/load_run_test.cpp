@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "fixture.hpp"
+#include "report/page_data.hpp"
 #include "report/pipeline_model.hpp"
 #include "report/run_data.hpp"
 
@@ -116,4 +117,26 @@ TEST_CASE("Report.LoadRun.BlankLinesAreSkippedAndNumberedRight") {
   CHECK(run.steps.size() == 1);
   REQUIRE(run.warnings.size() == 1);
   CHECK(run.warnings[0].find("metrics.jsonl:3:") != std::string::npos);
+}
+
+TEST_CASE("Report.GuardMark.RollbackAndQuarantineEventsSayWhatTheyDid") {
+  nlohmann::json rollback = {{"kind", "step"},
+                             {"global_step", 28},
+                             {"guard",
+                              {{"action", "rolled_back"},
+                               {"kind", "cliff"},
+                               {"reason", "loss 9 > cliff threshold 5 for 3 steps in a row"},
+                               {"from_step", 28},
+                               {"to_step", 20},
+                               {"excluded_sample_ids", {1, 2, 3}}}}};
+  auto mark = dflow::report::guard_mark(rollback);
+  REQUIRE_FALSE(mark.is_null());
+  const std::string label = mark["label"];
+  CHECK(label.find("guard rolled_back: loss 9 > cliff threshold 5") == 0);
+  CHECK(label.find("back to the state after step 20, 3 samples excluded") != std::string::npos);
+  nlohmann::json quarantine = {{"kind", "step"},
+                               {"global_step", 7},
+                               {"guard", {{"action", "quarantined"}, {"quarantined_sample_ids", {4, 5}}}}};
+  CHECK(dflow::report::guard_mark(quarantine)["label"].get<std::string>().find("2 samples quarantined") !=
+        std::string::npos);
 }

@@ -217,3 +217,32 @@ TEST_CASE("Cli.Eval.export_and_regenerate_round_trip") {
   INFO(trained.output);
   CHECK(trained.exit_code == 0);
 }
+
+TEST_CASE("Cli.Replay.recomputes_chosen_samples_against_a_checkpoint") {
+  auto dir = fresh_dir("replay");
+  auto config = write_config(dir, {"run.max_steps=2"}, "");
+  REQUIRE(run_dflow("train " + config.string()).exit_code == 0);
+  auto ckpt = (dir / "checkpoints" / "step-2").string();
+  auto table = run_dflow("replay " + ckpt + " --samples 3,17");
+  INFO(table.output);
+  CHECK(table.exit_code == 0);
+  CHECK(table.output.find("sample 3") != std::string::npos);
+  CHECK(table.output.find("sample 17") != std::string::npos);
+  CHECK(table.output.find("together") != std::string::npos);
+
+  auto json = run_dflow("replay " + dir.string() + " --samples 3,17 --json --log-level error");
+  INFO(json.output);
+  REQUIRE(json.exit_code == 0);
+  auto report = nlohmann::json::parse(json.output.substr(json.output.find('{')));
+  CHECK(report["global_step"] == 2);
+  REQUIRE(report["rows"].size() == 3);
+  for (const auto& row : report["rows"]) {
+    CHECK(row["loss"].get<double>() > 0);
+    CHECK(row["grad_norm"].get<double>() > 0);
+    CHECK(std::isfinite(row["grad_norm"].get<double>()));
+  }
+  CHECK(report["rows"][2]["sample_ids"] == nlohmann::json::array({3, 17}));
+  auto unknown = run_dflow("replay " + ckpt + " --samples 3,99999,123456");
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.output.find("unknown sample id(s) 99999, 123456") != std::string::npos);
+}

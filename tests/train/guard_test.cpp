@@ -16,6 +16,7 @@ dflow::config::GuardConfig guard_config(const std::string& policy) {
   c.warmup_steps = 8;
   return c;
 }
+dflow::train::GuardSignal signal(double loss) { return dflow::train::GuardSignal{loss, 1.0, false, {}}; }
 void feed(StabilityGuard& g, int steps) {
   for (int i = 0; i < steps; ++i) g.record_applied(2.0 + 0.01 * (i % 5), 1.0 + 0.02 * (i % 3));
 }
@@ -65,4 +66,64 @@ TEST_CASE("Guard.Skip.ordinary_wobble_of_a_tight_baseline_is_applied") {
   CHECK(g.check(3.0, 1.39).apply);
   CHECK(g.check(3.2, 1.30).apply);
   CHECK_FALSE(g.check(3.0, 5.0).apply);
+}
+
+TEST_CASE("Guard.Quarantine.skips_and_asks_for_the_samples_to_be_recorded") {
+  StabilityGuard g(guard_config("quarantine"));
+  feed(g, 20);
+  auto spike = g.check(50.0, 1.0);
+  CHECK_FALSE(spike.apply);
+  CHECK(spike.quarantine);
+  CHECK(spike.action == "quarantined");
+  CHECK(g.check(2.01, 1.0).apply);
+}
+
+TEST_CASE("Guard.Rollback.a_cliff_is_cliff_steps_high_losses_in_a_row") {
+  auto config = guard_config("rollback");
+  config.cliff_steps = 3;
+  config.cliff_z_threshold = 3;
+  config.max_rollbacks = 1;
+  StabilityGuard g(config);
+  feed(g, 20);
+  const auto saved = g.state();
+  // 3.0 is above the cliff threshold (about 2.6) but below the spike threshold (about 3.2): applied.
+  auto first = g.decide(signal(3.0));
+  CHECK(first.apply);
+  CHECK(first.above_cliff);
+  CHECK(g.decide(signal(2.0)).apply);  // back to normal: the count starts over
+  CHECK(g.cliff_run() == 0);
+  CHECK(g.decide(signal(3.0)).apply);
+  CHECK(g.decide(signal(50.0)).action == "skipped");  // a spike is skipped, and counts
+  auto cliff = g.decide(signal(3.0));
+  CHECK(cliff.kind == "cliff");
+  CHECK(cliff.rollback);
+  CHECK(cliff.action == "rolled_back");
+  CHECK(cliff.reason().find("> cliff threshold") != std::string::npos);
+  g.restore_after_rollback(saved, g.rollbacks() + 1);
+  CHECK(g.rollbacks() == 1);
+  CHECK(g.cliff_run() == 0);
+  for (int i = 0; i < 2; ++i) g.decide(signal(3.0));
+  auto last = g.decide(signal(3.0));  // rollbacks are used up: halt
+  CHECK(last.halt);
+  CHECK(last.action == "halted");
+}
+
+TEST_CASE("Guard.PerBucket.a_bucket_spike_hidden_in_the_step_mean_is_caught") {
+  auto config = guard_config("skip");
+  config.per_bucket = true;
+  StabilityGuard g(config), plain(guard_config("skip"));
+  for (int i = 0; i < 20; ++i) {
+    dflow::train::GuardSignal s{2.0 + 0.01 * (i % 5), 1.0, false, {{64, 1.0 + 0.01 * (i % 5)}, {128, 3.0}}};
+    g.record_applied(s);
+    plain.record_applied(s);
+  }
+  // The 64 bucket doubles; the step's loss barely moves.
+  dflow::train::GuardSignal step{2.3, 1.0, false, {{64, 2.0}, {128, 3.0}}};
+  auto v = g.decide(step);
+  CHECK_FALSE(v.apply);
+  CHECK(v.metric == "loss@64");
+  CHECK(plain.decide(step).apply);
+  dflow::train::StabilityGuard restored(config);
+  restored.restore(g.state());
+  CHECK(restored.decide(step).metric == "loss@64");
 }
