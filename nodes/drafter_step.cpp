@@ -34,6 +34,9 @@ class DrafterStep final : public graph::FunctionBody {
     const auto& batch = features.batch;
     const auto& position = batch.position;
     inject_node_faults(state_, name_, position.global_step);
+    MicroStats stats;
+    stats.position = position;
+    if (batch.plan.rows() == 0) return stats;  // this rank's empty share of a short step: adds zeros
 
     model::AnchorSamplingOptions anchor_options;
     anchor_options.anchors_per_sequence = state_.config.train.anchors_per_sequence;
@@ -58,8 +61,6 @@ class DrafterStep final : public graph::FunctionBody {
     }
     if (result.weight_sum > 0) weighted_ce.backward();
 
-    MicroStats stats;
-    stats.position = position;
     auto& s = stats.sums;
     s.weighted_ce_sum = weighted_ce_sum;
     s.weight_sum = result.weight_sum;

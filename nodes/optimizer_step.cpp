@@ -42,7 +42,10 @@ class OptimizerStep final : public graph::FunctionBody {
     optimizer.zero_grad();
     if (guard.halt) {
       // The state is still that after the previous step: save it, then stop.
-      auto dir = train::write_checkpoint(state_.checkpoints_dir, state_.snapshot(), state_.config.checkpoint.keep);
+      // Every rank decides alike (the sums are global); rank 0 writes.
+      const auto& dir = state_.checkpoints_dir / ("step-" + std::to_string(state_.completed_steps));
+      if (state_.options.rank == 0)
+        train::write_checkpoint(state_.checkpoints_dir, state_.snapshot(), state_.config.checkpoint.keep);
       throw std::runtime_error("guard policy 'halt': " + guard.reason() + " at step " +
                                std::to_string(step.position.global_step + 1) + "; the state before it is saved in " +
                                dir.string());
