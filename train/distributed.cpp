@@ -93,7 +93,7 @@ void Distributed::heartbeat_loop() {
     try {
       hb_store_->add(key("heartbeat", env_.rank), 1);
     } catch (const std::exception&) {
-      // The store is gone (rank 0 ended or died); a collective will say so.
+      return;  // the store is gone (rank 0 ended or died); a collective will say so
     }
     lock.lock();
     heartbeat_cv_.wait_for(lock, kHeartbeatInterval, [this] { return stopping_; });
@@ -172,7 +172,7 @@ void Distributed::allreduce_gradients(const std::vector<torch::Tensor>& paramete
   // one that only some ranks have counts as zeros on the others.
   std::vector<double> defined(parameters.size(), 0.0);
   for (size_t i = 0; i < parameters.size(); ++i) defined[i] = parameters[i].grad().defined() ? 1.0 : 0.0;
-  allreduce_sum(defined, what + ", which gradients exist");
+  allreduce_sum(defined, what);
   // Buckets of consecutive parameters (same dtype and device), flattened.
   std::vector<std::vector<torch::Tensor>> buckets;
   int64_t bucket_bytes = 0;
