@@ -50,29 +50,39 @@ Distributed::Distributed(const LaunchEnv& env, const DistributedOptions& options
   store_ = c10::make_intrusive<c10d::PrefixStore>(attempt, tcp);
   hb_store_ = c10::make_intrusive<c10d::PrefixStore>(attempt, hb_store_);
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
-
-  const std::string host = is_loopback(env_.master_addr) ? "127.0.0.1" : "";
-  auto gloo = [&](const std::string& name) {
-    return make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>(name + "/", store_), env_.rank, env_.world_size,
-                             options_.timeout, host);
-  };
-  const bool on_cuda = options_.device.is_cuda();
-  backend_name_ = options_.backend == "auto" ? (on_cuda ? "nccl" : "gloo") : options_.backend;
-  if (backend_name_ == "nccl" && !on_cuda)
-    throw std::runtime_error("distributed.backend is nccl but devices.drafter is " + options_.device.str() +
-                             ": NCCL reduces GPU tensors; use gloo (or auto) for a CPU drafter");
   try {
-    host_ = gloo("host");
-    control_ = gloo("control");
-    gradients_ = backend_name_ == "nccl" ? make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("gradients/", store_),
-                                                             env_.rank, env_.world_size, options_.timeout)
-                                         : host_;
-  } catch (const std::exception& e) {
-    fail("connecting the " + backend_name_ + " process groups", message_of(e));
+    const std::string host = is_loopback(env_.master_addr) ? "127.0.0.1" : "";
+    auto gloo = [&](const std::string& name) {
+      return make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>(name + "/", store_), env_.rank, env_.world_size,
+                               options_.timeout, host);
+    };
+    const bool on_cuda = options_.device.is_cuda();
+    backend_name_ = options_.backend == "auto" ? (on_cuda ? "nccl" : "gloo") : options_.backend;
+    if (backend_name_ == "nccl" && !on_cuda)
+      throw std::runtime_error("distributed.backend is nccl but devices.drafter is " + options_.device.str() +
+                               ": NCCL reduces GPU tensors; use gloo (or auto) for a CPU drafter");
+    try {
+      host_ = gloo("host");
+      control_ = gloo("control");
+      gradients_ = backend_name_ == "nccl" ? make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("gradients/", store_),
+                                                               env_.rank, env_.world_size, options_.timeout)
+                                           : host_;
+    } catch (const std::exception& e) {
+      fail("connecting the " + backend_name_ + " process groups", message_of(e));
+    }
+    log::info("dist", log::str("rank ", env_.rank, " of ", env_.world_size, " (local rank ", env_.local_rank, ") joined ",
+                               where, "; gradients over ", backend_name_, ", timeout ", options_.timeout.count() / 1000,
+                               " s"));
+  } catch (...) {
+    // A constructor that throws runs no destructor: stop the thread here.
+    {
+      std::lock_guard lock(heartbeat_mutex_);
+      stopping_ = true;
+    }
+    heartbeat_cv_.notify_all();
+    heartbeat_.join();
+    throw;
   }
-  log::info("dist", log::str("rank ", env_.rank, " of ", env_.world_size, " (local rank ", env_.local_rank, ") joined ",
-                             where, "; gradients over ", backend_name_, ", timeout ", options_.timeout.count() / 1000,
-                             " s"));
 }
 
 Distributed::~Distributed() {
