@@ -98,6 +98,15 @@ struct DevicesConfig {
   std::string drafter = "cpu";
 };
 
+// Data parallel over c10d (several processes, each with its own graph). Read
+// only when the launcher environment (RANK, WORLD_SIZE, ...) says there are
+// several ranks; a single process ignores it.
+struct DistributedConfig {
+  std::string backend = "auto";  // auto (nccl when the drafter is on CUDA, else gloo) | gloo | nccl
+  double timeout_s = 300;        // any collective or rendezvous waiting longer fails, naming the lost rank
+  double bucket_mb = 25;         // gradients are all-reduced in flat buckets of about this size
+};
+
 // Fault injection for tests and drills; empty (off) by default.
 struct FaultDecl {
   std::string kind;      // exception | nan_loss | spike | delay | corrupt_weights
@@ -117,6 +126,7 @@ struct Config {
   CheckpointConfig checkpoint;
   MetricsConfig metrics;
   DevicesConfig devices;
+  DistributedConfig distributed;
   std::vector<FaultDecl> faults;
   PipelineConfig pipeline;
   std::string source;  // the file it came from, or "<default>"

@@ -102,6 +102,9 @@ std::string to_yaml(const Config& c) {
   out << YAML::Key << "devices" << YAML::Value << YAML::BeginMap;
   flow_list(out, "target", c.devices.target);
   out << YAML::Key << "drafter" << YAML::Value << c.devices.drafter << YAML::EndMap;
+  out << YAML::Key << "distributed" << YAML::Value << YAML::BeginMap << YAML::Key << "backend" << YAML::Value
+      << c.distributed.backend << YAML::Key << "timeout_s" << YAML::Value << num(c.distributed.timeout_s) << YAML::Key
+      << "bucket_mb" << YAML::Value << num(c.distributed.bucket_mb) << YAML::EndMap;
   if (!c.faults.empty()) {
     out << YAML::Key << "faults" << YAML::Value << YAML::BeginSeq;
     for (const auto& f : c.faults)

@@ -160,6 +160,16 @@ DevicesConfig read_devices(YamlSection s) {
   return c;
 }
 
+DistributedConfig read_distributed(YamlSection s) {
+  DistributedConfig c;
+  s.read("backend", c.backend).read("timeout_s", c.timeout_s).read("bucket_mb", c.bucket_mb);
+  s.finish();
+  require_one_of(s, "backend", c.backend, {"auto", "gloo", "nccl"});
+  s.require(c.timeout_s >= 1, "timeout_s", "must be >= 1 second (a lost rank is noticed within it)");
+  s.require(c.bucket_mb > 0 && c.bucket_mb <= 4096, "bucket_mb", "must lie in (0, 4096]");
+  return c;
+}
+
 std::vector<FaultDecl> read_faults(YamlSection& root) {
   std::vector<FaultDecl> out;
   YAML::Node list = root.raw("faults");
@@ -203,6 +213,7 @@ Config read_config(YamlSection root) {
   c.checkpoint = read_checkpoint(root.section("checkpoint"));
   c.metrics = read_metrics(root.section("metrics"));
   c.devices = read_devices(root.section("devices"));
+  c.distributed = read_distributed(root.section("distributed"));
   c.faults = read_faults(root);
   c.pipeline = root.has("pipeline") ? parse_pipeline(root.section("pipeline")) : default_pipeline();
   root.finish();

@@ -1,10 +1,13 @@
 // accumulate: sums a step's micro-batch statistics. Until the step's last
 // micro-batch it hands the model token straight back to drafter_step; with
 // the last one it passes the whole step (and the token) to optimizer_step.
-// With several processes this is where gradients are all-reduced.
+// With several processes this is where gradients and the step's sums are
+// all-reduced (nodes/step_allreduce.cpp), so that optimizer_step sees the
+// whole global batch on every rank.
 #include "nodes/messages.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
+#include "nodes/step_allreduce.hpp"
 
 namespace dflow::nodes {
 
@@ -34,6 +37,8 @@ namespace {
 
 class Accumulate final : public graph::FunctionBody {
  public:
+  explicit Accumulate(RunState& state) : state_(state) {}
+
   void process(graph::Inputs& in, graph::Emitter& out) override {
     auto message = in[0];
     auto& micro = graph::payload<MicroStats>(message);
@@ -44,6 +49,7 @@ class Accumulate final : public graph::FunctionBody {
     current_.sums.add(micro.sums);
     current_.position = micro.position;
     if (micro.position.last_micro()) {
+      if (state_.options.dist) allreduce_step(state_, current_);
       out.emit("step", graph::make_message(message.seq, 0, std::move(current_)));
       current_ = {};
     } else {
@@ -52,6 +58,7 @@ class Accumulate final : public graph::FunctionBody {
   }
 
  private:
+  RunState& state_;
   StepStats current_;
 };
 
@@ -63,7 +70,9 @@ void register_accumulate(graph::NodeRegistry& registry) {
   spec.description = "sums a step's micro-batches; returns the token until the step is complete";
   spec.inputs = {{"in", "MicroStats"}};
   spec.outputs = {{"token", "ModelToken"}, {"step", "StepStats"}};
-  spec.make = [](graph::NodeContext&) -> std::unique_ptr<graph::NodeBody> { return std::make_unique<Accumulate>(); };
+  spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
+    return std::make_unique<Accumulate>(run_state(context));
+  };
   registry.add(std::move(spec));
 }
 

@@ -2,6 +2,7 @@
 // token. Writing happens here, off the training path: training continues
 // while the files are written, and a snapshot is immutable, so a slow disk
 // can delay checkpoints (the edge backs up) but never change training.
+// With several ranks, rank 0 writes and all ranks agree that it succeeded.
 #include "config/log.hpp"
 #include "report/live_server.hpp"
 #include "nodes/messages.hpp"
@@ -18,10 +19,27 @@ class CheckpointAsync final : public graph::FunctionBody {
 
   void process(graph::Inputs& in, graph::Emitter&) override {
     auto& snapshot = in.get<Snapshot>(0);
-    if (state_.options.rank != 0) return;
     const int64_t step = snapshot.state.global_step;
-    auto dir = train::write_checkpoint(state_.checkpoints_dir, snapshot.state, state_.config.checkpoint.keep,
-                                       [&] { inject_node_faults(state_, name_, step - 1); });  // after step index step-1
+    fs::path dir;
+    std::string failure;
+    if (state_.options.rank == 0) {
+      try {
+        dir = train::write_checkpoint(state_.checkpoints_dir, snapshot.state, state_.config.checkpoint.keep,
+                                      [&] { inject_node_faults(state_, name_, step - 1); });  // after step index step-1
+      } catch (const std::exception& e) {
+        failure = e.what();
+        if (!state_.options.dist) throw;
+      }
+    }
+    if (state_.options.dist) {
+      // Rank 0 writes; every rank learns whether it succeeded, so that no
+      // rank trains on past a checkpoint the run does not have.
+      const bool saved = state_.options.dist->all_agree(failure.empty(), "agreement on checkpoint step-" + std::to_string(step));
+      if (!saved)
+        throw std::runtime_error("checkpoint step-" + std::to_string(step) + " was not saved: " +
+                                 (failure.empty() ? "rank 0 reported a failed write" : failure));
+      if (state_.options.rank != 0) return;
+    }
     state_.checkpoints_written++;
     if (state_.options.live) state_.options.live->publish({{"kind", "checkpoint"}, {"global_step", step}, {"path", dir.string()}});
     std::lock_guard lock(state_.summary_mutex);

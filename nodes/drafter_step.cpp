@@ -65,7 +65,9 @@ class DrafterStep final : public graph::FunctionBody {
     s.bucket_ce_sum.assign(state_.config.data.buckets.size(), 0.0);
     s.bucket_weight_sum.assign(state_.config.data.buckets.size(), 0.0);
     s.bucket_real_tokens.assign(state_.config.data.buckets.size(), 0);
-    if (batch.plan.rows() == 0) return stats;  // every row quarantined: no loss, no gradient
+    // Every row quarantined, or this rank's empty share of a short last step:
+    // no loss and no gradient; the step's sums get zeros from this micro-batch.
+    if (batch.plan.rows() == 0) return stats;
 
     model::AnchorSamplingOptions anchor_options;
     anchor_options.anchors_per_sequence = state_.config.train.anchors_per_sequence;

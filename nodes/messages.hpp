@@ -82,9 +82,12 @@ struct MicroStats {
 };
 
 // "StepStats": every micro-batch of one optimizer step, ready for the update.
+// With several ranks the sums are already all-reduced (the global batch).
 struct StepStats {
   StepPosition position;
   LossSums sums;
+  std::vector<double> rank_busy_s;  // per rank: its previous all-reduce to this one (empty with one rank)
+  double allreduce_s = 0;           // this rank's time in the step's all-reduces
 };
 
 // "StepRecord": exactly one optimizer step (invariant 4).

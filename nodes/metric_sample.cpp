@@ -31,6 +31,7 @@ class MetricSample final : public graph::FunctionBody {
       jsonl_ = jsonl_ || sink == "jsonl";
       console_ = console_ || sink == "console";
     }
+    console_ = console_ && state.options.rank == 0;  // records are global: one console is enough
   }
 
   void process(graph::Inputs& in, graph::Emitter&) override {

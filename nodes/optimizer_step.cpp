@@ -135,7 +135,10 @@ class OptimizerStep final : public graph::FunctionBody {
     // Policy halt: the state is still that after the previous step. Rollbacks
     // used up: the last good snapshot is what gets saved.
     if (rollback_ && good_) good_->restore_into(state_, /*count_as_rollback=*/false);
-    auto dir = train::write_checkpoint(state_.checkpoints_dir, state_.snapshot(), state_.config.checkpoint.keep);
+    // Every rank decides alike (the step's sums are global); rank 0 writes.
+    fs::path dir = state_.checkpoints_dir / ("step-" + std::to_string(state_.completed_steps));
+    if (state_.options.rank == 0)
+      dir = train::write_checkpoint(state_.checkpoints_dir, state_.snapshot(), state_.config.checkpoint.keep);
     const std::string why = guard.kind == "cliff" ? " after " + std::to_string(state_.guard.rollbacks()) +
                                                         " rollback(s) (guard.max_rollbacks)"
                                                   : "";

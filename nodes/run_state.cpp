@@ -6,13 +6,6 @@ namespace dflow::nodes {
 
 namespace {
 
-torch::Device parse_device(const std::string& text) {
-  torch::Device device(text);
-  if (device.is_cuda() && !torch::cuda::is_available())
-    throw std::runtime_error("device '" + text + "' is configured but CUDA is not available on this machine");
-  return device;
-}
-
 torch::Dtype parse_dtype(const std::string& text) { return text == "bfloat16" ? torch::kBFloat16 : torch::kFloat32; }
 
 // The declared pad_bucket node decides how batches are formed.
@@ -47,7 +40,7 @@ RunState::RunState(config::Config cfg, RunOptions opts)
                                existing.back().filename().string() +
                                "): continue it with --resume latest, start over with --overwrite (deletes them), "
                                "or choose another run.out_dir");
-    fs::remove_all(checkpoints_dir);
+    if (options.rank == 0) fs::remove_all(checkpoints_dir);
   }
   if (resumed_from.empty() && options.rank == 0) fs::remove(quarantine_path);  // a fresh run starts clean
   fs::create_directories(out_dir);
@@ -57,6 +50,16 @@ RunState::RunState(config::Config cfg, RunOptions opts)
     metrics_jsonl.open(out_dir / "metrics.jsonl", mode);
     if (!metrics_jsonl) throw std::runtime_error("cannot write " + (out_dir / "metrics.jsonl").string());
   }
+}
+
+torch::Device RunState::parse_device(const std::string& text) const {
+  torch::Device device(text);
+  if (device.is_cuda() && !torch::cuda::is_available())
+    throw std::runtime_error("device '" + text + "' is configured but CUDA is not available on this machine");
+  // Several ranks on one machine: a bare "cuda" is this rank's own GPU.
+  if (device.is_cuda() && !device.has_index() && options.world_size > 1)
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(options.local_rank));
+  return device;
 }
 
 void RunState::load_models() {
@@ -138,6 +141,7 @@ train::CheckpointState RunState::snapshot() const {
   torch::NoGradGuard no_grad;
   train::CheckpointState s;
   s.global_step = completed_steps;
+  if (options.rank != 0) return s;
   s.config_yaml = config_yaml;
   for (const auto& [name, t] : drafter_parameters()) s.drafter_tensors.emplace_back(name, t.detach().to(torch::kCPU).clone());
   s.drafter_config = model::drafter_config_json(drafter->spec(), drafter_parameters().front().second.scalar_type());
@@ -163,9 +167,17 @@ void RunState::restore(const std::string& which) {
     throw std::runtime_error("checkpoint " + dir.string() + " was written with an incompatible config:" + list);
   }
   int saved_world = ckpt.run_state.value("world_size", 1);
-  if (saved_world != options.world_size)
-    throw std::runtime_error("checkpoint " + dir.string() + " was written by " + std::to_string(saved_world) +
-                             " ranks, this run has " + std::to_string(options.world_size));
+  if (saved_world != options.world_size) {
+    // The plan splits each step into world_size x grad_accum batches: another
+    // world size would regroup the batches and continue a different run.
+    const int64_t accum = config.train.grad_accum;
+    throw std::runtime_error("checkpoint " + dir.string() + " was written with world_size " +
+                             std::to_string(saved_world) + ", this run has world_size " +
+                             std::to_string(options.world_size) + " (WORLD_SIZE): batches per step would change from " +
+                             std::to_string(saved_world * accum) + " to " + std::to_string(options.world_size * accum) +
+                             " (world_size x train.grad_accum " + std::to_string(accum) + "); resume with " +
+                             std::to_string(saved_world) + " rank(s)");
+  }
   torch::NoGradGuard no_grad;
   for (auto& [name, param] : drafter_parameters()) {
     auto it = ckpt.drafter_tensors.find(name);

@@ -25,6 +25,7 @@
 #include "model/target.hpp"
 #include "train/adamw.hpp"
 #include "train/checkpoint.hpp"
+#include "train/distributed.hpp"
 #include "train/guard.hpp"
 #include "train/schedule.hpp"
 
@@ -47,6 +48,8 @@ struct RunOptions {
   bool overwrite = false;  // a fresh run may delete the out_dir's checkpoints
   int rank = 0;
   int world_size = 1;
+  int local_rank = 0;                   // "cuda" devices mean cuda:local_rank with several ranks
+  train::Distributed* dist = nullptr;   // several ranks: the process groups (null with one)
 };
 
 class RunState {
@@ -98,6 +101,7 @@ class RunState {
   // Sinks and run-wide clocks.
   std::chrono::steady_clock::time_point started_at = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_step_end{};  // optimizer_step only (holds the token)
+  std::chrono::steady_clock::time_point last_allreduce_end{};  // accumulate only (holds the token)
   std::ofstream metrics_jsonl;
   report::DrainDetector drain;  // metric_sample only
   // Set by the source when the plan has no batch left for this invocation:
@@ -113,11 +117,13 @@ class RunState {
   // Named parameters of the drafter (HF names), the optimizer's order.
   std::vector<std::pair<std::string, torch::Tensor>> drafter_parameters() const;
   // CPU copies of everything a checkpoint holds, taken under the model token.
+  // Ranks other than 0 never write one: theirs carries only the step.
   train::CheckpointState snapshot() const;
   // Fault injection: the fault of `kind` for `node` (or any node) at `step`, if declared.
   const config::FaultDecl* fault(const std::string& kind, const std::string& node, int64_t step) const;
 
  private:
+  torch::Device parse_device(const std::string& text) const;
   void load_models();
   void plan_run();
   void restore(const std::string& which);

@@ -1,5 +1,6 @@
 #include "nodes/step_record.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -92,6 +93,14 @@ nlohmann::json make_step_record(RunState& state, const StepStats& step, double l
                {"elapsed_s", elapsed_s},
                {"tokens_per_s", step_s > 0 ? s.real_tokens / step_s : 0.0},
                {"eta_s", eta_s}};
+  if (!step.rank_busy_s.empty()) {
+    // Each rank's time from its previous all-reduce to this one (its own
+    // work); the slowest sets the pace, the others wait in the all-reduce.
+    auto slowest = std::max_element(step.rank_busy_s.begin(), step.rank_busy_s.end()) - step.rank_busy_s.begin();
+    r["time"]["rank_step_s"] = step.rank_busy_s;
+    r["time"]["slowest_rank"] = slowest;
+    r["time"]["allreduce_s"] = step.allreduce_s;
+  }
   return r;
 }
 

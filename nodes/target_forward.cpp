@@ -21,6 +21,7 @@ class TargetForward final : public graph::FunctionBody {
     torch::Tensor features;  // [B, S, n*H]
     with_batch_context(batch.plan, batch.position, [&] {
       inject_node_faults(state_, name_, batch.position.global_step);
+      if (batch.plan.rows() == 0) return;  // a rank's empty share of a short step: nothing to compute
       torch::NoGradGuard no_grad;
       const bool non_blocking = target_.device().is_cuda();
       if (batch.input_ids.size(0) == 0) {  // every row quarantined: nothing to run

@@ -29,8 +29,28 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   log::info("train", log::str("run '", config.run.name, "': ", state.steps_per_epoch, " steps per epoch, ",
                               config.train.epochs, " epochs, ", state.total_steps, " steps in all; this invocation runs steps ",
                               state.completed_steps + 1, "..", state.stop_step, " on ", config.run.threads,
-                              " graph threads"));
-  if (state.completed_steps < state.stop_step) pipeline->run();
+                              " graph threads",
+                              options.dist ? log::str(" (rank ", options.rank, " of ", options.world_size, ")") : ""));
+  if (options.dist) {
+    // Each rank built its own graph; they must agree on what they compute.
+    auto& dist = *options.dist;
+    dist.require_same(std::hash<std::string>{}(state.config_yaml), "the resolved config");
+    dist.require_same(state.plan(state.cursor.epoch).data_fingerprint(), "the dataset (fingerprint)");
+    dist.require_same(static_cast<uint64_t>(state.completed_steps), "the step resumed from");
+    std::vector<torch::Tensor> parameters;
+    for (const auto& [name, t] : state.drafter_parameters()) parameters.push_back(t);
+    dist.broadcast(parameters, "broadcast of rank 0's parameters");
+  }
+  try {
+    if (state.completed_steps < state.stop_step) pipeline->run();
+    if (options.dist) {
+      options.dist->mark_done();
+      options.dist->barrier("the end-of-run barrier");
+    }
+  } catch (const std::exception& e) {
+    if (options.dist) options.dist->mark_failed(e.what());
+    throw;
+  }
 
   TrainResult result;
   result.completed_steps = state.completed_steps;

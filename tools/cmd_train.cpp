@@ -4,13 +4,38 @@
 #include <iostream>
 
 #include "config/config.hpp"
+#include "config/errors.hpp"
 #include "config/log.hpp"
 #include "nodes/trainer.hpp"
 #include "report/live_server.hpp"
 #include "tools/cli.hpp"
 #include "train/demo.hpp"
+#include "train/distributed.hpp"
 
 namespace dflow::cli {
+
+namespace {
+
+std::optional<train::LaunchEnv> read_launch_env_or_usage_error() {
+  try {
+    return train::read_launch_env();
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("launcher environment: ") + e.what());
+  }
+}
+
+train::DistributedOptions distributed_options(const config::Config& config, int local_rank) {
+  train::DistributedOptions o;
+  o.backend = config.distributed.backend;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
+  o.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * (1 << 20));
+  torch::Device device(config.devices.drafter);
+  if (device.is_cuda() && !device.has_index()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  o.device = device;
+  return o;
+}
+
+}  // namespace
 
 void add_train_command(CLI::App& app, Common& common, Action& action) {
   auto* sub = app.add_subcommand("train", "train a drafter with the graph the config declares (the demo when no CONFIG)");
@@ -31,6 +56,19 @@ void add_train_command(CLI::App& app, Common& common, Action& action) {
       nodes::RunOptions options;
       options.resume = resume;
       options.overwrite = overwrite;
+      // Several ranks (torchrun, `dflow launch`): join the process group first.
+      std::unique_ptr<train::Distributed> dist;
+      if (auto env = read_launch_env_or_usage_error()) {
+        options.rank = env->rank;
+        options.world_size = env->world_size;
+        options.local_rank = env->local_rank;
+        if (env->world_size > 1) {
+          if (file.empty())
+            throw ConfigError("a run over several ranks needs a CONFIG file (the demo's assets are made by one process)");
+          dist = std::make_unique<train::Distributed>(*env, distributed_options(config, env->local_rank));
+          options.dist = dist.get();
+        }
+      }
       std::unique_ptr<report::LiveServer> live;
       if (!serve.empty()) {
         auto live_options = report::parse_serve_address(serve);
@@ -41,7 +79,7 @@ void add_train_command(CLI::App& app, Common& common, Action& action) {
         options.live = live.get();
       }
       auto result = nodes::run_training(config, options);
-      std::cout << nodes::summarize(result) << std::endl;
+      if (options.rank == 0) std::cout << nodes::summarize(result) << std::endl;
       return 0;
     };
   });

@@ -1,0 +1,233 @@
+// Data parallel as a user runs it: 2 ranks over Gloo on loopback, launched by
+// `dflow launch`, by torchrun, and by hand (to kill one). Each rank uses one
+// graph thread and one torch thread; every wait has a hard limit.
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "../nodes/train_fixture.hpp"
+#include "train/checkpoint.hpp"
+
+using namespace dflow;
+using testing::fresh_dir;
+namespace fs = std::filesystem;
+
+namespace {
+
+// 1-rank and 2-rank step losses agree to this relative tolerance: the same
+// sums, added in another order (float32 gradients over 2 partial sums).
+constexpr double kLossTolerance = 1e-4;
+constexpr int kSteps = 6;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs a shell command line (stdout and stderr together), killed after `limit_s`.
+Outcome run(const std::string& command, int limit_s = 120) {
+  Outcome o;
+  std::string line = "timeout -s KILL " + std::to_string(limit_s) + " " + command + " 2>&1";
+  FILE* pipe = ::popen(line.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) o.output.append(buffer, n);
+  int status = ::pclose(pipe);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+std::string dflow_bin() { return DFLOW_BINARY; }
+
+// A small 1-thread run in `dir` (2 ranks share this machine's 2 cores).
+fs::path write_config(const fs::path& dir, std::vector<std::string> overrides, const std::string& extra_yaml = "") {
+  overrides.insert(overrides.begin(), {"run.threads=1", "run.torch_threads=1", "train.epochs=1",
+                                       "run.max_steps=" + std::to_string(kSteps), "distributed.timeout_s=20",
+                                       "checkpoint.every_steps=3"});
+  auto path = dir / "run.yaml";
+  std::ofstream(path) << config::to_yaml(testing::small_run_config(dir, overrides)) << extra_yaml;
+  return path;
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Every field of two step records except wall-clock and telemetry; losses,
+// grad norms and accuracies within the tolerance, the rest exactly.
+void check_same_steps(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b, double tolerance) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("step " << i + 1);
+    auto x = a[i], y = b[i];
+    for (const char* key : {"loss", "grad_norm"}) {
+      const double u = x[key].get<double>(), v = y[key].get<double>();
+      CHECK(std::abs(u - v) <= tolerance * std::max(1.0, std::abs(u)));
+      x.erase(key), y.erase(key);
+    }
+    CHECK(std::abs(x["loss_weight"].get<double>() - y["loss_weight"].get<double>()) <= 1e-9 * x["loss_weight"].get<double>());
+    x.erase("loss_weight"), y.erase("loss_weight");
+    auto ax = x["accuracy_per_position"], ay = y["accuracy_per_position"];
+    REQUIRE(ax.size() == ay.size());
+    for (size_t k = 0; k < ax.size(); ++k) CHECK(std::abs(ax[k].get<double>() - ay[k].get<double>()) <= 1e-9);
+    x.erase("accuracy_per_position"), y.erase("accuracy_per_position");
+    CHECK(x.dump() == y.dump());
+  }
+}
+
+// The uninterrupted 2-rank run the tests compare with (made once).
+const fs::path& two_rank_run() {
+  static const fs::path dir = [] {
+    auto d = fresh_dir("dist-2rank");
+    auto o = run(dflow_bin() + " launch -n 2 " + write_config(d, {"train.grad_accum=1"}).string());
+    INFO(o.output);
+    REQUIRE(o.exit_code == 0);
+    return d;
+  }();
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("Dist.Launch.two_ranks_give_the_one_rank_losses_of_the_same_global_batch") {
+  // One rank with grad_accum 2 and two ranks with grad_accum 1 both take 2
+  // batches per step, the same batches in the same steps.
+  auto one = fresh_dir("dist-1rank");
+  auto o = run(dflow_bin() + " train " + write_config(one, {"train.grad_accum=2"}).string());
+  INFO(o.output);
+  REQUIRE(o.exit_code == 0);
+  auto single = testing::step_records(one), pair = testing::step_records(two_rank_run());
+  REQUIRE(single.size() == static_cast<size_t>(kSteps));
+  check_same_steps(single, pair, kLossTolerance);
+  // Only rank 0 writes records and checkpoints; each record names the slowest rank.
+  std::ifstream in(two_rank_run() / "metrics.jsonl");
+  std::string line;
+  std::getline(in, line);
+  auto first = nlohmann::json::parse(line);
+  CHECK(first["time"]["rank_step_s"].size() == 2);
+  CHECK(first["time"]["slowest_rank"].get<int>() >= 0);
+  CHECK(train::read_checkpoint(train::resolve_checkpoint(two_rank_run() / "checkpoints", "latest")).global_step == kSteps);
+}
+
+TEST_CASE("Dist.Launch.a_short_last_step_leaves_one_rank_an_empty_share") {
+  // A whole epoch: when its batch count is odd, rank 1 has nothing in the
+  // last step and must still take part in it (or rank 0 would hang).
+  auto one = fresh_dir("dist-epoch-1"), two = fresh_dir("dist-epoch-2");
+  auto o1 = run(dflow_bin() + " train " + write_config(one, {"train.grad_accum=2", "run.max_steps=0", "data.tokens_per_batch=3072"}).string());
+  auto o2 = run(dflow_bin() + " launch -n 2 " + write_config(two, {"train.grad_accum=1", "run.max_steps=0", "data.tokens_per_batch=3072"}).string());
+  INFO(o1.output, o2.output);
+  REQUIRE(o1.exit_code == 0);
+  REQUIRE(o2.exit_code == 0);
+  auto single = testing::step_records(one), pair = testing::step_records(two);
+  check_same_steps(single, pair, kLossTolerance);
+  REQUIRE_FALSE(pair.empty());
+  CHECK(pair.back()["micro_batches"].get<int>() == 1);  // 11 batches: the last step has one
+}
+
+TEST_CASE("Dist.Torchrun.launches_two_ranks_that_complete") {
+  const std::string torchrun = DFLOW_TORCHRUN;
+  if (torchrun.empty() || !fs::exists(torchrun)) {
+    MESSAGE("skipped: no torchrun beside the configured torch (DFLOW_TORCHRUN is empty)");
+    return;
+  }
+  auto dir = fresh_dir("dist-torchrun");
+  auto o = run(torchrun + " --standalone --nproc-per-node 2 --no-python " + dflow_bin() + " train " +
+               write_config(dir, {"train.grad_accum=1"}).string());
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  // The same run as `dflow launch -n 2` makes.
+  check_same_steps(testing::step_records(two_rank_run()), testing::step_records(dir), 0.0);
+}
+
+TEST_CASE("Dist.Failure.a_killed_rank_makes_the_other_exit_naming_it") {
+  auto dir = fresh_dir("dist-kill");
+  // Slow steps so that the run is surely in progress when rank 1 dies.
+  auto config = write_config(dir, {"train.grad_accum=1", "run.max_steps=0", "distributed.timeout_s=10"},
+                             "faults: [{kind: delay, node: drafter, step: 2, seconds: 0.5}]\n");
+  const int port = free_port();
+  auto start = [&](int rank) {
+    // A background subshell records dflow's pid, then its exit code.
+    const std::string r = std::to_string(rank);
+    std::string command = "(export RANK=" + r + " LOCAL_RANK=" + r + " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                          std::to_string(port) + "; " + dflow_bin() + " train " + config.string() + " > " +
+                          (dir / ("log" + r)).string() + " 2>&1 & echo $! > " + (dir / ("pid" + r)).string() +
+                          "; wait $!; echo $? > " + (dir / ("exit" + r)).string() + ") &";
+    REQUIRE(std::system(command.c_str()) == 0);
+    int pid = 0;
+    for (int i = 0; i < 100 && pid == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::ifstream(dir / ("pid" + r)) >> pid;
+    }
+    REQUIRE(pid > 0);
+    return pid;
+  };
+  const int rank0 = start(0), rank1 = start(1);
+  // Wait (at most 60 s) until 4 steps are recorded (step-3 saved), then kill rank 1.
+  size_t records = 0;
+  for (int i = 0; i < 600 && records < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    records = testing::step_records(dir).size();
+  }
+  ::kill(rank1, SIGKILL);
+  REQUIRE(records >= 4);
+  // Rank 0 must exit non-zero on its own, within the timeout (10 s) plus margin.
+  int exit_code = -1;
+  for (int i = 0; i < 300 && exit_code < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream(dir / "exit0") >> exit_code;
+  }
+  if (exit_code < 0) ::kill(rank0, SIGKILL);  // never leave it behind
+  std::ifstream in(dir / "log0");
+  std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(log);
+  REQUIRE(exit_code >= 0);
+  CHECK(exit_code == 1);
+  CHECK(log.find("lost rank 1") != std::string::npos);
+  // The last agreed checkpoint is intact.
+  CHECK_NOTHROW(train::read_checkpoint(train::resolve_checkpoint(dir / "checkpoints", "latest")));
+}
+
+TEST_CASE("Dist.Resume.two_ranks_stopped_and_resumed_continue_with_identical_records") {
+  auto dir = fresh_dir("dist-resume");
+  auto first = run(dflow_bin() + " launch -n 2 " + write_config(dir, {"train.grad_accum=1", "run.max_steps=3"}).string());
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  auto config = write_config(dir, {"train.grad_accum=1"});
+  auto second = run(dflow_bin() + " launch -n 2 " + config.string() + " --resume latest");
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  check_same_steps(testing::step_records(two_rank_run()), testing::step_records(dir), 0.0);
+  // One rank cannot continue a 2-rank run: it says what differs.
+  auto single = run(dflow_bin() + " train " + config.string() + " --resume latest");
+  CHECK(single.exit_code == 1);
+  CHECK(single.output.find("world_size 2, this run has world_size 1") != std::string::npos);
+}
+
+TEST_CASE("Dist.Env.bad_launcher_environment_names_the_variable") {
+  auto dir = fresh_dir("dist-env");
+  auto config = write_config(dir, {}).string();
+  auto no_addr = run("env WORLD_SIZE=2 RANK=0 " + dflow_bin() + " train " + config);
+  CHECK(no_addr.exit_code == 2);
+  CHECK(no_addr.output.find("MASTER_ADDR is not set") != std::string::npos);
+  auto bad_rank = run("env WORLD_SIZE=2 RANK=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " + dflow_bin() + " train " + config);
+  CHECK(bad_rank.exit_code == 2);
+  CHECK(bad_rank.output.find("RANK=2 is not below WORLD_SIZE=2") != std::string::npos);
+  auto bad_backend = run(dflow_bin() + " config " + config + " --set distributed.backend=mpi");
+  CHECK(bad_backend.exit_code == 2);
+  CHECK(bad_backend.output.find("distributed.backend") != std::string::npos);
+}

@@ -1,0 +1,147 @@
+// `dflow launch -n N CONFIG [train options]`: N `dflow train` processes on
+// this machine with the launcher environment torchrun would set (RANK,
+// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free MASTER_PORT).
+// Forwards SIGINT/SIGTERM to them; when one fails, the others get
+// distributed.timeout_s to notice and exit, then are terminated; exits 1
+// naming the rank that failed first.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "config/config.hpp"
+#include "config/errors.hpp"
+#include "tools/cli.hpp"
+
+namespace dflow::cli {
+
+namespace {
+
+std::atomic<int> g_forward_signal{0};
+extern "C" void remember_signal(int signal) { g_forward_signal = signal; }
+
+// A port the kernel just handed out on loopback (free at this instant).
+int free_loopback_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+    throw std::runtime_error("dflow launch: cannot find a free TCP port on 127.0.0.1");
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + ::strsignal(WTERMSIG(status));
+  return "ended";
+}
+
+struct Rank {
+  pid_t pid = -1;
+  bool running = true;
+  int status = 0;
+};
+
+pid_t spawn_rank(int rank, int world_size, int port, const std::vector<std::string>& args) {
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("dflow launch: fork failed for rank " + std::to_string(rank));
+  if (pid > 0) return pid;
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(world_size).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(world_size).c_str(), 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  std::vector<char*> argv;
+  static std::string self = "/proc/self/exe";
+  argv.push_back(self.data());
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execv("/proc/self/exe", argv.data());
+  std::perror("dflow launch: exec");
+  ::_exit(127);
+}
+
+int launch(int world_size, const std::vector<std::string>& train_args, double timeout_s) {
+  const int port = free_loopback_port();
+  struct sigaction action{};
+  action.sa_handler = remember_signal;
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+  std::vector<Rank> ranks(world_size);
+  for (int r = 0; r < world_size; ++r) ranks[r].pid = spawn_rank(r, world_size, port, train_args);
+  std::cerr << "[launch] " << world_size << " ranks on 127.0.0.1:" << port << "\n";
+
+  using clock = std::chrono::steady_clock;
+  int first_failed = -1;
+  clock::time_point failed_at{};
+  bool terminated = false, killed = false;
+  auto signal_all = [&](int signal) {
+    for (auto& r : ranks)
+      if (r.running) ::kill(r.pid, signal);
+  };
+  for (int running = world_size; running > 0;) {
+    if (int s = g_forward_signal.exchange(0)) signal_all(s);
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (int r = 0; r < world_size; ++r) {
+        if (ranks[r].pid != pid) continue;
+        ranks[r].running = false, ranks[r].status = status, --running;
+        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!ok && first_failed < 0) first_failed = r, failed_at = clock::now();
+      }
+      continue;
+    }
+    // After a failure, the others have the collective timeout to notice.
+    const double since_failure = first_failed < 0 ? 0 : std::chrono::duration<double>(clock::now() - failed_at).count();
+    if (first_failed >= 0 && !terminated && since_failure > timeout_s + 10) signal_all(SIGTERM), terminated = true;
+    if (first_failed >= 0 && !killed && since_failure > timeout_s + 20) signal_all(SIGKILL), killed = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (first_failed < 0) return 0;
+  std::string others;
+  for (int r = 0; r < world_size; ++r)
+    if (r != first_failed) others += "; rank " + std::to_string(r) + " " + describe_status(ranks[r].status);
+  throw std::runtime_error("rank " + std::to_string(first_failed) + " failed first: it " +
+                           describe_status(ranks[first_failed].status) + others);
+}
+
+}  // namespace
+
+void add_launch_command(CLI::App& app, Common& common, Action& action) {
+  auto* sub = app.add_subcommand(
+      "launch", "run `dflow train` as N data-parallel ranks on this machine (as torchrun --nproc-per-node N would)");
+  static int world_size = 2;
+  static std::string file, resume;
+  static bool overwrite = false;
+  sub->add_option("-n,--nproc", world_size, "number of ranks (processes)")->check(CLI::Range(1, 1024));
+  sub->add_option("CONFIG", file, "YAML config file")->required()->check(CLI::ExistingFile);
+  sub->add_option("--resume", resume, "continue from 'latest' or a checkpoint directory");
+  sub->add_flag("--overwrite", overwrite, "start over in an out_dir that holds checkpoints (deletes them)");
+  add_common_options(*sub, common);
+  sub->callback([&action, &common] {
+    action = [&common] {
+      auto config = config::load_config(file, common.overrides);  // errors here, once, not N times
+      std::vector<std::string> args{"train", file};
+      for (const auto& o : common.overrides) args.insert(args.end(), {"--set", o});
+      if (!common.log_level.empty()) args.insert(args.end(), {"--log-level", common.log_level});
+      if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
+      if (overwrite) args.push_back("--overwrite");
+      return launch(world_size, args, config.distributed.timeout_s);
+    };
+  });
+}
+
+}  // namespace dflow::cli
