@@ -1,6 +1,9 @@
 #include "nodes/run_state.hpp"
 
+#include <algorithm>
+
 #include "config/log.hpp"
+#include "report/live_server.hpp"
 
 namespace dflow::nodes {
 
@@ -175,6 +178,17 @@ void RunState::restore(const std::string& which) {
   resumed_from = dir.string();
   log::info("train", log::str("resumed from ", dir.string(), " at step ", completed_steps, " (epoch ", cursor.epoch,
                               ", batch ", cursor.next_batch, ")"));
+}
+
+void RunState::write_metrics(const nlohmann::json& record) {
+  static const auto has_jsonl = [](const config::Config& c) {
+    return std::find(c.metrics.sinks.begin(), c.metrics.sinks.end(), "jsonl") != c.metrics.sinks.end();
+  };
+  if (has_jsonl(config) && metrics_jsonl.is_open()) {
+    std::lock_guard lock(metrics_mutex_);
+    metrics_jsonl << record.dump() << "\n" << std::flush;
+  }
+  if (options.live) options.live->publish(record);
 }
 
 const config::FaultDecl* RunState::fault(const std::string& kind, const std::string& node, int64_t step) const {

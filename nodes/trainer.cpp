@@ -37,6 +37,8 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   result.last_checkpoint = state.last_checkpoint;
   result.metrics_path = (state.out_dir / "metrics.jsonl").string();
   result.telemetry = graph::to_json(pipeline->telemetry());
+  result.last_eval = state.last_eval;
+  result.best_eval = state.best_eval;
   return result;
 }
 
@@ -49,6 +51,13 @@ std::string summarize(const TrainResult& r) {
     out << "\n  final loss " << (rec["loss"].is_number() ? rec["loss"].get<double>() : NAN);
     out << "\n  accuracy per block position (k=1..):";
     for (const auto& a : rec["accuracy_per_position"]) out << " " << std::setprecision(3) << a.get<double>();
+  }
+  if (!r.last_eval.empty()) {
+    out << std::setprecision(2) << "\n  acceptance length tau on held-out prompts: " << r.last_eval["mean_tau"].get<double>()
+        << " at step " << r.last_eval["global_step"];
+    if (!r.best_eval.empty())
+      out << "; best " << r.best_eval["mean_tau"].get<double>() << " at step " << r.best_eval["global_step"]
+          << " (checkpoints/best)";
   }
   out << "\n  metrics: " << r.metrics_path;
   out << "\n  checkpoint: " << (r.last_checkpoint.empty() ? "(none written by this invocation)" : r.last_checkpoint);

@@ -16,6 +16,8 @@ struct TrainResult {
   std::string last_checkpoint;
   std::string metrics_path;
   nlohmann::json telemetry;    // the graph's telemetry at the end
+  nlohmann::json last_eval;    // the eval node's latest and best records (empty without one)
+  nlohmann::json best_eval;
 };
 
 // Sets the thread counts from run.threads / run.torch_threads, builds and runs

@@ -28,7 +28,7 @@ TEST_CASE("Config.Default.is_the_demo") {
   CHECK(c.run.name == "demo");
   CHECK(c.run.threads == 2);
   CHECK(c.model.drafter.block_size == 16);
-  CHECK(c.pipeline.nodes.size() == 10);
+  CHECK(c.pipeline.nodes.size() == 11);
   CHECK(c.pipeline.nodes.front().name == "load");
   CHECK_FALSE(c.pipeline.from_default);  // the default file declares its pipeline
 }
