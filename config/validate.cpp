@@ -140,6 +140,22 @@ EvalConfig read_eval(YamlSection s) {
   return c;
 }
 
+// A config without a pipeline section runs the default graph; without
+// held-out prompts, it runs it without the eval node.
+void drop_default_eval_without_prompts(Config& c) {
+  if (!c.pipeline.from_default || !c.eval.prompts.empty()) return;
+  std::vector<std::string> dropped;
+  std::erase_if(c.pipeline.nodes, [&](const NodeDecl& n) {
+    if (n.type.rfind("eval.", 0) != 0) return false;
+    dropped.push_back(n.name);
+    return true;
+  });
+  std::erase_if(c.pipeline.edges, [&](const EdgeDecl& e) {
+    const std::string to = e.to.substr(0, e.to.find('.'));
+    return std::find(dropped.begin(), dropped.end(), to) != dropped.end();
+  });
+}
+
 // An eval node needs held-out prompts; say so at the node.
 void check_eval_nodes(const Config& c) {
   for (size_t i = 0; i < c.pipeline.nodes.size(); ++i) {
@@ -218,6 +234,7 @@ Config read_config(YamlSection root) {
   c.faults = read_faults(root);
   c.pipeline = root.has("pipeline") ? parse_pipeline(root.section("pipeline")) : default_pipeline();
   root.finish();
+  drop_default_eval_without_prompts(c);
   check_eval_nodes(c);
   return c;
 }

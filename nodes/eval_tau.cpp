@@ -4,12 +4,14 @@
 // writes an `eval` record (mean tau, its histogram, acceptance by position)
 // to the metrics plus a console line. The snapshot with the best tau so far
 // is written as checkpoints/best. A fresh run first evaluates the untrained
-// drafter (global_step 0): the baseline every later tau is read against.
+// drafter (global_step 0, at its first firing): the baseline every later tau
+// is read against.
 //
 // It works on its own copy of the weights, off the model token, so training
 // continues meanwhile; it competes only for compute. Its input edge bounds
 // how far it may fall behind.
 #include <chrono>
+#include <optional>
 #include <iomanip>
 #include <sstream>
 #include <unordered_set>
@@ -17,6 +19,7 @@
 #include "config/errors.hpp"
 #include "config/log.hpp"
 #include "data/checksum.hpp"
+#include "nodes/eval_tau.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
@@ -34,8 +37,8 @@ std::string fixed(double value, int digits) {
   return out.str();
 }
 
-// The held-out prompts, without any that is also a training prompt (the
-// tokens before a training sample's first loss_mask 1).
+}  // namespace
+
 std::vector<std::vector<int64_t>> held_out_prompts(const RunState& state, const std::string& node) {
   const auto& eval = state.config.eval;
   const std::string where = "node '" + node + "' (eval.tau): eval.prompts: ";
@@ -73,10 +76,13 @@ std::vector<std::vector<int64_t>> held_out_prompts(const RunState& state, const 
   return prompts;
 }
 
+namespace {
+
 class EvalTau final : public graph::FunctionBody {
  public:
   EvalTau(RunState& state, std::string name)
-      : state_(state), name_(std::move(name)), prompts_(held_out_prompts(state, name_)) {
+      : state_(state), name_(std::move(name)), prompts_(state.eval_prompts) {
+    if (prompts_.empty()) throw std::logic_error("eval.tau: held-out prompts were not loaded before the graph was built");
     drafter_ = model::DFlashDrafter(state.drafter->spec(), 0);
     drafter_->to(state.drafter_device);
     drafter_->eval();
@@ -85,17 +91,21 @@ class EvalTau final : public graph::FunctionBody {
     options_.temperature = state.config.eval.temperature;
     options_.seed = state.config.eval.seed;
     options_.compare_with_target = false;  // tau only: half the cost
-    // A resumed run keeps the best tau it had; a fresh one starts with the
-    // untrained drafter's (taken now, before any step).
+    // A resumed run keeps the best tau it had; a fresh one first measures
+    // the untrained drafter (its weights taken now, before any step).
     if (!state.resumed_from.empty()) {
       if (auto best = train::best_checkpoint_eval(state.checkpoints_dir)) best_tau_ = best->value("mean_tau", best_tau_);
     } else if (state.options.rank == 0) {
-      evaluate(state.snapshot());
+      baseline_ = state.snapshot();
     }
   }
 
   void process(graph::Inputs& in, graph::Emitter&) override {
     if (state_.options.rank != 0) return;
+    if (baseline_) {
+      evaluate(*baseline_);
+      baseline_.reset();
+    }
     evaluate(in.get<Snapshot>(0).state);
   }
 
@@ -152,6 +162,7 @@ class EvalTau final : public graph::FunctionBody {
   std::vector<std::vector<int64_t>> prompts_;
   model::DFlashDrafter drafter_{nullptr};
   train::EvalOptions options_;
+  std::optional<train::CheckpointState> baseline_;  // a fresh run's untrained weights
   double best_tau_ = -1.0;
 };
 

@@ -96,6 +96,9 @@ class RunState {
   nlohmann::json last_record;  // for the end-of-run summary
   nlohmann::json last_eval;    // eval node: the latest evaluation, for the summary
   nlohmann::json best_eval;    // eval node: the best evaluation so far (checkpoints/best)
+  // Held-out prompts of the eval node, read and checked before the graph is
+  // built (nodes/eval_tau.hpp), so that bad input fails before any node exists.
+  std::vector<std::vector<int64_t>> eval_prompts;
 
   // One record to metrics.jsonl (when it is a sink) and to the live view.
   // metric_sample and eval both write: one line at a time.

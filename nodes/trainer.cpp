@@ -8,6 +8,7 @@
 #include "graph/pipeline.hpp"
 #include "report/live_server.hpp"
 #include "report/summary_table.hpp"
+#include "nodes/eval_tau.hpp"
 #include "nodes/registry.hpp"
 
 namespace dflow::nodes {
@@ -15,6 +16,8 @@ namespace dflow::nodes {
 TrainResult run_training(const config::Config& config, const RunOptions& options) {
   torch::set_num_threads(config.run.torch_threads);
   RunState state(config, options);
+  for (const auto& node : config.pipeline.nodes)
+    if (node.type == "eval.tau") state.eval_prompts = held_out_prompts(state, node.name);
   graph::BuildOptions build;
   build.threads = config.run.threads;
   build.user_context = &state;

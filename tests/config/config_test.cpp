@@ -36,7 +36,12 @@ TEST_CASE("Config.Default.is_the_demo") {
 TEST_CASE("Config.Pipeline.absent_section_uses_default_graph") {
   auto c = load_config_text("run: {name: x}\n", "x.yaml");
   CHECK(c.pipeline.from_default);
-  CHECK(c.pipeline.edges.size() == load_config("").pipeline.edges.size());
+  // Without held-out prompts the default graph runs without its eval node.
+  CHECK(c.pipeline.edges.size() + 1 == load_config("").pipeline.edges.size());
+  CHECK(c.pipeline.nodes.size() + 1 == load_config("").pipeline.nodes.size());
+  auto with_prompts = load_config_text("eval: {prompts: held-out.jsonl}\n", "x.yaml");
+  CHECK(with_prompts.pipeline.edges.size() == load_config("").pipeline.edges.size());
+  CHECK(with_prompts.pipeline.nodes.back().type == "eval.tau");
 }
 
 TEST_CASE("Config.ToYaml.round_trips") {

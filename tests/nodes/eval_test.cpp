@@ -30,7 +30,7 @@ TEST_CASE("Eval.Train.trained_drafter_beats_untrained_on_held_out_prompts") {
   auto dir = fresh_dir("eval-tau");
   const auto heldout = testing::assets_dir() / "heldout.jsonl";
   // The demo's batch size (the drafter learns the echo from ~30 steps of ~28 samples).
-  auto config = testing::small_run_config(dir, {"train.epochs=6", "data.tokens_per_batch=2048", "train.grad_accum=2",
+  auto config = testing::small_run_config(dir, {"train.epochs=6", "train.warmup_ratio=0.25", "data.tokens_per_batch=2048", "train.grad_accum=2",
                                                 "eval.every_steps=40", "eval.max_prompts=6", "eval.max_new_tokens=48",
                                                 "eval.prompts=" + heldout.string()});
   auto result = nodes::run_training(config, {});
