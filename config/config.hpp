@@ -83,6 +83,18 @@ struct CheckpointConfig {
   int keep = 3;
 };
 
+// Periodic evaluation by an `eval.tau` node: speculative decoding of
+// held-out prompts with a snapshot of the drafter every N steps, into the
+// metrics; the snapshot with the best tau becomes checkpoints/best.
+struct EvalConfig {
+  int every_steps = 0;         // 0: only after the last step (and the untrained baseline)
+  std::string prompts;         // JSONL of held-out prompts (never training prompts); needed by an eval node
+  int max_prompts = 16;        // 0: all
+  int max_new_tokens = 64;
+  double temperature = 0.0;    // 0: greedy; > 0: speculative sampling (target distribution kept exactly)
+  uint64_t seed = 0;           // sampling seed (per prompt: hash(seed, prompt index))
+};
+
 struct MetricsConfig {
   std::vector<std::string> sinks{"jsonl", "console"};
   int console_every = 10;  // console progress line every N steps
@@ -124,6 +136,7 @@ struct Config {
   TrainConfig train;
   GuardConfig guard;
   CheckpointConfig checkpoint;
+  EvalConfig eval;
   MetricsConfig metrics;
   DevicesConfig devices;
   DistributedConfig distributed;

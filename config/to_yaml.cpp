@@ -94,6 +94,11 @@ std::string to_yaml(const Config& c) {
       << "max_rollbacks" << YAML::Value << c.guard.max_rollbacks << YAML::EndMap;
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
       << c.checkpoint.every_steps << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep << YAML::EndMap;
+  out << YAML::Key << "eval" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
+      << c.eval.every_steps << YAML::Key << "prompts" << YAML::Value << c.eval.prompts << YAML::Key << "max_prompts"
+      << YAML::Value << c.eval.max_prompts << YAML::Key << "max_new_tokens" << YAML::Value << c.eval.max_new_tokens
+      << YAML::Key << "temperature" << YAML::Value << num(c.eval.temperature) << YAML::Key << "seed" << YAML::Value
+      << c.eval.seed << YAML::EndMap;
   out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
   flow_list(out, "sinks", c.metrics.sinks);
   out << YAML::Key << "console_every" << YAML::Value << c.metrics.console_every;

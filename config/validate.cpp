@@ -137,6 +137,46 @@ CheckpointConfig read_checkpoint(YamlSection s) {
   return c;
 }
 
+EvalConfig read_eval(YamlSection s) {
+  EvalConfig c;
+  s.read("every_steps", c.every_steps).read("prompts", c.prompts).read("max_prompts", c.max_prompts)
+      .read("max_new_tokens", c.max_new_tokens).read("temperature", c.temperature).read("seed", c.seed);
+  s.finish();
+  s.require(c.every_steps >= 0, "every_steps", "must be >= 0 (0: only after the last step)");
+  s.require(c.max_prompts >= 0, "max_prompts", "must be >= 0 (0: all)");
+  s.require(c.max_new_tokens >= 1, "max_new_tokens", "must be >= 1");
+  s.require(c.temperature >= 0, "temperature", "must be >= 0 (0: greedy)");
+  return c;
+}
+
+// A config without a pipeline section runs the default graph; without
+// held-out prompts, it runs it without the eval node.
+void drop_default_eval_without_prompts(Config& c) {
+  if (!c.pipeline.from_default || !c.eval.prompts.empty()) return;
+  std::vector<std::string> dropped;
+  std::erase_if(c.pipeline.nodes, [&](const NodeDecl& n) {
+    if (n.type.rfind("eval.", 0) != 0) return false;
+    dropped.push_back(n.name);
+    return true;
+  });
+  std::erase_if(c.pipeline.edges, [&](const EdgeDecl& e) {
+    const std::string to = e.to.substr(0, e.to.find('.'));
+    return std::find(dropped.begin(), dropped.end(), to) != dropped.end();
+  });
+}
+
+// An eval node needs held-out prompts; say so at the node.
+void check_eval_nodes(const Config& c) {
+  for (size_t i = 0; i < c.pipeline.nodes.size(); ++i) {
+    const auto& node = c.pipeline.nodes[i];
+    if (node.type.rfind("eval.", 0) != 0 || !c.eval.prompts.empty()) continue;
+    throw ConfigError(node.mark, "pipeline.nodes[" + std::to_string(i) + "]",
+                      "node '" + node.name + "' (" + node.type +
+                          ") measures tau on held-out prompts, but eval.prompts is empty: set eval.prompts to a "
+                          "JSONL file of prompts that are not in the training data");
+  }
+}
+
 MetricsConfig read_metrics(YamlSection s) {
   MetricsConfig c;
   s.read("sinks", c.sinks).read("console_every", c.console_every);
@@ -211,12 +251,15 @@ Config read_config(YamlSection root) {
   c.train = read_train(root.section("train"));
   c.guard = read_guard(root.section("guard"));
   c.checkpoint = read_checkpoint(root.section("checkpoint"));
+  c.eval = read_eval(root.section("eval"));
   c.metrics = read_metrics(root.section("metrics"));
   c.devices = read_devices(root.section("devices"));
   c.distributed = read_distributed(root.section("distributed"));
   c.faults = read_faults(root);
   c.pipeline = root.has("pipeline") ? parse_pipeline(root.section("pipeline")) : default_pipeline();
   root.finish();
+  drop_default_eval_without_prompts(c);
+  check_eval_nodes(c);
   return c;
 }
 

@@ -1,5 +1,7 @@
 #include "model/speculative.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
@@ -26,8 +28,11 @@ void DrafterContextCache::append(DFlashDrafterImpl& drafter, const torch::Tensor
   length_ += context_features.size(1);
 }
 
-std::vector<int64_t> drafter_generate_block(DFlashDrafterImpl& drafter, const TargetModel& target,
-                                            const DrafterContextCache& cache, int64_t bonus_token) {
+namespace {
+
+// Final hidden states of slots 1 .. B-1 of one draft pass, [1, B-1, H] on the target's device.
+torch::Tensor draft_slot_hidden(DFlashDrafterImpl& drafter, const TargetModel& target, const DrafterContextCache& cache,
+                                int64_t bonus_token) {
   torch::NoGradGuard no_grad;
   const DrafterSpec& spec = drafter.spec();
   if (cache.length() == 0) throw std::invalid_argument("drafter_generate_block: the context cache is empty");
@@ -42,9 +47,92 @@ std::vector<int64_t> drafter_generate_block(DFlashDrafterImpl& drafter, const Ta
                                                        torch::ones({1, 1}, torch::kBool), start, block_size, 0, device);
   const torch::Tensor hidden =
       drafter.forward_with_context_kv(cache.per_layer(), target.embed(block_tokens).to(device), positions, plan);
-  const torch::Tensor drafts = target.lm_head(hidden.narrow(1, 1, block_size - 1).to(target.device())).argmax(-1)[0];
-  const torch::Tensor drafts_cpu = drafts.to(torch::kCPU).contiguous();
-  return {drafts_cpu.data_ptr<int64_t>(), drafts_cpu.data_ptr<int64_t>() + drafts_cpu.numel()};
+  return hidden.narrow(1, 1, block_size - 1).to(target.device());
+}
+
+std::vector<int64_t> to_vector(const torch::Tensor& ids) {
+  const torch::Tensor cpu = ids.to(torch::kCPU, torch::kInt64).contiguous();
+  return {cpu.data_ptr<int64_t>(), cpu.data_ptr<int64_t>() + cpu.numel()};
+}
+
+// Draws of speculative sampling, from one CPU generator: the same seed gives
+// the same tokens on any device (given the same logits).
+class Sampler {
+ public:
+  Sampler(double temperature, uint64_t seed)
+      : temperature_(temperature), generator_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+  // softmax(logits / T) in float64 on the CPU, over the last axis.
+  torch::Tensor probabilities(const torch::Tensor& logits) const {
+    return torch::softmax(logits.to(torch::kCPU, torch::kFloat64) / temperature_, -1);
+  }
+  int64_t draw(const torch::Tensor& probabilities) {  // [V]
+    return torch::multinomial(probabilities, 1, /*replacement=*/false, generator_).item<int64_t>();
+  }
+  std::vector<int64_t> draw_rows(const torch::Tensor& probabilities) {  // [N, V] -> one draw per row
+    return to_vector(torch::multinomial(probabilities, 1, /*replacement=*/false, generator_).view({-1}));
+  }
+  double uniform() {
+    return torch::rand({1}, generator_, torch::TensorOptions().dtype(torch::kFloat64)).item<double>();
+  }
+
+ private:
+  double temperature_;
+  at::Generator generator_;
+};
+
+struct Verdict {
+  int64_t accepted = 0;  // drafts accepted (0 .. B-1)
+  int64_t next = 0;      // the target's token after them: the next bonus
+};
+
+// Greedy: the longest prefix of drafts equal to the target's argmax.
+Verdict verify_greedy(const std::vector<int64_t>& block, const torch::Tensor& verify_logits) {
+  const std::vector<int64_t> predicted = to_vector(verify_logits.argmax(-1));  // [B]
+  Verdict v;
+  const int64_t block_size = static_cast<int64_t>(block.size());
+  while (v.accepted + 1 < block_size && block[static_cast<size_t>(v.accepted + 1)] == predicted[v.accepted]) ++v.accepted;
+  v.next = predicted[static_cast<size_t>(v.accepted)];
+  return v;
+}
+
+// Sampling: draft x_k (drawn from q_k) is accepted with probability
+// min(1, p_k(x_k) / q_k(x_k)); the first rejected one is replaced by a draw
+// from norm(max(0, p_k - q_k)); after B-1 acceptances the next token is drawn
+// from p_B. Each committed token is then distributed exactly as p.
+Verdict verify_sampled(const std::vector<int64_t>& block, const torch::Tensor& draft_probabilities,
+                       const torch::Tensor& verify_logits, Sampler& sampler) {
+  const torch::Tensor p = sampler.probabilities(verify_logits);  // [B, V]
+  const auto p_at = p.accessor<double, 2>();
+  const auto q_at = draft_probabilities.accessor<double, 2>();     // [B-1, V]
+  const int64_t block_size = static_cast<int64_t>(block.size());
+  Verdict v;
+  for (int64_t k = 1; k < block_size; ++k) {
+    const int64_t x = block[static_cast<size_t>(k)];
+    if (sampler.uniform() * q_at[k - 1][x] < p_at[k - 1][x]) {
+      ++v.accepted;
+      continue;
+    }
+    const torch::Tensor residual = (p[k - 1] - draft_probabilities[k - 1]).clamp_min(0.0);
+    const double mass = residual.sum().item<double>();
+    v.next = sampler.draw(mass > 0 ? residual / mass : p[k - 1]);
+    return v;
+  }
+  v.next = sampler.draw(p[block_size - 1]);
+  return v;
+}
+
+}  // namespace
+
+std::vector<int64_t> drafter_generate_block(DFlashDrafterImpl& drafter, const TargetModel& target,
+                                            const DrafterContextCache& cache, int64_t bonus_token) {
+  torch::NoGradGuard no_grad;
+  return to_vector(target.lm_head(draft_slot_hidden(drafter, target, cache, bonus_token)).argmax(-1)[0]);
+}
+
+torch::Tensor drafter_block_logits(DFlashDrafterImpl& drafter, const TargetModel& target,
+                                   const DrafterContextCache& cache, int64_t bonus_token) {
+  torch::NoGradGuard no_grad;
+  return target.lm_head(draft_slot_hidden(drafter, target, cache, bonus_token))[0].to(torch::kCPU, torch::kFloat32);
 }
 
 double SpeculativeResult::mean_acceptance_length() const {
@@ -54,17 +142,21 @@ double SpeculativeResult::mean_acceptance_length() const {
 }
 
 SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetModel& target,
-                                       const std::vector<int64_t>& prompt_ids, int64_t max_new_tokens,
-                                       const std::vector<int64_t>& eos_token_ids) {
+                                       const std::vector<int64_t>& prompt_ids, const SpeculativeOptions& options) {
   torch::NoGradGuard no_grad;
   SpeculativeResult result;
   if (prompt_ids.empty()) throw std::invalid_argument("speculative_generate: empty prompt");
+  if (options.temperature < 0)
+    throw std::invalid_argument("speculative_generate: temperature must be >= 0 (0: greedy), got " +
+                                std::to_string(options.temperature));
+  const int64_t max_new_tokens = options.max_new_tokens;
   if (max_new_tokens <= 0) return result;
+  const bool sampling = options.temperature > 0;
+  Sampler sampler(sampling ? options.temperature : 1.0, options.seed);
   const DrafterSpec& spec = drafter.spec();
   const int64_t block_size = spec.block_size, prompt_length = static_cast<int64_t>(prompt_ids.size());
-  auto is_eos = [&](int64_t token) {
-    return std::find(eos_token_ids.begin(), eos_token_ids.end(), token) != eos_token_ids.end();
-  };
+  const auto& eos = options.eos_token_ids;
+  auto is_eos = [&](int64_t token) { return std::find(eos.begin(), eos.end(), token) != eos.end(); };
   auto features_of = [](const TargetOutput& out) { return torch::cat(out.hidden_states, -1); };  // [1, T, n*H]
 
   KVCache target_cache = target.new_cache(1, prompt_length + max_new_tokens + block_size);
@@ -72,36 +164,52 @@ SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetM
       target_cache, torch::tensor(prompt_ids, torch::kInt64).unsqueeze(0), spec.target_layer_ids, true);
   DrafterContextCache draft_cache;
   draft_cache.append(drafter, features_of(prefill));
-  int64_t bonus = prefill.logits[0][prompt_length - 1].argmax().item<int64_t>();
+  const torch::Tensor last_logits = prefill.logits[0][prompt_length - 1];
+  int64_t bonus = sampling ? sampler.draw(sampler.probabilities(last_logits)) : last_logits.argmax().item<int64_t>();
   result.tokens.push_back(bonus);
 
   while (static_cast<int64_t>(result.tokens.size()) < max_new_tokens && !is_eos(result.tokens.back())) {
     const int64_t start = target_cache.length();  // position of the bonus token
     std::vector<int64_t> block = {bonus};
-    const std::vector<int64_t> drafts = drafter_generate_block(drafter, target, draft_cache, bonus);
+    torch::Tensor draft_probabilities;  // [B-1, V], sampling only
+    std::vector<int64_t> drafts;
+    if (sampling) {
+      draft_probabilities = sampler.probabilities(drafter_block_logits(drafter, target, draft_cache, bonus));
+      drafts = sampler.draw_rows(draft_probabilities);
+    } else {
+      drafts = drafter_generate_block(drafter, target, draft_cache, bonus);
+    }
     block.insert(block.end(), drafts.begin(), drafts.end());
 
     // Verify the whole block in one target pass.
     const TargetOutput verify = target.forward_cached(
         target_cache, torch::tensor(block, torch::kInt64).unsqueeze(0), spec.target_layer_ids, true);
-    const torch::Tensor posterior = verify.logits[0].argmax(-1).to(torch::kCPU).contiguous();  // [B]
-    const int64_t* predicted = posterior.data_ptr<int64_t>();
-    int64_t accepted = 0;
-    while (accepted + 1 < block_size && block[static_cast<size_t>(accepted + 1)] == predicted[accepted]) ++accepted;
+    const Verdict verdict = sampling ? verify_sampled(block, draft_probabilities, verify.logits[0], sampler)
+                                     : verify_greedy(block, verify.logits[0]);
+    const int64_t accepted = verdict.accepted;
 
-    // Commit block[0 .. accepted]; the target's token at `accepted` is the next bonus.
+    // Commit block[0 .. accepted]; the target's token after them is the next bonus.
     target_cache.truncate(start + accepted + 1);
     draft_cache.append(drafter, features_of(verify).narrow(1, 0, accepted + 1));
     result.acceptance_lengths.push_back(accepted + 1);
     for (int64_t i = 1; i <= accepted + 1; ++i) {
-      const int64_t token = i <= accepted ? block[static_cast<size_t>(i)] : predicted[accepted];
+      const int64_t token = i <= accepted ? block[static_cast<size_t>(i)] : verdict.next;
       if (static_cast<int64_t>(result.tokens.size()) >= max_new_tokens) break;
       result.tokens.push_back(token);
       if (is_eos(token)) break;
     }
-    bonus = predicted[accepted];
+    bonus = verdict.next;
   }
   return result;
+}
+
+SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetModel& target,
+                                       const std::vector<int64_t>& prompt_ids, int64_t max_new_tokens,
+                                       const std::vector<int64_t>& eos_token_ids) {
+  SpeculativeOptions options;
+  options.max_new_tokens = max_new_tokens;
+  options.eos_token_ids = eos_token_ids;
+  return speculative_generate(drafter, target, prompt_ids, options);
 }
 
 }  // namespace dflow::model

@@ -1,6 +1,10 @@
 // Speculative decoding with a DFlash drafter (docs/dflash.md, "Drafting and
-// acceptance length"): greedy, lossless (the output equals the target's own
-// greedy decoding), and it reports the acceptance length per cycle.
+// acceptance length"), reporting the acceptance length per cycle. Greedy is
+// lossless (the output equals the target's own greedy decoding); sampling at
+// a temperature keeps the target's distribution exactly (speculative
+// sampling: accept draft x with probability min(1, p(x) / q(x)), else draw
+// from norm(max(0, p - q)), where q is the drafter's distribution for that
+// block position at the same temperature).
 #pragma once
 
 #include <torch/torch.h>
@@ -33,6 +37,9 @@ class DrafterContextCache {
 // Returns the B-1 argmax drafts for slots 1 .. B-1.
 std::vector<int64_t> drafter_generate_block(DFlashDrafterImpl& drafter, const TargetModel& target,
                                             const DrafterContextCache& cache, int64_t bonus_token);
+// The same pass, returning the logits of slots 1 .. B-1: [B-1, V] on the CPU in float32.
+torch::Tensor drafter_block_logits(DFlashDrafterImpl& drafter, const TargetModel& target,
+                                   const DrafterContextCache& cache, int64_t bonus_token);
 
 struct SpeculativeResult {
   std::vector<int64_t> tokens;                 // generated tokens (prompt excluded)
@@ -40,8 +47,17 @@ struct SpeculativeResult {
   double mean_acceptance_length() const;
 };
 
-// Greedy speculative decoding of up to max_new_tokens after the prompt;
-// stops after an eos id.
+struct SpeculativeOptions {
+  int64_t max_new_tokens = 64;
+  std::vector<int64_t> eos_token_ids;  // stop after emitting one of these
+  double temperature = 0.0;            // <= 0: greedy
+  uint64_t seed = 0;                   // sampling: a CPU generator seeded with it
+};
+
+// Speculative decoding of up to max_new_tokens after the prompt.
+SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetModel& target,
+                                       const std::vector<int64_t>& prompt_ids, const SpeculativeOptions& options);
+// Greedy.
 SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetModel& target,
                                        const std::vector<int64_t>& prompt_ids, int64_t max_new_tokens,
                                        const std::vector<int64_t>& eos_token_ids);

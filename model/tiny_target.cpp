@@ -38,22 +38,13 @@ nlohmann::json tiny_config_json(const TinyTargetOptions& o) {
       {"bos_token_id", nullptr},
       {"eos_token_id", eos_token_id},
       {"dflow_mask_token_id", mask_token_id},
+      {"dflow_tiny_pattern", o.pattern},
   };
 }
 
 }  // namespace
 
-HFConfig make_tiny_target(const TinyTargetOptions& o) {
-  if (o.out_dir.empty()) throw std::invalid_argument("make_tiny_target: out_dir is empty");
-  if (o.num_heads <= 0 || o.num_kv_heads <= 0 || o.hidden_size % o.num_heads != 0 || o.num_heads % o.num_kv_heads != 0 ||
-      o.vocab_size < 4 || o.num_layers < 1) {
-    throw std::invalid_argument("make_tiny_target: need hidden_size % num_heads == 0, num_heads % num_kv_heads == 0, "
-                                "vocab_size >= 4 and at least one layer");
-  }
-  const nlohmann::json config_json = tiny_config_json(o);
-  const HFConfig config = parse_hf_config(config_json, (o.out_dir / "config.json").string());
-
-  torch::NoGradGuard no_grad;
+NamedTensorList random_tiny_weights(const TinyTargetOptions& o, const HFConfig& config) {
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(o.seed);
   auto normal = [&](std::vector<int64_t> shape, double std_dev) {
     return torch::empty(shape, torch::kFloat32).normal_(0.0, std_dev, generator);
@@ -72,7 +63,7 @@ HFConfig make_tiny_target(const TinyTargetOptions& o) {
   constexpr double kQKNormWeight = 2.0;
   constexpr double kLogitStd = 4.0;
   constexpr double kSelfRepeatPenalty = 0.5;
-  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  NamedTensorList tensors;
   const torch::Tensor embedding = normal({o.vocab_size, hidden}, 1.0);
   tensors.emplace_back("model.embed_tokens.weight", embedding);
   for (int64_t i = 0; i < o.num_layers; ++i) {
@@ -93,6 +84,24 @@ HFConfig make_tiny_target(const TinyTargetOptions& o) {
   const torch::Tensor unit_rms_embedding = embedding * torch::rsqrt(embedding.pow(2).mean(1, /*keepdim=*/true));
   tensors.emplace_back("lm_head.weight", (normal({o.vocab_size, hidden}, 1.0) - kSelfRepeatPenalty * unit_rms_embedding) *
                                              (kLogitStd * fan_in_hidden));
+
+  return tensors;
+}
+
+HFConfig make_tiny_target(const TinyTargetOptions& o) {
+  if (o.out_dir.empty()) throw std::invalid_argument("make_tiny_target: out_dir is empty");
+  if (o.num_heads <= 0 || o.num_kv_heads <= 0 || o.hidden_size % o.num_heads != 0 || o.num_heads % o.num_kv_heads != 0 ||
+      o.vocab_size < 4 || o.num_layers < 1) {
+    throw std::invalid_argument("make_tiny_target: need hidden_size % num_heads == 0, num_heads % num_kv_heads == 0, "
+                                "vocab_size >= 4 and at least one layer");
+  }
+  const nlohmann::json config_json = tiny_config_json(o);
+  const HFConfig config = parse_hf_config(config_json, (o.out_dir / "config.json").string());
+
+  if (o.pattern != "random" && o.pattern != "echo")
+    throw std::invalid_argument("make_tiny_target: pattern '" + o.pattern + "' is not one of: random, echo");
+  torch::NoGradGuard no_grad;
+  const NamedTensorList tensors = o.pattern == "echo" ? echo_tiny_weights(o, config) : random_tiny_weights(o, config);
 
   std::filesystem::create_directories(o.out_dir);
   write_safetensors(o.out_dir / "model.safetensors", tensors, {{"format", "pt"}});

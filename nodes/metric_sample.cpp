@@ -27,10 +27,7 @@ std::string format_duration(double seconds) {
 class MetricSample final : public graph::FunctionBody {
  public:
   MetricSample(RunState& state, const graph::TelemetryBoard* telemetry) : state_(state), telemetry_(telemetry) {
-    for (const auto& sink : state.config.metrics.sinks) {
-      jsonl_ = jsonl_ || sink == "jsonl";
-      console_ = console_ || sink == "console";
-    }
+    for (const auto& sink : state.config.metrics.sinks) console_ = console_ || sink == "console";
     console_ = console_ && state.options.rank == 0;  // records are global: one console is enough
   }
 
@@ -63,10 +60,7 @@ class MetricSample final : public graph::FunctionBody {
   }
 
  private:
-  void write(const nlohmann::json& record) {
-    if (jsonl_ && state_.metrics_jsonl.is_open()) state_.metrics_jsonl << record.dump() << "\n" << std::flush;
-    if (state_.options.live) state_.options.live->publish(record);
-  }
+  void write(const nlohmann::json& record) { state_.write_metrics(record); }
 
   void console_line(const nlohmann::json& r) {
     const auto& acc = r["accuracy_per_position"];
@@ -84,7 +78,7 @@ class MetricSample final : public graph::FunctionBody {
 
   RunState& state_;
   const graph::TelemetryBoard* telemetry_;
-  bool jsonl_ = false, console_ = false;
+  bool console_ = false;
 };
 
 }  // namespace

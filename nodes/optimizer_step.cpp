@@ -2,7 +2,8 @@
 // model token: normalise gradients by the step's total loss weight, global
 // grad norm, stability guard, clipping, AdamW at the scheduled LR. Emits the
 // step's exact record, a snapshot when a checkpoint is due (taken here, so
-// it is always the state after step k and before k+1), and the token.
+// it is always the state after step k and before k+1), a snapshot for the
+// eval node when an evaluation is due (optional port), and the token.
 //
 // Guard policies act here too: quarantine records the skipped step's
 // samples; rollback keeps in-memory snapshots and restores the last good one
@@ -85,6 +86,7 @@ class OptimizerStep final : public graph::FunctionBody {
     auto record = make_step_record(state_, step, loss, grad_norm, lr, guard);
     if (!evidence.empty()) record["guard"].update(evidence);
     if (checkpoint_due()) out.emit("snapshot", graph::make_message(message.seq, 0, Snapshot{state_.snapshot()}));
+    if (out.connected("eval") && eval_due()) out.emit("eval", graph::make_message(message.seq, 0, Snapshot{state_.snapshot()}));
     out.emit("record", graph::make_message(message.seq, 0, StepRecord{std::move(record)}));
     out.emit("token", graph::make_message(message.seq, 0, graph::Token{}));
   }
@@ -185,6 +187,11 @@ class OptimizerStep final : public graph::FunctionBody {
     return state_.completed_steps == state_.stop_step || (every > 0 && state_.completed_steps % every == 0);
   }
 
+  bool eval_due() const {
+    const int every = state_.config.eval.every_steps;
+    return state_.completed_steps == state_.stop_step || (every > 0 && state_.completed_steps % every == 0);
+  }
+
   RunState& state_;
   std::string name_;
   const bool rollback_;  // guard.policy == rollback: keep snapshots
@@ -200,7 +207,10 @@ void register_optimizer_step(graph::NodeRegistry& registry) {
   spec.description = "grad norm, guard (skip, quarantine, rollback), clipping, AdamW at the scheduled LR; one record "
                      "per step; snapshots";
   spec.inputs = {{"in", "StepStats"}};
-  spec.outputs = {{"token", "ModelToken"}, {"record", "StepRecord"}, {"snapshot", "Snapshot", false, false, true}};
+  spec.outputs = {{"token", "ModelToken"},
+                  {"record", "StepRecord"},
+                  {"snapshot", "Snapshot", false, false, true},
+                  {"eval", "Snapshot", false, false, true}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
     return std::make_unique<OptimizerStep>(run_state(context), context.name);
   };

@@ -15,6 +15,7 @@ void register_all_nodes(graph::NodeRegistry& registry) {
   register_optimizer_step(registry);
   register_metric_sample(registry);
   register_checkpoint(registry);
+  register_eval_tau(registry);
 }
 
 const graph::NodeRegistry& default_registry() {

@@ -19,5 +19,6 @@ void register_accumulate(graph::NodeRegistry& registry);
 void register_optimizer_step(graph::NodeRegistry& registry);
 void register_metric_sample(graph::NodeRegistry& registry);
 void register_checkpoint(graph::NodeRegistry& registry);
+void register_eval_tau(graph::NodeRegistry& registry);
 
 }  // namespace dflow::nodes

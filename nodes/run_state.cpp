@@ -1,6 +1,9 @@
 #include "nodes/run_state.hpp"
 
+#include <algorithm>
+
 #include "config/log.hpp"
+#include "report/live_server.hpp"
 
 namespace dflow::nodes {
 
@@ -210,6 +213,17 @@ void RunState::restore(const std::string& which) {
 void RunState::quarantine_samples(int64_t global_step, const std::string& reason, const std::vector<int64_t>& ids) {
   quarantined.insert(ids.begin(), ids.end());
   if (options.rank == 0) data::append_quarantine(quarantine_path, global_step, reason, ids);
+}
+
+void RunState::write_metrics(const nlohmann::json& record) {
+  static const auto has_jsonl = [](const config::Config& c) {
+    return std::find(c.metrics.sinks.begin(), c.metrics.sinks.end(), "jsonl") != c.metrics.sinks.end();
+  };
+  if (has_jsonl(config) && metrics_jsonl.is_open()) {
+    std::lock_guard lock(metrics_mutex_);
+    metrics_jsonl << record.dump() << "\n" << std::flush;
+  }
+  if (options.live) options.live->publish(record);
 }
 
 const config::FaultDecl* RunState::fault(const std::string& kind, const std::string& node, int64_t step) const {

@@ -102,7 +102,7 @@ class RunState {
   std::chrono::steady_clock::time_point started_at = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_step_end{};  // optimizer_step only (holds the token)
   std::chrono::steady_clock::time_point last_allreduce_end{};  // accumulate only (holds the token)
-  std::ofstream metrics_jsonl;
+  std::ofstream metrics_jsonl;  // written through write_metrics()
   report::DrainDetector drain;  // metric_sample only
   // Set by the source when the plan has no batch left for this invocation:
   // from then on every edge drains by design, and the drain alarm is off.
@@ -113,6 +113,15 @@ class RunState {
   std::string last_checkpoint;
   std::mutex summary_mutex;
   nlohmann::json last_record;  // for the end-of-run summary
+  nlohmann::json last_eval;    // eval node: the latest evaluation, for the summary
+  nlohmann::json best_eval;    // eval node: the best evaluation so far (checkpoints/best)
+  // Held-out prompts of the eval node, read and checked before the graph is
+  // built (nodes/eval_tau.hpp), so that bad input fails before any node exists.
+  std::vector<std::vector<int64_t>> eval_prompts;
+
+  // One record to metrics.jsonl (when it is a sink) and to the live view.
+  // metric_sample and eval both write: one line at a time.
+  void write_metrics(const nlohmann::json& record);
 
   // Named parameters of the drafter (HF names), the optimizer's order.
   std::vector<std::pair<std::string, torch::Tensor>> drafter_parameters() const;
@@ -128,6 +137,7 @@ class RunState {
   void plan_run();
   void restore(const std::string& which);
   std::map<int, data::EpochPlan> plans_;
+  std::mutex metrics_mutex_;  // guards metrics_jsonl
 };
 
 }  // namespace dflow::nodes

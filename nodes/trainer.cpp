@@ -10,6 +10,7 @@
 #include "report/live_server.hpp"
 #include "report/pipeline_model.hpp"
 #include "report/summary_table.hpp"
+#include "nodes/eval_tau.hpp"
 #include "nodes/registry.hpp"
 
 namespace dflow::nodes {
@@ -17,6 +18,8 @@ namespace dflow::nodes {
 TrainResult run_training(const config::Config& config, const RunOptions& options) {
   torch::set_num_threads(config.run.torch_threads);
   RunState state(config, options);
+  for (const auto& node : config.pipeline.nodes)
+    if (node.type == "eval.tau") state.eval_prompts = held_out_prompts(state, node.name);
   graph::BuildOptions build;
   build.threads = config.run.threads;
   build.user_context = &state;
@@ -67,6 +70,8 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
     std::lock_guard lock(state.summary_mutex);
     result.alarms = state.alarms;
   }
+  result.last_eval = state.last_eval;
+  result.best_eval = state.best_eval;
   return result;
 }
 
@@ -79,6 +84,13 @@ std::string summarize(const TrainResult& r) {
     out << "\n  final loss " << (rec["loss"].is_number() ? rec["loss"].get<double>() : NAN);
     out << "\n  accuracy per block position (k=1..):";
     for (const auto& a : rec["accuracy_per_position"]) out << " " << std::setprecision(3) << a.get<double>();
+  }
+  if (!r.last_eval.empty()) {
+    out << std::setprecision(2) << "\n  acceptance length tau on held-out prompts: " << r.last_eval["mean_tau"].get<double>()
+        << " at step " << r.last_eval["global_step"];
+    if (!r.best_eval.empty())
+      out << "; best " << r.best_eval["mean_tau"].get<double>() << " at step " << r.best_eval["global_step"]
+          << " (checkpoints/best)";
   }
   out << "\n  metrics: " << r.metrics_path;
   out << "\n  checkpoint: " << (r.last_checkpoint.empty() ? "(none written by this invocation)" : r.last_checkpoint);

@@ -18,6 +18,8 @@ struct TrainResult {
   nlohmann::json telemetry;    // the graph's telemetry at the end
   std::vector<std::string> findings;    // where the graph waited, in words (report::analyze)
   std::vector<nlohmann::json> alarms;   // drain alarms raised during the run
+  nlohmann::json last_eval;    // the eval node's latest and best records (empty without one)
+  nlohmann::json best_eval;
 };
 
 // Sets the thread counts from run.threads / run.torch_threads, builds and runs

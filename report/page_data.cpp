@@ -75,6 +75,13 @@ nlohmann::json event_mark(const nlohmann::json& r) {
     label = "checkpoint step-" + std::to_string(step.get<int64_t>());
     if (r.contains("path") && r["path"].is_string()) label.append(" ").append(r["path"].get<std::string>());
   }
+  else if (kind == "eval" && field(r, "mean_tau").is_number()) {
+    // An evaluation: plotted as the tau curve rather than marked on every plot.
+    const double tau = r["mean_tau"].get<double>();
+    std::string text = std::to_string(tau);
+    label = "eval: tau " + text.substr(0, text.find('.') + 3) + (r.value("best", false) ? " (best)" : "");
+    return {{"s", step}, {"kind", kind}, {"label", label}, {"tau", tau}};
+  }
   else if (r.contains("reason") && r["reason"].is_string()) label = kind + ": " + r["reason"].get<std::string>();
   else if (r.contains("guard") && r["guard"].is_object()) label = kind + ": " + r["guard"].value("reason", "");
   else label = kind;

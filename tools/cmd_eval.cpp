@@ -31,10 +31,17 @@ void add_eval_command(CLI::App& app, Action& action) {
   static train::EvalOptions options;
   static int threads = 1;
   sub->add_option("--target", target_dir, "target model directory (Hugging Face layout)")->required();
-  sub->add_option("--drafter", drafter, "checkpoint (step-N), run directory, or exported drafter")->required();
+  sub->add_option("--drafter", drafter,
+                  "checkpoint (step-N, or the latest/best pointer), run directory (its latest), or exported drafter")
+      ->required();
   sub->add_option("--prompts", prompts, "JSONL: {\"prompt_ids\": [...]} or training samples")->required();
   sub->add_option("--max-new-tokens", options.max_new_tokens)->capture_default_str();
   sub->add_option("--max-prompts", options.max_prompts, "0: all")->capture_default_str();
+  sub->add_option("--temperature", options.temperature,
+                  "0: greedy (lossless check); > 0: speculative sampling, which keeps the target's distribution")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--seed", options.seed, "sampling seed (per prompt: hash(seed, prompt index))")->capture_default_str();
   sub->add_option("--threads", threads, "LibTorch intra-op threads")->capture_default_str();
   sub->add_option("--json", json_out, "also write the report as JSON to this file");
   sub->callback([&action] {
@@ -76,7 +83,9 @@ void add_regenerate_command(CLI::App& app, Action& action) {
   sub->add_option("--prompts", prompts, "JSONL: {\"prompt_ids\": [...]} or samples (their prompts are used)")->required();
   sub->add_option("--out", out, "output JSONL")->required();
   sub->add_option("--max-new-tokens", options.max_new_tokens)->capture_default_str();
-  sub->add_option("--temperature", options.temperature, "0: greedy (batched)")->capture_default_str();
+  sub->add_option("--temperature", options.temperature, "0: greedy (batched); > 0: sampling, one prompt at a time")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   sub->add_option("--seed", options.seed)->capture_default_str();
   sub->callback([&action] {
     action = [] {

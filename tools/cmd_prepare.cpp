@@ -30,7 +30,7 @@ void add_prepare_command(CLI::App& app, Action& action) {
 
 void add_make_tiny_target_command(CLI::App& app, Action& action) {
   auto* sub = app.add_subcommand("make-tiny-target",
-                                 "write a random Qwen3-architecture model in Hugging Face layout (tests, demo)");
+                                 "write a tiny Qwen3-architecture model in Hugging Face layout (tests, demo)");
   static model::TinyTargetOptions options;
   sub->add_option("--out", options.out_dir, "output directory")->required();
   sub->add_option("--layers", options.num_layers)->capture_default_str();
@@ -40,6 +40,11 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
   sub->add_option("--intermediate-size", options.intermediate_size)->capture_default_str();
   sub->add_option("--vocab", options.vocab_size)->capture_default_str();
   sub->add_option("--seed", options.seed)->capture_default_str();
+  sub->add_option("--pattern", options.pattern,
+                  "random: patternless continuations; echo: token[t] = perm(token[t - lag]), learnable by a drafter")
+      ->check(CLI::IsMember({"random", "echo"}))
+      ->capture_default_str();
+  sub->add_option("--echo-lag", options.echo_lag, "echo: how far back the echoed token lies")->capture_default_str();
   sub->callback([&action] {
     action = [] {
       auto config = model::make_tiny_target(options);

@@ -67,10 +67,14 @@ void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::st
 
 }  // namespace
 
-fs::path write_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state, int keep,
-                          const std::function<void()>& mid_write) {
+namespace {
+
+// Writes checkpoints_dir/name atomically: a temporary directory, synced, then
+// renamed. `extra_manifest` keys are merged into the manifest.
+fs::path write_checkpoint_directory(const fs::path& checkpoints_dir, const std::string& name,
+                                    const CheckpointState& state, const nlohmann::json& extra_manifest,
+                                    const std::function<void()>& mid_write) {
   fs::create_directories(checkpoints_dir);
-  const std::string name = "step-" + std::to_string(state.global_step);
   const fs::path final_dir = checkpoints_dir / name;
   const fs::path tmp_dir = checkpoints_dir / ("." + name + ".tmp-" + std::to_string(::getpid()));
   fs::remove_all(tmp_dir);
@@ -87,7 +91,7 @@ fs::path write_checkpoint(const fs::path& checkpoints_dir, const CheckpointState
   write_text(tmp_dir / "state.json", run.dump(2));
   write_text(tmp_dir / "config.yaml", state.config_yaml);
 
-  nlohmann::json manifest;
+  nlohmann::json manifest = extra_manifest.is_object() ? extra_manifest : nlohmann::json::object();
   manifest["format_version"] = kFormatVersion;
   manifest["global_step"] = state.global_step;
   for (const char* file : {"drafter/model.safetensors", "drafter/config.json", "optimizer.safetensors", "state.json",
@@ -105,17 +109,66 @@ fs::path write_checkpoint(const fs::path& checkpoints_dir, const CheckpointState
   fs::remove_all(final_dir);
   fs::rename(tmp_dir, final_dir);
   fsync_path(checkpoints_dir, true);
+  return final_dir;
+}
 
-  // `latest` is replaced atomically by rename.
-  const fs::path latest_tmp = checkpoints_dir / ".latest.tmp";
-  write_text(latest_tmp, name + "\n");
-  fsync_path(latest_tmp, false);
-  fs::rename(latest_tmp, checkpoints_dir / "latest");
+// Points checkpoints_dir/pointer (latest, best) at `name`, atomically by rename.
+void write_pointer(const fs::path& checkpoints_dir, const std::string& pointer, const std::string& name) {
+  const fs::path tmp = checkpoints_dir / ("." + pointer + ".tmp");
+  write_text(tmp, name + "\n");
+  fsync_path(tmp, false);
+  fs::rename(tmp, checkpoints_dir / pointer);
   fsync_path(checkpoints_dir, true);
+}
 
+fs::path resolve_pointer(const fs::path& checkpoints_dir, const std::string& pointer) {
+  const fs::path file = checkpoints_dir / pointer;
+  if (!fs::exists(file))
+    throw std::runtime_error("checkpoint: no '" + pointer + "' in " + checkpoints_dir.string() +
+                             (pointer == "latest" ? ": nothing to resume" : ": no evaluation has written one"));
+  std::string name = read_file(file);
+  name.erase(name.find_last_not_of(" \n\r\t") + 1);
+  fs::path dir = checkpoints_dir / name;
+  if (!fs::exists(dir / kManifest))
+    throw std::runtime_error("checkpoint: '" + pointer + "' names " + dir.string() + ", which is not complete");
+  return dir;
+}
+
+}  // namespace
+
+fs::path write_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state, int keep,
+                          const std::function<void()>& mid_write) {
+  const std::string name = "step-" + std::to_string(state.global_step);
+  const fs::path final_dir = write_checkpoint_directory(checkpoints_dir, name, state, {}, mid_write);
+  write_pointer(checkpoints_dir, "latest", name);
   auto all = list_checkpoints(checkpoints_dir);
   for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove_all(all[i]);
   return final_dir;
+}
+
+fs::path write_best_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state,
+                               const nlohmann::json& eval) {
+  const std::string name = "best-step-" + std::to_string(state.global_step);
+  const fs::path final_dir = write_checkpoint_directory(checkpoints_dir, name, state, {{"eval", eval}}, {});
+  write_pointer(checkpoints_dir, "best", name);
+  // Only the directory `best` names is kept. (The checkpoint writer may be
+  // renaming and pruning step-N directories at the same time: never throw on them.)
+  std::vector<fs::path> stale;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
+    const std::string other = entry.path().filename().string();
+    if (other.rfind("best-step-", 0) == 0 && other != name) stale.push_back(entry.path());
+  }
+  for (const auto& dir : stale) fs::remove_all(dir, ec);
+  return final_dir;
+}
+
+std::optional<nlohmann::json> best_checkpoint_eval(const fs::path& checkpoints_dir) {
+  if (!fs::exists(checkpoints_dir / "best")) return std::nullopt;
+  const fs::path dir = resolve_pointer(checkpoints_dir, "best");
+  const auto manifest = nlohmann::json::parse(read_file(dir / kManifest));
+  if (!manifest.contains("eval")) return std::nullopt;
+  return manifest["eval"];
 }
 
 std::vector<fs::path> list_checkpoints(const fs::path& checkpoints_dir) {
@@ -129,21 +182,14 @@ std::vector<fs::path> list_checkpoints(const fs::path& checkpoints_dir) {
 }
 
 fs::path resolve_checkpoint(const fs::path& checkpoints_dir, const std::string& which) {
-  if (which != "latest") {
-    fs::path p(which);
-    if (fs::exists(p / kManifest)) return p;
-    if (fs::exists(p / "checkpoints" / "latest")) return resolve_checkpoint(p / "checkpoints", "latest");
-    throw std::runtime_error("checkpoint: '" + which + "' is not a complete checkpoint (no " + kManifest + ")");
-  }
-  const fs::path latest = checkpoints_dir / "latest";
-  if (!fs::exists(latest))
-    throw std::runtime_error("checkpoint: no 'latest' in " + checkpoints_dir.string() + ": nothing to resume");
-  std::string name = read_file(latest);
-  name.erase(name.find_last_not_of(" \n\r\t") + 1);
-  fs::path dir = checkpoints_dir / name;
-  if (!fs::exists(dir / kManifest))
-    throw std::runtime_error("checkpoint: 'latest' names " + dir.string() + ", which is not complete");
-  return dir;
+  if (which == "latest" || which == "best") return resolve_pointer(checkpoints_dir, which);
+  fs::path p(which);
+  if (fs::exists(p / kManifest)) return p;
+  // A pointer file given as a path: runs/demo/checkpoints/best.
+  if (fs::is_regular_file(p) && (p.filename() == "latest" || p.filename() == "best"))
+    return resolve_pointer(p.parent_path(), p.filename().string());
+  if (fs::exists(p / "checkpoints" / "latest")) return resolve_pointer(p / "checkpoints", "latest");
+  throw std::runtime_error("checkpoint: '" + which + "' is not a complete checkpoint (no " + kManifest + ")");
 }
 
 LoadedCheckpoint read_checkpoint(const fs::path& dir) {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,7 +50,18 @@ struct LoadedCheckpoint {
 fs::path write_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state, int keep,
                           const std::function<void()>& mid_write = {});
 
-// "latest" (within checkpoints_dir) or a path to a step-<N> directory.
+// The best checkpoint by an evaluation: writes `checkpoints_dir/best-step-<N>`
+// atomically with `eval` (mean tau, prompts, ...) in its manifest, points
+// `best` at it (atomically, like `latest`) and removes the previous best
+// directory. Never pruned by `keep`, never taken for `latest`.
+fs::path write_best_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state,
+                               const nlohmann::json& eval);
+// The `eval` record in the manifest of the checkpoint `best` names, if any.
+std::optional<nlohmann::json> best_checkpoint_eval(const fs::path& checkpoints_dir);
+
+// "latest" or "best" (within checkpoints_dir), a path to a step-<N> (or
+// best-step-<N>) directory, a path to a `latest` or `best` file, or a run
+// directory (its latest).
 fs::path resolve_checkpoint(const fs::path& checkpoints_dir, const std::string& which);
 
 // Reads and verifies every file against the manifest; throws naming the file.

@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "data/checksum.hpp"
 #include "model/speculative.hpp"
 
 namespace dflow::train {
@@ -41,38 +42,50 @@ std::vector<std::vector<int64_t>> read_prompts(const std::filesystem::path& json
 EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::TargetModel& target,
                             const std::vector<std::vector<int64_t>>& prompts, const EvalOptions& options) {
   using clock = std::chrono::steady_clock;
+  if (options.temperature < 0)
+    throw std::invalid_argument("evaluate: temperature must be >= 0 (0: greedy), got " +
+                                std::to_string(options.temperature));
   torch::NoGradGuard no_grad;
   const int64_t block = drafter.spec().block_size;
   EvalReport r;
+  r.temperature = options.temperature;
+  r.lossless_checked = options.compare_with_target && options.temperature <= 0;
   r.tau_histogram.assign(static_cast<size_t>(block), 0);
   r.acceptance_by_position.assign(static_cast<size_t>(block - 1), 0.0);
-  int64_t cycles = 0, spec_tokens = 0, target_tokens = 0, prompts_with_cycles = 0;
-  double spec_s = 0, target_s = 0, tau_sum = 0;
-  const auto& eos = target.config().eos_token_ids;
+  int64_t target_tokens = 0, prompts_with_cycles = 0;
+  double target_s = 0, tau_sum = 0;
+  model::SpeculativeOptions spec_options;
+  spec_options.max_new_tokens = options.max_new_tokens;
+  spec_options.eos_token_ids = target.config().eos_token_ids;
+  spec_options.temperature = options.temperature;
   for (const auto& prompt : prompts) {
     if (options.max_prompts > 0 && r.prompts >= options.max_prompts) break;
-    auto t0 = clock::now();
-    auto reference = target.generate(prompt, options.max_new_tokens, 0.0, 0, eos);
+    spec_options.seed = data::hash_combine(options.seed, static_cast<uint64_t>(r.prompts));
+    std::vector<int64_t> reference;
+    if (options.compare_with_target) {
+      auto t0 = clock::now();
+      reference = target.generate(prompt, options.max_new_tokens, options.temperature, spec_options.seed,
+                                  spec_options.eos_token_ids);
+      target_s += std::chrono::duration<double>(clock::now() - t0).count();
+      target_tokens += static_cast<int64_t>(reference.size());
+    }
     auto t1 = clock::now();
-    auto spec = model::speculative_generate(drafter, target, prompt, options.max_new_tokens, eos);
-    auto t2 = clock::now();
-    target_s += std::chrono::duration<double>(t1 - t0).count();
-    spec_s += std::chrono::duration<double>(t2 - t1).count();
-    target_tokens += static_cast<int64_t>(reference.size());
-    spec_tokens += static_cast<int64_t>(spec.tokens.size());
-    if (spec.tokens != reference) ++r.mismatched_prompts;
+    auto spec = model::speculative_generate(drafter, target, prompt, spec_options);
+    r.speculative_s += std::chrono::duration<double>(clock::now() - t1).count();
+    r.generated_tokens += static_cast<int64_t>(spec.tokens.size());
+    if (r.lossless_checked && spec.tokens != reference) ++r.mismatched_prompts;
     // A prompt whose answer ended at the bonus token had no drafting cycle.
     if (!spec.acceptance_lengths.empty()) tau_sum += spec.mean_acceptance_length(), ++prompts_with_cycles;
     for (int64_t tau : spec.acceptance_lengths) {
       r.tau_histogram.at(static_cast<size_t>(tau - 1))++;
       for (int64_t k = 1; k < tau; ++k) r.acceptance_by_position[static_cast<size_t>(k - 1)] += 1;
-      ++cycles;
+      ++r.cycles;
     }
     ++r.prompts;
   }
   r.mean_tau = prompts_with_cycles ? tau_sum / static_cast<double>(prompts_with_cycles) : 0;
-  for (auto& a : r.acceptance_by_position) a = cycles ? a / static_cast<double>(cycles) : 0;
-  r.speculative_tokens_per_s = spec_s > 0 ? spec_tokens / spec_s : 0;
+  for (auto& a : r.acceptance_by_position) a = r.cycles ? a / static_cast<double>(r.cycles) : 0;
+  r.speculative_tokens_per_s = r.speculative_s > 0 ? r.generated_tokens / r.speculative_s : 0;
   r.target_tokens_per_s = target_s > 0 ? target_tokens / target_s : 0;
   return r;
 }
@@ -83,6 +96,9 @@ nlohmann::json EvalReport::to_json() const {
           {"tau_histogram", tau_histogram},
           {"acceptance_by_position", acceptance_by_position},
           {"mismatched_prompts", mismatched_prompts},
+          {"lossless_checked", lossless_checked},
+          {"temperature", temperature},
+          {"cycles", cycles},
           {"speculative_tokens_per_s", speculative_tokens_per_s},
           {"target_tokens_per_s", target_tokens_per_s},
           {"speedup", target_tokens_per_s > 0 ? speculative_tokens_per_s / target_tokens_per_s : 0.0}};
@@ -99,8 +115,15 @@ std::string EvalReport::summary() const {
   out << std::setprecision(1) << "\nspeculative " << speculative_tokens_per_s << " tok/s, target-only "
       << target_tokens_per_s << " tok/s, speed-up " << std::setprecision(2)
       << (target_tokens_per_s > 0 ? speculative_tokens_per_s / target_tokens_per_s : 0.0)
-      << "\nlossless: " << (mismatched_prompts == 0 ? "yes, every output equals target-only greedy decoding"
-                                                    : std::to_string(mismatched_prompts) + " prompts DIFFER");
+      << "\nlossless: ";
+  if (!lossless_checked && temperature > 0)
+    out << "sampled at temperature " << temperature
+        << " (speculative sampling keeps the target's distribution; outputs are not compared)";
+  else if (!lossless_checked)
+    out << "not checked";
+  else
+    out << (mismatched_prompts == 0 ? "yes, every output equals target-only greedy decoding"
+                                    : std::to_string(mismatched_prompts) + " prompts DIFFER");
   return out.str();
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// Does the drafter draft? Greedy speculative decoding against target-only
-// greedy decoding on the same prompts, in one run: acceptance length tau,
-// its distribution, and the speed-up, with a losslessness check.
+// Does the drafter draft? Speculative decoding against target-only decoding
+// on the same prompts, in one run: acceptance length tau, its distribution,
+// and the speed-up; greedy runs also check losslessness (every output equals
+// target-only greedy decoding).
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,7 +15,10 @@ namespace dflow::train {
 
 struct EvalOptions {
   int64_t max_new_tokens = 64;
-  int64_t max_prompts = 0;  // 0: all
+  int64_t max_prompts = 0;       // 0: all
+  double temperature = 0.0;      // 0: greedy; > 0: speculative sampling
+  uint64_t seed = 0;             // sampling: per prompt hash(seed, prompt index)
+  bool compare_with_target = true;  // also decode target-only: speed-up, and (greedy) the losslessness check
 };
 
 struct EvalReport {
@@ -22,7 +26,12 @@ struct EvalReport {
   double mean_tau = 0;                     // mean over prompts of each prompt's mean tau
   std::vector<int64_t> tau_histogram;      // cycles with tau = 1 .. B (index tau-1)
   std::vector<double> acceptance_by_position;  // share of cycles whose draft k (1..B-1) was accepted
-  int64_t mismatched_prompts = 0;          // speculative output differs from target-only greedy
+  int64_t mismatched_prompts = 0;          // greedy: speculative output differs from target-only greedy
+  bool lossless_checked = false;           // greedy and compared with the target
+  double temperature = 0;
+  int64_t cycles = 0;                      // drafting cycles (target verification passes)
+  int64_t generated_tokens = 0;            // by speculative decoding
+  double speculative_s = 0;                // time spent in speculative decoding
   double speculative_tokens_per_s = 0;
   double target_tokens_per_s = 0;
   nlohmann::json to_json() const;

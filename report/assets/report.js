@@ -70,8 +70,9 @@
     });
   }
 
-  // Every plot over steps marks the run's events.
-  function plot(container, spec) { P.plot(container, Object.assign({ events: spec.noEvents ? [] : D.events }, spec)); }
+  // Every plot over steps marks the run's events (evaluations have their own plot).
+  function marks() { return D.events.filter(function (e) { return e.kind !== 'eval'; }); }
+  function plot(container, spec) { P.plot(container, Object.assign({ events: spec.noEvents ? [] : marks() }, spec)); }
 
   function shade(k, count) { return 'hsl(' + Math.round(215 - 205 * (count > 1 ? k / (count - 1) : 0)) + ',70%,45%)'; }
 
@@ -138,7 +139,7 @@
     var names = { checkpoint: 'checkpoint', guard: 'guard skipped/quarantined/rolled back/halted', alarm: 'alarm', other: 'other event' };
     var colors = { checkpoint: '#7d8597', guard: '#d6453d', alarm: '#e08a1e', other: '#8e5bd0' };
     var counts = {};
-    D.events.forEach(function (e) { var k = EVENT_KINDS.indexOf(e.kind) >= 0 ? e.kind : 'other'; counts[k] = (counts[k] || 0) + 1; });
+    marks().forEach(function (e) { var k = EVENT_KINDS.indexOf(e.kind) >= 0 ? e.kind : 'other'; counts[k] = (counts[k] || 0) + 1; });
     document.getElementById(id).innerHTML = 'Marked on every plot: ' + Object.keys(names).map(function (k) {
       return '<span><i style="border-color:' + colors[k] + '"></i>' + names[k] + ' (' + (counts[k] || 0) + ')</span>';
     }).join('');
@@ -161,6 +162,11 @@
     }), legend: k ? '<span><i style="background:' + shade(0, k) + '"></i>k=1</span><span>\u2026</span><span><i style="background:' +
       shade(k - 1, k) + '"></i>k=' + k + ' (block position)</span>' : '' });
     drawAccuracyProfile(el, S);
+    var evals = D.events.filter(function (e) { return e.kind === 'eval' && isFinite(e.tau); });
+    if (evals.length)
+      one({ title: 'Acceptance length tau on held-out prompts (speculative decoding, eval node)', yMin: 0,
+        xMin: Math.min(x.xMin, evals[0].s), series: [{ name: 'tau', color: '#c2410c', width: 2,
+          xs: evals.map(function (e) { return e.s; }), ys: evals.map(function (e) { return e.tau; }) }] });
     var totals = D.records.length ? D.records[D.records.length - 1].bc || [] : [], all = totals.reduce(function (a, b) { return a + b; }, 0);
     // A step holds a few micro-batches: a moving mean shows the mix.
     var smooth = Math.max(1, Math.round(xs.length / 40));

@@ -28,7 +28,7 @@ TEST_CASE("Config.Default.is_the_demo") {
   CHECK(c.run.name == "demo");
   CHECK(c.run.threads == 2);
   CHECK(c.model.drafter.block_size == 16);
-  CHECK(c.pipeline.nodes.size() == 10);
+  CHECK(c.pipeline.nodes.size() == 11);
   CHECK(c.pipeline.nodes.front().name == "load");
   CHECK_FALSE(c.pipeline.from_default);  // the default file declares its pipeline
 }
@@ -36,7 +36,12 @@ TEST_CASE("Config.Default.is_the_demo") {
 TEST_CASE("Config.Pipeline.absent_section_uses_default_graph") {
   auto c = load_config_text("run: {name: x}\n", "x.yaml");
   CHECK(c.pipeline.from_default);
-  CHECK(c.pipeline.edges.size() == load_config("").pipeline.edges.size());
+  // Without held-out prompts the default graph runs without its eval node.
+  CHECK(c.pipeline.edges.size() + 1 == load_config("").pipeline.edges.size());
+  CHECK(c.pipeline.nodes.size() + 1 == load_config("").pipeline.nodes.size());
+  auto with_prompts = load_config_text("eval: {prompts: held-out.jsonl}\n", "x.yaml");
+  CHECK(with_prompts.pipeline.edges.size() == load_config("").pipeline.edges.size());
+  CHECK(with_prompts.pipeline.nodes.back().type == "eval.tau");
 }
 
 TEST_CASE("Config.ToYaml.round_trips") {

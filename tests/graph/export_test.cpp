@@ -37,9 +37,10 @@ NodeRegistry default_shaped_registry() {
   add("drafter_step", NodeKind::function, {p("batch", "ContextFeatures"), p("token", "ModelToken")}, {p("out", "MicroStep")});
   add("accumulate", NodeKind::function, {p("in", "MicroStep")}, {p("token", "ModelToken"), p("step", "StepGrads")});
   add("optimizer_step.adamw", NodeKind::function, {p("in", "StepGrads")},
-      {p("token", "ModelToken"), p("record", "StepRecord"), p("snapshot", "Snapshot")});
+      {p("token", "ModelToken"), p("record", "StepRecord"), p("snapshot", "Snapshot"), p("eval", "Snapshot")});
   add("metric_sample", NodeKind::function, {p("in", "StepRecord")}, {});
   add("checkpoint.async", NodeKind::function, {p("in", "Snapshot")}, {});
+  add("eval.tau", NodeKind::function, {p("in", "Snapshot")}, {});
   return r;
 }
 
@@ -57,8 +58,8 @@ config::PipelineConfig default_pipeline(int target_replicas) {
 TEST_CASE("Graph.Export.default_pipeline_dot") {
   NodeRegistry registry = default_shaped_registry();
   GraphDescription d = describe(default_pipeline(2), registry);
-  CHECK(d.nodes.size() == 10);
-  CHECK(d.edges.size() == 11);
+  CHECK(d.nodes.size() == 11);
+  CHECK(d.edges.size() == 12);
   std::string dot = to_dot(d);
   CHECK(dot.find("digraph pipeline {") == 0);
   CHECK(dot.find("\"target\" [label=\"target\\ntarget_forward x2\", peripheries=2];") != std::string::npos);
@@ -82,11 +83,11 @@ TEST_CASE("Graph.Export.default_pipeline_json") {
   NodeRegistry registry = default_shaped_registry();
   GraphDescription d = describe(default_pipeline(1), registry);
   nlohmann::json json = to_json(d);
-  CHECK(json["nodes"].size() == 10);
+  CHECK(json["nodes"].size() == 11);
   CHECK(json["nodes"][4]["name"] == "reorder");
   CHECK(json["nodes"][4]["outputs"][0]["type"] == "ContextFeatures");  // "*" resolved from target
   CHECK(json["nodes"][5]["inputs"][1]["name"] == "token");
-  CHECK(json["edges"].size() == 11);
+  CHECK(json["edges"].size() == 12);
   const auto& token = json["edges"][8];
   CHECK(token["from"] == "optimizer.token");
   CHECK(token["to"] == "drafter.token");

@@ -1,14 +1,19 @@
 // Speculative decoding: lossless against the target's greedy decoding, the
-// drafter's context cache equals a full recomputation, and a drafter trained
+// drafter's context cache equals a full recomputation, a drafter trained
 // with the objective is accepted when drafting (training and drafting agree
-// on labels, visibility, positions and the mask token).
+// on labels, visibility, positions and the mask token), and speculative
+// sampling keeps the target's distribution.
 #include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
 
 #include "model/objective.hpp"
 #include "model/speculative.hpp"
 #include "model_fixtures.hpp"
 
 using namespace dflow::model;
+using dflow::model::testing::ScratchDir;
 using dflow::model::testing::tiny_target_dir;
 
 namespace {
@@ -42,6 +47,124 @@ TEST_CASE("Model.Speculative.OutputEqualsTargetGreedyDecoding") {
 
   const auto stopped = speculative_generate(*drafter, target, prompt, 40, {greedy[5]});
   CHECK(stopped.tokens == std::vector<int64_t>(greedy.begin(), greedy.begin() + 6));
+}
+
+TEST_CASE("Model.Speculative.GreedyEqualsTargetGreedyOnEveryPromptOfASet") {
+  torch::set_num_threads(1);
+  const TargetModel target = TargetModel::load(tiny_target_dir());
+  DFlashDrafter drafter = tiny_drafter(target);
+  torch::manual_seed(12);
+  for (int64_t i = 0; i < 12; ++i) {
+    const torch::Tensor ids = torch::randint(0, 510, {3 + 4 * i}, torch::kInt64);
+    const std::vector<int64_t> prompt(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    CAPTURE(i);
+    CHECK(speculative_generate(*drafter, target, prompt, 30, {}).tokens == target.generate(prompt, 30, 0.0, 0, {}));
+  }
+}
+
+namespace {
+
+// Chi-square statistic of observed counts against expected probabilities,
+// bins with fewer than 5 expected pooled into one; returns {statistic, df}.
+std::pair<double, int64_t> chi_square(const std::vector<int64_t>& observed, const torch::Tensor& expected_probabilities,
+                                      int64_t samples) {
+  double statistic = 0, pooled_observed = 0, pooled_expected = 0;
+  int64_t bins = 0;
+  for (size_t v = 0; v < observed.size(); ++v) {
+    const double expected = expected_probabilities[static_cast<int64_t>(v)].item<double>() * static_cast<double>(samples);
+    if (expected < 5) {
+      pooled_observed += static_cast<double>(observed[v]), pooled_expected += expected;
+      continue;
+    }
+    statistic += std::pow(static_cast<double>(observed[v]) - expected, 2) / expected, ++bins;
+  }
+  if (pooled_expected > 0) statistic += std::pow(pooled_observed - pooled_expected, 2) / pooled_expected, ++bins;
+  return {statistic, bins - 1};
+}
+
+// The chi-square quantile with upper tail ~1e-6 (Wilson-Hilferty).
+double chi_square_critical(int64_t df) {
+  const double k = static_cast<double>(df), z = 4.75;
+  return k * std::pow(1.0 - 2.0 / (9.0 * k) + z * std::sqrt(2.0 / (9.0 * k)), 3);
+}
+
+}  // namespace
+
+TEST_CASE("Model.Speculative.SamplingKeepsTheTargetDistribution") {
+  // Exact marginals of the 2nd and 3rd sampled tokens (the first two drafted
+  // positions) on a target small enough to enumerate, against the tokens of
+  // 3000 seeded speculative runs with an untrained drafter, whose
+  // distribution differs from the target's: both the acceptance and the
+  // residual branch decide the outcome. Seeds are fixed: the test is
+  // deterministic; the bound is the chi-square 1e-6 quantile.
+  torch::set_num_threads(1);
+  ScratchDir dir("sampling-target");
+  TinyTargetOptions tiny;
+  tiny.out_dir = dir.path();
+  tiny.num_layers = 2;
+  tiny.hidden_size = 32;
+  tiny.intermediate_size = 64;
+  tiny.vocab_size = 24;
+  tiny.seed = 11;
+  make_tiny_target(tiny);
+  const TargetModel target = TargetModel::load(dir.path());
+  DrafterOptions drafter_options;
+  drafter_options.block_size = 4;
+  drafter_options.num_target_features = 1;
+  DFlashDrafter drafter(make_drafter_spec(target.config(), drafter_options), 5);
+  const double temperature = 3.0;
+  const std::vector<int64_t> prompt = {3, 7, 1, 9, 12};
+  const int64_t vocab = target.config().vocab_size, prompt_length = static_cast<int64_t>(prompt.size());
+
+  // Exact: p(t1), p(t2 | t1), p(t3 | t1, t2) by enumeration.
+  torch::NoGradGuard no_grad;
+  auto probabilities = [&](const torch::Tensor& logits) { return torch::softmax(logits.to(torch::kFloat64) / temperature, -1); };
+  const torch::Tensor base = torch::tensor(prompt, torch::kInt64);
+  const torch::Tensor p1 = probabilities(target.forward(base.unsqueeze(0), {}, true).logits[0][prompt_length - 1]);  // [V]
+  const torch::Tensor all = torch::arange(vocab, torch::kInt64);
+  const torch::Tensor two = torch::cat({base.unsqueeze(0).expand({vocab, prompt_length}), all.unsqueeze(1)}, 1);
+  const torch::Tensor p2_given = probabilities(target.forward(two, {}, true).logits.select(1, prompt_length));  // [V, V]
+  const torch::Tensor three = torch::cat({two.repeat_interleave(vocab, 0), all.repeat(vocab).unsqueeze(1)}, 1);
+  const torch::Tensor p3_given = probabilities(target.forward(three, {}, true).logits.select(1, prompt_length + 1))
+                                     .view({vocab, vocab, vocab});  // [t1, t2, t3]
+  const torch::Tensor joint12 = p1.unsqueeze(1) * p2_given;       // [t1, t2]
+  const torch::Tensor p2 = joint12.sum(0);
+  const torch::Tensor p3 = (joint12.unsqueeze(2) * p3_given).sum({0, 1});
+
+  const int64_t runs = 3000;
+  std::vector<int64_t> count2(static_cast<size_t>(vocab)), count3(static_cast<size_t>(vocab));
+  int64_t accepted = 0, drafted = 0;
+  SpeculativeOptions options;
+  options.max_new_tokens = 3;
+  options.temperature = temperature;
+  for (int64_t run = 0; run < runs; ++run) {
+    options.seed = 1000 + static_cast<uint64_t>(run);
+    const SpeculativeResult result = speculative_generate(*drafter, target, prompt, options);
+    REQUIRE(result.tokens.size() == 3);
+    count2[static_cast<size_t>(result.tokens[1])]++;
+    count3[static_cast<size_t>(result.tokens[2])]++;
+    accepted += result.acceptance_lengths.front() - 1;
+    drafted += 3;
+  }
+  const double acceptance = static_cast<double>(accepted) / static_cast<double>(drafted);
+  CAPTURE(acceptance);
+  CHECK(acceptance > 0.05);  // both branches are exercised
+  CHECK(acceptance < 0.9);
+  for (const auto& [name, counts, exact] : {std::tuple{std::string("2nd token"), &count2, p2}, std::tuple{std::string("3rd token"), &count3, p3}}) {
+    const auto [statistic, df] = chi_square(*counts, exact, runs);
+    INFO(name << ": chi-square " << statistic << " with " << df << " degrees of freedom, bound "
+              << chi_square_critical(df));
+    CHECK(df >= 5);
+    CHECK(statistic < chi_square_critical(df));
+  }
+
+  // The same seed gives the same tokens; sampling is not greedy decoding.
+  options.seed = 77;
+  options.max_new_tokens = 20;
+  CHECK(speculative_generate(*drafter, target, prompt, options).tokens ==
+        speculative_generate(*drafter, target, prompt, options).tokens);
+  options.temperature = -1;
+  CHECK_THROWS_WITH(speculative_generate(*drafter, target, prompt, options), doctest::Contains("temperature must be >= 0"));
 }
 
 TEST_CASE("Model.Speculative.ContextCacheEqualsFullRecomputation") {

@@ -1,8 +1,9 @@
 #pragma once
-// A small but real training setup shared by the end-to-end tests: a tiny
-// Qwen3-architecture target, prompts whose responses it regenerated itself,
-// prepared into shards (made once per test process), and the demo config
-// pointed at them with sizes that run in seconds on 2 cores.
+// A small but real training setup shared by the end-to-end tests: the demo's
+// tiny Qwen3-architecture target (echo pattern), prompts whose responses it
+// regenerated itself, prepared into shards, and held-out prompts (made once
+// per test process), and the demo config pointed at them with sizes that run
+// in seconds on 2 cores (its eval node measures tau on 2 held-out prompts).
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -24,7 +25,7 @@ inline const fs::path& assets_dir() {
     fs::remove_all(d);
     auto config = config::load_config("", {"model.target.path=" + (d / "target").string(),
                                            "data.train=[" + (d / "data").string() + "]", "data.max_length=128",
-                                           "data.buckets=[64, 128]"});
+                                           "data.buckets=[64, 128]", "eval.prompts=" + (d / "heldout.jsonl").string()});
     train::DemoDataOptions options;
     options.num_prompts = 240;
     options.max_prompt_tokens = 32;
@@ -47,6 +48,9 @@ inline std::vector<std::string> small_run_overrides(const fs::path& out_dir, std
                              "train.grad_accum=1",
                              "metrics.sinks=[jsonl]",
                              "checkpoint.every_steps=0",
+                             "eval.prompts=" + (assets_dir() / "heldout.jsonl").string(),
+                             "eval.max_prompts=2",
+                             "eval.max_new_tokens=16",
                              "run.log_level=warn"};
   o.insert(o.end(), extra.begin(), extra.end());
   return o;

@@ -76,7 +76,7 @@ TEST_CASE("Train.Resume.refuses_incompatible_config_naming_keys") {
   nodes::RunOptions resume;
   resume.resume = "latest";
   CHECK_THROWS_WITH(nodes::run_training(small_run_config(dir, {"train.lr=0.1", "model.drafter.num_layers=2"}), resume),
-                    doctest::Contains("train.lr: 0.003 -> 0.1"));
+                    doctest::Contains("train.lr: 0.02 -> 0.1"));
   // A fresh run never silently replaces saved checkpoints.
   CHECK_THROWS_WITH(nodes::run_training(small_run_config(dir), {}), doctest::Contains("--resume latest"));
 }

@@ -203,6 +203,16 @@ TEST_CASE("Cli.Eval.export_and_regenerate_round_trip") {
               .exit_code == 0);
   auto report2 = nlohmann::json::parse(std::ifstream(json2));
   CHECK(report2["tau_histogram"] == report["tau_histogram"]);
+  // Speculative sampling at a temperature.
+  auto sampled = run_dflow("eval --target " + target + " --drafter " + dir.string() + " --prompts " +
+                           (dir / "prompts.jsonl").string() + " --max-new-tokens 24 --temperature 0.8 --seed 3 --json " +
+                           (dir / "sampled.json").string());
+  INFO(sampled.output);
+  CHECK(sampled.exit_code == 0);
+  CHECK(sampled.output.find("sampled at temperature") != std::string::npos);
+  auto sampled_report = nlohmann::json::parse(std::ifstream(dir / "sampled.json"));
+  CHECK(sampled_report["mean_tau"].get<double>() >= 1.0);
+  CHECK(sampled_report["mean_tau"].get<double>() <= 16.0);
   // Regenerated data round-trips through prepare and trains.
   REQUIRE(run_dflow("regenerate --target " + target + " --prompts " + (dir / "prompts.jsonl").string() +
                     " --max-new-tokens 40 --out " + (dir / "regen.jsonl").string())
@@ -245,4 +255,27 @@ TEST_CASE("Cli.Replay.recomputes_chosen_samples_against_a_checkpoint") {
   auto unknown = run_dflow("replay " + ckpt + " --samples 3,99999,123456");
   CHECK(unknown.exit_code == 2);
   CHECK(unknown.output.find("unknown sample id(s) 99999, 123456") != std::string::npos);
+}
+
+TEST_CASE("Cli.Eval.bad_input_is_refused_naming_key_node_or_file") {
+  auto no_prompts = run_dflow("config --set eval.prompts=");
+  INFO(no_prompts.output);
+  CHECK(no_prompts.exit_code == 2);
+  CHECK(no_prompts.output.find("node 'eval' (eval.tau) measures tau on held-out prompts, but eval.prompts is empty") !=
+        std::string::npos);
+  auto cold = run_dflow("config --set eval.temperature=-0.5");
+  CHECK(cold.exit_code == 2);
+  CHECK(cold.output.find("eval.temperature: must be >= 0") != std::string::npos);
+  auto negative = run_dflow("eval --target t --drafter d --prompts p --temperature -1");
+  CHECK(negative.exit_code == 2);
+  CHECK(negative.output.find("--temperature") != std::string::npos);
+
+  auto dir = fresh_dir("eval-missing");
+  const auto absent = (dir / "absent.jsonl").string();
+  auto config = write_config(dir, {"eval.prompts=" + absent}, "");
+  auto missing = run_dflow("train " + config.string());
+  INFO(missing.output);
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.output.find("node 'eval' (eval.tau): eval.prompts: cannot read the held-out prompts file '" + absent +
+                            "'") != std::string::npos);
 }

@@ -1,0 +1,182 @@
+// eval.tau: does the drafter draft, while it trains? Takes the snapshots
+// optimizer_step emits every eval.every_steps steps (and after the last),
+// runs speculative decoding with that snapshot on held-out prompts, and
+// writes an `eval` record (mean tau, its histogram, acceptance by position)
+// to the metrics plus a console line. The snapshot with the best tau so far
+// is written as checkpoints/best. A fresh run first evaluates the untrained
+// drafter (global_step 0, at its first firing): the baseline every later tau
+// is read against.
+//
+// It works on its own copy of the weights, off the model token, so training
+// continues meanwhile; it competes only for compute. Its input edge bounds
+// how far it may fall behind.
+#include <chrono>
+#include <optional>
+#include <iomanip>
+#include <sstream>
+#include <unordered_set>
+
+#include "config/errors.hpp"
+#include "config/log.hpp"
+#include "data/checksum.hpp"
+#include "nodes/eval_tau.hpp"
+#include "nodes/messages.hpp"
+#include "nodes/node_support.hpp"
+#include "nodes/registry.hpp"
+#include "train/evaluate.hpp"
+
+namespace dflow::nodes {
+
+namespace {
+
+uint64_t prompt_hash(std::span<const int32_t> prompt) { return data::xxhash64(prompt); }
+
+std::string fixed(double value, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << value;
+  return out.str();
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> held_out_prompts(const RunState& state, const std::string& node) {
+  const auto& eval = state.config.eval;
+  const std::string where = "node '" + node + "' (eval.tau): eval.prompts: ";
+  if (!fs::is_regular_file(eval.prompts))
+    throw ConfigError(where + "cannot read the held-out prompts file '" + eval.prompts +
+                      "' (a JSONL file of {\"prompt_ids\": [...]} or samples that are not in the training data)");
+  std::vector<std::vector<int64_t>> candidates;
+  try {
+    candidates = train::read_prompts(eval.prompts);
+  } catch (const std::exception& e) {
+    throw ConfigError(where + e.what());
+  }
+  std::unordered_set<uint64_t> training;
+  for (int64_t i = 0; i < state.dataset.size(); ++i) {
+    const data::SampleView sample = state.dataset.sample(i);
+    size_t prompt_length = 0;
+    while (prompt_length < sample.loss_mask.size() && sample.loss_mask[prompt_length] == 0) ++prompt_length;
+    training.insert(prompt_hash(sample.input_ids.first(prompt_length)));
+  }
+  std::vector<std::vector<int64_t>> prompts;
+  int64_t dropped = 0;
+  for (auto& prompt : candidates) {
+    const std::vector<int32_t> narrow(prompt.begin(), prompt.end());
+    if (training.count(prompt_hash(narrow))) {
+      ++dropped;
+      continue;
+    }
+    prompts.push_back(std::move(prompt));
+    if (eval.max_prompts > 0 && static_cast<int64_t>(prompts.size()) == eval.max_prompts) break;
+  }
+  if (dropped > 0)
+    log::warn("eval", log::str(dropped, " prompts of ", eval.prompts, " are training prompts: left out of evaluation"));
+  if (prompts.empty())
+    throw ConfigError(where + "'" + eval.prompts + "' holds no prompt that is not a training prompt");
+  return prompts;
+}
+
+namespace {
+
+class EvalTau final : public graph::FunctionBody {
+ public:
+  EvalTau(RunState& state, std::string name)
+      : state_(state), name_(std::move(name)), prompts_(state.eval_prompts) {
+    if (prompts_.empty()) throw std::logic_error("eval.tau: held-out prompts were not loaded before the graph was built");
+    drafter_ = model::DFlashDrafter(state.drafter->spec(), 0);
+    drafter_->to(state.drafter_device);
+    drafter_->eval();
+    for (auto& p : drafter_->parameters()) p.set_requires_grad(false);
+    options_.max_new_tokens = state.config.eval.max_new_tokens;
+    options_.temperature = state.config.eval.temperature;
+    options_.seed = state.config.eval.seed;
+    options_.compare_with_target = false;  // tau only: half the cost
+    // A resumed run keeps the best tau it had; a fresh one first measures
+    // the untrained drafter (its weights taken now, before any step).
+    if (!state.resumed_from.empty()) {
+      if (auto best = train::best_checkpoint_eval(state.checkpoints_dir)) best_tau_ = best->value("mean_tau", best_tau_);
+    } else if (state.options.rank == 0) {
+      baseline_ = state.snapshot();
+    }
+  }
+
+  void process(graph::Inputs& in, graph::Emitter&) override {
+    if (state_.options.rank != 0) return;
+    if (baseline_) {
+      evaluate(*baseline_);
+      baseline_.reset();
+    }
+    evaluate(in.get<Snapshot>(0).state);
+  }
+
+ private:
+  void evaluate(const train::CheckpointState& snapshot) {
+    load(snapshot.drafter_tensors);
+    const auto started = std::chrono::steady_clock::now();
+    const train::EvalReport report = train::evaluate_drafter(*drafter_, *state_.targets.front(), prompts_, options_);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const bool improved = report.mean_tau > best_tau_;
+    nlohmann::json eval = {{"global_step", snapshot.global_step},
+                           {"mean_tau", report.mean_tau},
+                           {"prompts", report.prompts},
+                           {"max_new_tokens", options_.max_new_tokens},
+                           {"temperature", options_.temperature},
+                           {"prompts_file", state_.config.eval.prompts}};
+    std::string best_note;
+    if (improved) {
+      best_tau_ = report.mean_tau;
+      auto dir = train::write_best_checkpoint(state_.checkpoints_dir, snapshot, eval);
+      best_note = ", best so far: " + dir.string();
+    }
+    nlohmann::json record = eval;
+    record["kind"] = "eval";
+    record["node"] = name_;
+    record["tau_histogram"] = report.tau_histogram;
+    record["acceptance_by_position"] = report.acceptance_by_position;
+    record["cycles"] = report.cycles;
+    record["generated_tokens"] = report.generated_tokens;
+    record["best"] = improved;
+    record["best_tau"] = best_tau_;
+    record["time"] = {{"eval_s", seconds}, {"speculative_tokens_per_s", report.speculative_tokens_per_s}};
+    state_.write_metrics(record);
+    log::info("eval", log::str("step ", snapshot.global_step, ": tau ", fixed(report.mean_tau, 2), " on ",
+                               report.prompts, " held-out prompts (", fixed(seconds, 1), " s)", best_note));
+    std::lock_guard lock(state_.summary_mutex);
+    state_.last_eval = record;
+    if (improved) state_.best_eval = record;
+  }
+
+  void load(const train::NamedTensors& tensors) {
+    torch::NoGradGuard no_grad;
+    std::map<std::string, const torch::Tensor*> by_name;
+    for (const auto& [name, tensor] : tensors) by_name[name] = &tensor;
+    for (auto& item : drafter_->named_parameters(true)) {
+      auto it = by_name.find(item.key());
+      if (it == by_name.end()) throw std::runtime_error("eval: the snapshot lacks drafter tensor " + item.key());
+      item.value().copy_(*it->second);
+    }
+  }
+
+  RunState& state_;
+  std::string name_;
+  std::vector<std::vector<int64_t>> prompts_;
+  model::DFlashDrafter drafter_{nullptr};
+  train::EvalOptions options_;
+  std::optional<train::CheckpointState> baseline_;  // a fresh run's untrained weights
+  double best_tau_ = -1.0;
+};
+
+}  // namespace
+
+void register_eval_tau(graph::NodeRegistry& registry) {
+  graph::NodeSpec spec;
+  spec.type = "eval.tau";
+  spec.description = "every eval.every_steps: tau by speculative decoding of held-out prompts; checkpoints/best";
+  spec.inputs = {{"in", "Snapshot"}};
+  spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
+    return std::make_unique<EvalTau>(run_state(context), context.name);
+  };
+  registry.add(std::move(spec));
+}
+
+}  // namespace dflow::nodes
