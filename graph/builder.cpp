@@ -107,7 +107,15 @@ class PipelineBuilder {
                         options_.user_context,
                         p_.control_.stop_token(),
                         &p_.board_};
-    std::unique_ptr<NodeBody> body = node.spec->make(context);
+    std::unique_ptr<NodeBody> body;
+    const std::string where = "node '" + node.name + "' (" + node.type + ")";
+    try {
+      body = node.spec->make(context);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + ": " + e.what());  // a declaration or config error: still a usage error
+    } catch (const std::exception& e) {
+      throw std::runtime_error(where + " could not be built: " + e.what());
+    }
     bool fits = node.kind == NodeKind::source     ? dynamic_cast<SourceBody*>(body.get()) != nullptr
                 : node.kind == NodeKind::function ? dynamic_cast<FunctionBody*>(body.get()) != nullptr
                                                   : dynamic_cast<RouterBody*>(body.get()) != nullptr;

@@ -7,7 +7,17 @@ namespace dflow::graph {
 Pipeline::Pipeline(GraphDescription description, int threads)
     : description_(std::move(description)), threads_(threads), arena_(threads) {}
 
-Pipeline::~Pipeline() = default;
+Pipeline::~Pipeline() {
+  // Wiring spawns forwarding tasks in the graph; a graph that never ran (or
+  // whose build failed half way) still holds them, and they touch the nodes.
+  // Skip them and let them finish while every node still exists: the
+  // members below are destroyed right after, nodes before the graph.
+  if (graph_)
+    arena_.execute([&] {
+      graph_->cancel();
+      graph_->wait_for_all();
+    });
+}
 
 void Pipeline::cancel() { control_.cancel(); }
 

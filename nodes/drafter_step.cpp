@@ -60,7 +60,9 @@ class DrafterStep final : public graph::FunctionBody {
     stats.position = position;
     auto& s = stats.sums;
     s.excluded_samples = batch.excluded_rows;
-    s.micro_batches = 1;
+    // A rank's empty share of a short last step is no micro-batch; a planned
+    // batch whose rows were all quarantined still is one.
+    s.micro_batches = batch.plan.rows() > 0 || batch.excluded_rows > 0 ? 1 : 0;
     s.batches_per_bucket.assign(state_.config.data.buckets.size(), 0);
     s.bucket_ce_sum.assign(state_.config.data.buckets.size(), 0.0);
     s.bucket_weight_sum.assign(state_.config.data.buckets.size(), 0.0);

@@ -91,6 +91,34 @@ pipeline:
   }
 }
 
+TEST_CASE("Graph.Failure.a_factory_that_throws_fails_the_build_naming_the_node") {
+  // Nodes before and after it are already built and wired when it throws:
+  // the half-built graph must come apart cleanly, for 1 and 2 threads.
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    Probe probe;
+    std::string what;
+    try {
+      build(R"(
+pipeline:
+  nodes:
+    - {name: src,  type: test.count, params: {count: 10}}
+    - {name: a,    type: test.work}
+    - {name: boom, type: test.work, params: {fail_to_build: true}}
+    - {name: sink, type: test.sink}
+  edges:
+    - {from: src,  to: a,    capacity: 4}
+    - {from: a,    to: boom, capacity: 4}
+    - {from: boom, to: sink, capacity: 4}
+)", probe, threads);
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    CHECK(what == "node 'boom' (test.work) could not be built: cannot build (fail_to_build)");
+    CHECK(probe.emitted.load() == 0);
+  }
+}
+
 TEST_CASE("Graph.Failure.cancel_from_another_thread") {
   for (int threads : {1, 2}) {
     CAPTURE(threads);

@@ -70,6 +70,9 @@ class Work final : public FunctionBody {
   explicit Work(NodeContext& c) : probe_(probe_of(c)), name_(c.name), replica_(c.replica) {
     c.params.read("delay_us", delay_us_).read("random_delay_us", random_delay_us_).read("random_share", random_share_);
     c.params.read("seed", seed_).read("fail_at", fail_at_).read("silent_at", silent_at_);
+    bool fail_to_build = false;
+    c.params.read("fail_to_build", fail_to_build);
+    if (fail_to_build) throw std::runtime_error("cannot build (fail_to_build)");
   }
   void process(Inputs& in, Emitter& out) override {
     Running running(probe_);
@@ -200,7 +203,7 @@ NodeRegistry test_registry() {
          .make = [](NodeContext& c) { return std::make_unique<Count>(c); }});
   r.add({.type = "test.work", .description = "delays, fails or stays silent on request", .kind = NodeKind::function,
          .inputs = {number}, .outputs = {port("out", "Number")},
-         .check_params = [](auto& p) { read_keys(p, {"delay_us", "random_delay_us", "random_share", "seed", "fail_at", "silent_at"}); },
+         .check_params = [](auto& p) { read_keys(p, {"delay_us", "random_delay_us", "random_share", "seed", "fail_at", "silent_at", "fail_to_build"}); },
          .make = [](NodeContext& c) { return std::make_unique<Work>(c); }});
   r.add({.type = "test.sink", .description = "records seqs", .kind = NodeKind::function, .inputs = {number}, .outputs = {},
          .check_params = [](auto& p) { read_keys(p, {"delay_us"}); },

@@ -31,7 +31,7 @@ struct Probe {
 
 // A builtin + test node registry:
 //   test.count    source  -> out: Number         params count, cost, delay_us, first_seq
-//   test.work     in: Number -> out: Number      params delay_us, random_delay_us, random_share, seed, fail_at, silent_at
+//   test.work     in: Number -> out: Number      params delay_us, random_delay_us, random_share, seed, fail_at, silent_at, fail_to_build
 //   test.sink     in: Number                     params delay_us
 //   test.pair     a: Number, b: Number          params delay_us (checks a and b carry the same value)
 //   test.route    router in: Number -> out (routed)   params policy: least_loaded | round_robin

@@ -132,8 +132,11 @@ TEST_CASE("Guard.Rollback.after_a_cliff_the_loss_returns_to_its_baseline_and_the
   // that step's update: from step 26 (1-based) on the loss stands far above
   // its baseline. Three such steps in a row are a cliff.
   const int64_t corrupt = 24;
+  // The lr the damage factor was sized for (the demo's own is higher), and a
+  // spike bar high enough that the echo target's rising grad norm while it
+  // learns is not skipped: this test is about the cliff.
   const std::vector<std::string> common{"run.max_steps=36", "guard.snapshot_every=5", "guard.cliff_steps=3",
-                                        "guard.warmup_steps=10"};
+                                        "guard.warmup_steps=10", "train.lr=3e-3", "guard.z_threshold=20"};
   auto rollback_dir = fresh_dir("guard-rollback"), skip_dir = fresh_dir("guard-rollback-skip");
   auto with_policy = [&](const std::filesystem::path& dir, const std::string& policy) {
     auto o = common;
@@ -173,7 +176,7 @@ TEST_CASE("Guard.Rollback.after_a_cliff_the_loss_returns_to_its_baseline_and_the
 TEST_CASE("Guard.Rollback.halts_with_a_good_checkpoint_when_rollbacks_are_used_up") {
   auto dir = fresh_dir("guard-rollback-halt");
   auto config = with_fault(small_run_config(dir, {"run.max_steps=36", "guard.policy=rollback", "guard.snapshot_every=5",
-                                                  "guard.cliff_steps=3", "guard.warmup_steps=10",
+                                                  "guard.cliff_steps=3", "guard.warmup_steps=10", "train.lr=3e-3",
                                                   "guard.max_rollbacks=0"}),
                            "corrupt_weights", 24, 4.0);
   CHECK_THROWS_WITH(nodes::run_training(config, {}), doctest::Contains("after 0 rollback(s) (guard.max_rollbacks)"));
