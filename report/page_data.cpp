@@ -44,6 +44,17 @@ nlohmann::json RecordSlimmer::slim(const nlohmann::json& r) {
     s["tps"] = field(time, "tokens_per_s");
     s["eta"] = field(time, "eta_s");
   }
+  // Per-bucket loss (and grad norm where the record has it), keyed by bucket length.
+  if (const auto& per_bucket = field(r, "buckets"); per_bucket.is_object()) {
+    nlohmann::json loss = nlohmann::json::object(), grad = nlohmann::json::object();
+    for (const auto& [length, b] : per_bucket.items()) {
+      if (!b.is_object() || b.value("batches", 0) <= 0) continue;
+      if (field(b, "loss").is_number()) loss[length] = b["loss"];
+      if (field(b, "grad_norm").is_number()) grad[length] = b["grad_norm"];
+    }
+    if (!loss.empty()) s["bl"] = loss;
+    if (!grad.empty()) s["bg"] = grad;
+  }
   if (auto g = guard_mark(r); !g.is_null()) s["g"] = g["label"];
   if (field(r, "telemetry").is_object()) s["tel"] = slim_telemetry(r["telemetry"]);
   return s;

@@ -23,7 +23,7 @@
 
   // ---------- series from slim records
   function series() {
-    var R = D.records, S = { steps: [], loss: [], gn: [], lr: [], tps: [], pe: [], acc: [], buckets: [], edges: {} };
+    var R = D.records, S = { steps: [], loss: [], gn: [], lr: [], tps: [], pe: [], acc: [], buckets: [], bucketLoss: {}, bucketGrad: {}, edges: {} };
     var prev = null, prevTel = null;  // a long run keeps telemetry in fewer records than it plots
     R.forEach(function (r) {
       S.steps.push(r.s);
@@ -41,11 +41,19 @@
         var before = prev && prev.bc && b < prev.bc.length && r.s > prev.s ? prev.bc[b] : 0;
         S.buckets[b][S.steps.length - 1] = (c - before) / ds;
       });
+      [['bl', S.bucketLoss], ['bg', S.bucketGrad]].forEach(function (kv) {
+        Object.keys(r[kv[0]] || {}).forEach(function (len) {
+          (kv[1][len] = kv[1][len] || [])[S.steps.length - 1] = num(r[kv[0]][len]);
+        });
+      });
       if (r.tel) { edgeSeries(S, r, prevTel); prevTel = r; }
       prev = r;
     });
     S.acc.forEach(function (list) { for (var i = 0; i < S.steps.length; i++) if (list[i] === undefined) list[i] = NaN; });
     S.buckets.forEach(function (list) { for (var i = 0; i < S.steps.length; i++) if (list[i] === undefined) list[i] = NaN; });
+    [S.bucketLoss, S.bucketGrad].forEach(function (m) {
+      Object.keys(m).forEach(function (len) { for (var i = 0; i < S.steps.length; i++) if (m[len][i] === undefined) m[len][i] = NaN; });
+    });
     return S;
   }
   // Mean items waiting between two records (from the time-weighted means) and
@@ -175,6 +183,17 @@
         return { name: 'bucket ' + b + ': ' + si(totals[b] || 0) + ' batches (' + pct(all ? (totals[b] || 0) / all : 0) + ')',
           color: PALETTE[b % PALETTE.length], xs: xs, ys: movingMean(ys, smooth), width: 1.6 };
       }) });
+    // Per length bucket: does one bucket's loss or gradient stand out?
+    [[S.bucketLoss, 'Loss by length bucket (steps that trained on it)'],
+     [S.bucketGrad, 'Gradient norm by length bucket (single-bucket steps)']].forEach(function (pair) {
+      var lens = Object.keys(pair[0]).sort(function (a, b) { return a - b; });
+      if (!lens.length) return;
+      one({ title: pair[1] + (smooth > 1 ? ' (mean of ' + smooth + ' points)' : ''),
+        series: lens.map(function (len, b) {
+          return { name: 'bucket ' + len + ' tokens', color: PALETTE[b % PALETTE.length], xs: xs,
+            ys: movingMean(pair[0][len], smooth), width: 1.4 };
+        }) });
+    });
     one({ title: 'Padding efficiency (real / padded tokens)', series: [{ name: 'padding efficiency', color: '#9c7a12', xs: xs, ys: S.pe }], yMin: 0, yMax: 1 });
   }
   // Accuracy against block position, early in the run and now.

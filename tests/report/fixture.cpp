@@ -199,6 +199,15 @@ std::vector<nlohmann::json> fixture_records(const FixtureOptions& o) {
                         {"real_tokens", real}, {"padded_tokens", 4096}, {"padding_efficiency", real / 4096.0},
                         {"batches_per_bucket", buckets}};
     r["loss"] = skipped ? nlohmann::json("nan") : nlohmann::json(loss);
+    // Per-bucket statistics as the optimizer writes them (keyed by bucket length).
+    const int lengths[3] = {64, 128, 256};
+    r["buckets"] = nlohmann::json::object();
+    for (int b = 0; b < 3; ++b)
+      if (buckets[b] > 0)
+        r["buckets"][std::to_string(lengths[b])] = {{"batches", buckets[b]}, {"loss", loss * (0.9 + 0.1 * b)},
+                                                    {"real_tokens", real / 2}};
+    // One long-sequence bucket's gradient, as recorded on single-bucket steps.
+    if (buckets[2] == 2) r["buckets"]["256"]["grad_norm"] = 1.1;
     r["grad_norm"] = skipped ? nlohmann::json("nan") : nlohmann::json(0.8 + 0.3 * std::abs(noise(rng)));
     r["guard"] = skipped ? nlohmann::json{{"action", "skipped"}, {"reason", "non-finite loss"}, {"sample_ids", {17, 4242}}}
                          : nlohmann::json{{"action", "applied"}, {"reason", ""}};

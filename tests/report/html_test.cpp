@@ -102,7 +102,10 @@ TEST_CASE("Report.Html.RendersInHeadlessChromiumWithoutScriptErrors") {
   std::regex_search(dom, errors, std::regex("<div id=\"errors\"[^>]*>([^<]*)</div>"));
   CHECK_MESSAGE(dom.find("data-rendered=\"ok\"") != std::string::npos, "the page did not finish drawing: " << errors.str(1));
   CHECK(dom.find("data-rendered=\"error\"") == std::string::npos);
-  CHECK(count(dom, "class=\"plot\"") == 8 + 12);  // training plots, one per telemetry edge
+  CHECK(count(dom, "class=\"plot\"") == 10 + 12);  // training plots, one per telemetry edge
+  CHECK(dom.find("Loss by length bucket") != std::string::npos);
+  CHECK(dom.find("bucket 256 tokens") != std::string::npos);
+  CHECK(dom.find("Gradient norm by length bucket") != std::string::npos);
   CHECK(dom.find("bounds throughput") != std::string::npos);
   CHECK(dom.find("is draining") != std::string::npos);
   CHECK(std::regex_search(dom, std::regex("busy 9[3-7]% \\(9[3-7]% / 9[3-7]%\\)")));  // target, both replicas
