@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "../nodes/train_fixture.hpp"
+#include "run_command.hpp"
 #include "train/checkpoint.hpp"
 
 using namespace dflow;
@@ -16,23 +17,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;
-};
+using testing::Outcome;
 
 // Runs `dflow ARGS` (stdout and stderr together).
-Outcome run_dflow(const std::string& args) {
-  Outcome o;
-  std::string command = std::string(DFLOW_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) o.output.append(buffer, n);
-  int status = ::pclose(pipe);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
-}
+Outcome run_dflow(const std::string& args) { return testing::run_command(std::string(DFLOW_BINARY) + " " + args); }
 
 // A config file for a small run in `dir`, with extra YAML appended (faults).
 fs::path write_config(const fs::path& dir, const std::vector<std::string>& overrides, const std::string& extra_yaml) {

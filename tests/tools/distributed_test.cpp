@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "../nodes/train_fixture.hpp"
+#include "run_command.hpp"
 #include "train/checkpoint.hpp"
 
 using namespace dflow;
@@ -26,23 +27,10 @@ namespace {
 constexpr double kLossTolerance = 1e-4;
 constexpr int kSteps = 6;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;
-};
+using testing::Outcome;
 
 // Runs a shell command line (stdout and stderr together), killed after `limit_s`.
-Outcome run(const std::string& command, int limit_s = 120) {
-  Outcome o;
-  std::string line = "timeout -s KILL " + std::to_string(limit_s) + " " + command + " 2>&1";
-  FILE* pipe = ::popen(line.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) o.output.append(buffer, n);
-  int status = ::pclose(pipe);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
-}
+Outcome run(const std::string& command, int limit_s = 120) { return testing::run_command(command, limit_s); }
 
 std::string dflow_bin() { return DFLOW_BINARY; }
 

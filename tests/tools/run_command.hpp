@@ -1,0 +1,32 @@
+#pragma once
+// Runs a shell command line for the CLI tests: stdout and stderr together,
+// and the exit code (-1 when it did not exit normally, as when killed).
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace dflow::testing {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+// `limit_s` > 0: the command is killed (SIGKILL) after that many seconds, so
+// a hang fails the test instead of stalling the suite.
+inline Outcome run_command(const std::string& command, int limit_s = 0) {
+  Outcome o;
+  const std::string line =
+      (limit_s > 0 ? "timeout -s KILL " + std::to_string(limit_s) + " " : std::string()) + command + " 2>&1";
+  FILE* pipe = ::popen(line.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) o.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+}  // namespace dflow::testing
