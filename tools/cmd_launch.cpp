@@ -4,9 +4,7 @@
 // Forwards SIGINT/SIGTERM to them; when one fails, the others get
 // distributed.timeout_s to notice and exit, then are terminated; exits 1
 // naming the rank that failed first.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +17,7 @@
 #include "config/config.hpp"
 #include "config/errors.hpp"
 #include "tools/cli.hpp"
+#include "train/launch_env.hpp"
 
 namespace dflow::cli {
 
@@ -26,20 +25,6 @@ namespace {
 
 std::atomic<int> g_forward_signal{0};
 extern "C" void remember_signal(int signal) { g_forward_signal = signal; }
-
-// A port the kernel just handed out on loopback (free at this instant).
-int free_loopback_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
-    throw std::runtime_error("dflow launch: cannot find a free TCP port on 127.0.0.1");
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
@@ -74,7 +59,7 @@ pid_t spawn_rank(int rank, int world_size, int port, const std::vector<std::stri
 }
 
 int launch(int world_size, const std::vector<std::string>& train_args, double timeout_s) {
-  const int port = free_loopback_port();
+  const int port = train::free_loopback_port();
   struct sigaction action{};
   action.sa_handler = remember_signal;
   ::sigaction(SIGINT, &action, nullptr);

@@ -1,5 +1,9 @@
 #include "train/launch_env.hpp"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <stdexcept>
 
@@ -62,6 +66,19 @@ std::optional<LaunchEnv> read_launch_env(const EnvLookup& lookup) {
   env.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
   if (lookup("TORCHELASTIC_RESTART_COUNT")) env.restart_count = parse_int(lookup, "TORCHELASTIC_RESTART_COUNT", 0, 1 << 20);
   return env;
+}
+
+int free_loopback_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!ok) throw std::runtime_error("cannot find a free TCP port on 127.0.0.1");
+  return ntohs(address.sin_port);
 }
 
 }  // namespace dflow::train

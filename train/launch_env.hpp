@@ -26,4 +26,8 @@ EnvLookup process_env();
 // WORLD_SIZE, WORLD_SIZE set without MASTER_ADDR, a port that is no port).
 std::optional<LaunchEnv> read_launch_env(const EnvLookup& lookup = process_env());
 
+// A TCP port the kernel just handed out on 127.0.0.1 (free at this instant):
+// a MASTER_PORT for ranks on one machine. Throws std::runtime_error when none is.
+int free_loopback_port();
+
 }  // namespace dflow::train

@@ -2,9 +2,7 @@
 // `dflow launch`, by torchrun, and by hand (to kill one). Each rank uses one
 // graph thread and one torch thread; every wait has a hard limit.
 #include <doctest/doctest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +13,7 @@
 #include "../nodes/train_fixture.hpp"
 #include "run_command.hpp"
 #include "train/checkpoint.hpp"
+#include "train/launch_env.hpp"
 
 using namespace dflow;
 using testing::fresh_dir;
@@ -42,18 +41,6 @@ fs::path write_config(const fs::path& dir, std::vector<std::string> overrides, c
   auto path = dir / "run.yaml";
   std::ofstream(path) << config::to_yaml(testing::small_run_config(dir, overrides)) << extra_yaml;
   return path;
-}
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t n = sizeof a;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 // Every field of two step records except wall-clock and telemetry; losses,
@@ -147,7 +134,7 @@ TEST_CASE("Dist.Failure.a_killed_rank_makes_the_other_exit_naming_it") {
   // Slow steps so that the run is surely in progress when rank 1 dies.
   auto config = write_config(dir, {"train.grad_accum=1", "run.max_steps=0", "distributed.timeout_s=10"},
                              "faults: [{kind: delay, node: drafter, step: 2, seconds: 0.5}]\n");
-  const int port = free_port();
+  const int port = train::free_loopback_port();
   auto start = [&](int rank) {
     // A background subshell records dflow's pid, then its exit code.
     const std::string r = std::to_string(rank);
