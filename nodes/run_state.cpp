@@ -216,12 +216,20 @@ void RunState::quarantine_samples(int64_t global_step, const std::string& reason
 }
 
 void RunState::write_metrics(const nlohmann::json& record) {
-  static const auto has_jsonl = [](const config::Config& c) {
-    return std::find(c.metrics.sinks.begin(), c.metrics.sinks.end(), "jsonl") != c.metrics.sinks.end();
+  const auto has_sink = [this](const char* sink) {
+    return std::find(config.metrics.sinks.begin(), config.metrics.sinks.end(), sink) != config.metrics.sinks.end();
   };
-  if (has_jsonl(config) && metrics_jsonl.is_open()) {
+  if (has_sink("jsonl") && metrics_jsonl.is_open()) {
     std::lock_guard lock(metrics_mutex_);
     metrics_jsonl << record.dump() << "\n" << std::flush;
+  }
+  if (has_sink("tensorboard") && options.rank == 0) {
+    std::lock_guard lock(metrics_mutex_);
+    // A resumed run never writes the steps up to its checkpoint again (report/tensorboard_sink.hpp).
+    if (!tensorboard)
+      tensorboard = std::make_unique<report::TensorBoardSink>(report::TensorBoardOptions{
+          .dir = out_dir / "tensorboard", .resume_step = resumed_from.empty() ? -1 : completed_steps_at_start});
+    tensorboard->write(record);
   }
   if (options.live) options.live->publish(record);
 }

@@ -30,6 +30,7 @@
 #include "train/schedule.hpp"
 
 #include "report/drain_detector.hpp"
+#include "report/tensorboard_sink.hpp"
 
 namespace dflow::graph {
 class TelemetryBoard;
@@ -103,6 +104,7 @@ class RunState {
   std::chrono::steady_clock::time_point last_step_end{};  // optimizer_step only (holds the token)
   std::chrono::steady_clock::time_point last_allreduce_end{};  // accumulate only (holds the token)
   std::ofstream metrics_jsonl;  // written through write_metrics()
+  std::unique_ptr<report::TensorBoardSink> tensorboard;  // the tensorboard sink (rank 0), made by write_metrics()
   report::DrainDetector drain;  // metric_sample only
   // Set by the source when the plan has no batch left for this invocation:
   // from then on every edge drains by design, and the drain alarm is off.
@@ -119,7 +121,7 @@ class RunState {
   // built (nodes/eval_tau.hpp), so that bad input fails before any node exists.
   std::vector<std::vector<int64_t>> eval_prompts;
 
-  // One record to metrics.jsonl (when it is a sink) and to the live view.
+  // One record to metrics.jsonl and TensorBoard (when they are sinks) and to the live view.
   // metric_sample and eval both write: one line at a time.
   void write_metrics(const nlohmann::json& record);
 

@@ -116,7 +116,7 @@ TEST_CASE("Config.Errors.out_of_range_values") {
       {"guard: {policy: rollback, window: 6, cliff_steps: 3}", "guard.window: must be > 2 * guard.cliff_steps (6)"},
       {"guard: {snapshot_every: 0}", "guard.snapshot_every: must be >= 1"},
       {"checkpoint: {keep: 0}", "checkpoint.keep: must be >= 1"},
-      {"metrics: {sinks: [jsonl, tensorboard]}", "metrics.sinks: 'tensorboard' is not one of: jsonl, console"},
+      {"metrics: {sinks: [jsonl, tensorbord]}", "metrics.sinks: 'tensorbord' is not one of: jsonl, console, tensorboard, did you mean 'tensorboard'?"},
       {"devices: {drafter: tpu}", "devices.drafter: 'tpu' is not a device (cpu, cuda, cuda:N)"},
       {"distributed: {backend: mpi}", "distributed.backend: 'mpi' is not one of: auto, gloo, nccl"},
       {"distributed: {timeout_s: 0}", "distributed.timeout_s: must be >= 1 second"},
