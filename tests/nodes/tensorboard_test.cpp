@@ -32,8 +32,8 @@ TEST_CASE("Train.TensorBoard.run_and_resume_read_back_equal_to_metrics_jsonl") {
   CHECK(files == 2);  // one per invocation
   const auto o = testing::run_command(
       std::string(DFLOW_PYTHON) + " " + DFLOW_SOURCE_DIR + "/tests/report/tensorboard_check.py " + dir.string() +
-          " --restart-steps 7 --require train/loss,train/grad_norm,train/lr,train/accuracy@1,time/tokens_per_s,"
-          "train/padding_efficiency,eval/mean_tau,node_busy_share/drafter,edge_occupancy/",
+          " --restart-steps 7 --require 'train/loss,train/grad_norm,train/lr,train/accuracy@1,time/tokens_per_s,"
+          "train/padding_efficiency,eval/mean_tau,node_busy_share/drafter,edge_occupancy/'",
       120);
   INFO(o.output);
   CHECK(o.exit_code == 0);

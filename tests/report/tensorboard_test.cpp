@@ -4,6 +4,7 @@
 // across a resume after a crash.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "fixture.hpp"
@@ -80,8 +81,8 @@ TEST_CASE("Report.TensorBoard.ValuesEqualMetricsJsonlInTensorBoardsReader") {
   }
   REQUIRE(event_files(dir / "tensorboard").size() == 1);
   const auto o = check_with_tensorboard(
-      dir, "--require train/loss,train/grad_norm,train/lr,train/accuracy@1,train/accuracy@15,time/tokens_per_s,"
-           "train/padding_efficiency,eval/mean_tau,node_busy_share/target,edge_occupancy/load.out->pad.in,guard,alarm");
+      dir, "--require 'train/loss,train/grad_norm,train/lr,train/accuracy@1,train/accuracy@15,time/tokens_per_s,"
+           "train/padding_efficiency,eval/mean_tau,node_busy_share/target,edge_occupancy/load.out->pad.in,guard,alarm'");
   INFO(o.output);
   CHECK(o.exit_code == 0);
   CHECK(o.output.find("tensorboard agrees with metrics.jsonl") != std::string::npos);
@@ -115,7 +116,7 @@ TEST_CASE("Report.TensorBoard.ResumeAfterACrashWritesEachStepOnce") {
     if (r.value("global_step", int64_t{0}) > 60) after_checkpoint.push_back(r);
   write_jsonl(dir / "metrics.jsonl", after_checkpoint, std::ios::app);
   CHECK(event_files(dir / "tensorboard").size() == 2);
-  const auto o = check_with_tensorboard(dir, "--restart-steps 61 --require train/loss");
+  const auto o = check_with_tensorboard(dir, "--restart-steps 61 --require 'train/loss,guard'");
   INFO(o.output);
   CHECK(o.exit_code == 0);
   CHECK(o.output.find("steps 1..120") != std::string::npos);
