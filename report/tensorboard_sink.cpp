@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -21,18 +22,23 @@ double now_s() {
 bool is_event_file(const fs::path& p) { return p.filename().string().rfind("events.out.tfevents.", 0) == 0; }
 
 // events.out.tfevents.<seconds>.<host>, TensorBoard's naming. Readers take the
-// files of a folder in name order, so a second file within the same second
-// takes the next free second: names sort as the files were made.
+// files of a folder in name order, so a new file takes a second after every
+// existing file's (a second file within one second, or a clock that went
+// back): names sort as the files were made.
 fs::path new_event_file(const fs::path& dir) {
+  const std::string prefix = "events.out.tfevents.";
+  auto seconds = static_cast<int64_t>(now_s());
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!is_event_file(entry.path())) continue;
+    try {
+      seconds = std::max<int64_t>(seconds, std::stoll(name.substr(prefix.size())) + 1);
+    } catch (const std::exception&) {  // not a number: not one of ours
+    }
+  }
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
-  for (auto seconds = static_cast<int64_t>(now_s());; ++seconds) {
-    bool taken = false;
-    const std::string stem = "events.out.tfevents." + std::to_string(seconds) + ".";
-    for (const auto& entry : fs::directory_iterator(dir))
-      taken = taken || entry.path().filename().string().rfind(stem, 0) == 0;
-    if (!taken) return dir / (stem + host);
-  }
+  return dir / (prefix + std::to_string(seconds) + "." + host);
 }
 
 void add_text(tensorboard::Summary::Value& value, const std::string& markdown) {

@@ -125,3 +125,15 @@ TEST_CASE("Report.TensorBoard.ResumeAfterACrashWritesEachStepOnce") {
   { TensorBoardSink sink({.dir = dir / "tensorboard"}); }
   CHECK(event_files(dir / "tensorboard").size() == 1);
 }
+
+TEST_CASE("Report.TensorBoard.ANewFileSortsAfterEveryEarlierOne") {
+  // TensorBoard reads a folder's files in name order; a resume whose clock is
+  // behind the file it continues (another machine) must still come last.
+  const fs::path dir = test::fresh_dir("tensorboard-order") / "tensorboard";
+  fs::create_directories(dir);
+  const fs::path ahead = dir / "events.out.tfevents.3000000000.elsewhere";
+  std::ofstream(ahead) << "";
+  TensorBoardSink sink({.dir = dir, .resume_step = 10});
+  CHECK(sink.file().filename().string().rfind("events.out.tfevents.3000000001.", 0) == 0);
+  CHECK(event_files(dir).back() == sink.file());
+}
