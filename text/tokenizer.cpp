@@ -138,6 +138,8 @@ void Tokenizer::encode_normalized(std::string_view text, size_t offset, Encoding
   }
 }
 
+std::string Tokenizer::normalize(std::string_view text) const { return nfc_ ? nfc(text) : std::string(text); }
+
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
   std::string bytes;
   for (const int32_t id : ids) {

@@ -39,6 +39,9 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text) const;
   Encoding encode_with_offsets(std::string_view text) const;
 
+  // The normalizer alone (NFC or nothing); `text` must be valid UTF-8.
+  std::string normalize(std::string_view text) const;
+
   // Ids to UTF-8 text (invalid byte sequences become U+FFFD, as Hugging Face's
   // decode does). Throws TextError for an id outside the vocabulary.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
