@@ -1,24 +1,28 @@
 #include "text/byte_level.hpp"
 
 #include <array>
-#include <unordered_map>
+#include <cstdint>
 
 #include "text/utf8.hpp"
 
 namespace dflow::text {
 namespace {
 
+// The alphabet's code points are all below 324.
+constexpr char32_t kAlphabetEnd = 324;
+
 struct Alphabet {
   std::array<char32_t, 256> to_code_point{};
-  std::unordered_map<char32_t, unsigned char> to_byte;
+  std::array<int16_t, kAlphabetEnd> to_byte{};  // -1: not in the alphabet
 
   Alphabet() {
     // Printable Latin-1 ranges keep their value; the rest go to 256, 257, ...
     const auto printable = [](int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; };
+    to_byte.fill(-1);
     char32_t next = 256;
     for (int b = 0; b < 256; ++b) {
       to_code_point[b] = printable(b) ? static_cast<char32_t>(b) : next++;
-      to_byte[to_code_point[b]] = static_cast<unsigned char>(b);
+      to_byte[to_code_point[b]] = static_cast<int16_t>(b);
     }
   }
 };
@@ -39,9 +43,9 @@ std::optional<std::string> byte_level_to_bytes(std::string_view token) {
   bytes.reserve(token.size());
   size_t pos = 0;
   while (pos < token.size()) {
-    const auto it = table.find(next_code_point(token, pos));
-    if (it == table.end()) return std::nullopt;
-    bytes.push_back(static_cast<char>(it->second));
+    const char32_t c = next_code_point(token, pos);
+    if (c >= kAlphabetEnd || table[c] < 0) return std::nullopt;
+    bytes.push_back(static_cast<char>(table[c]));
   }
   return bytes;
 }

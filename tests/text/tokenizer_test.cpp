@@ -177,3 +177,26 @@ TEST_CASE("Tokenizer.SameIdsFromTwoThreadsAndFromTheCache") {
   for (size_t i = 0; i < cases.size(); ++i) wrong += (first[i] != cases[i].qwen2) + (second[i] != cases[i].qwen2);
   CHECK(wrong == 0);
 }
+
+#include <sstream>
+
+#include "text/tokenize_jsonl.hpp"
+
+TEST_CASE("TokenizeJsonl.RoundTripsAndNamesTheBadLine") {
+  TempDir dir;
+  auto tok = tiny(dir);
+  std::istringstream in("{\"text\": \"hello<|im_end|>\"}\n\n{\"text\": \"hello world\"}\n");
+  std::ostringstream ids;
+  CHECK(tokenize_jsonl(*tok, in, ids, "in.jsonl") == 2);
+  CHECK(ids.str() == "{\"ids\":[259,301]}\n{\"ids\":[259,260,111,114,108,100]}\n");
+  std::istringstream back_in(ids.str());
+  std::ostringstream back;
+  tokenize_jsonl(*tok, back_in, back, "ids.jsonl", {.decode = true, .skip_special_tokens = true});
+  CHECK(back.str() == "{\"text\":\"hello\"}\n{\"text\":\"hello world\"}\n");
+
+  std::istringstream bad("{\"text\": \"ok\"}\n{\"text\": \"caf\xC3(\"}\n");
+  std::ostringstream ignored;
+  const std::string message = error_of([&] { tokenize_jsonl(*tok, bad, ignored, "in.jsonl"); });
+  CHECK_MESSAGE(message.find("in.jsonl:2:") == 0, message);
+  CHECK_MESSAGE(message.find("UTF-8") != std::string::npos, message);
+}
