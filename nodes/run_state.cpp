@@ -4,6 +4,7 @@
 
 #include "config/log.hpp"
 #include "report/live_server.hpp"
+#include "text/dataset_tokenizer.hpp"
 
 namespace dflow::nodes {
 
@@ -29,6 +30,7 @@ RunState::RunState(config::Config cfg, RunOptions opts)
       dataset(data::Dataset::open(config.data.train)),
       guard(config.guard),
       quarantine_path(fs::path(config.run.out_dir) / "quarantine.jsonl") {
+  text::check_dataset_tokenizer(config.data.train, config.model.target.path);  // ids must mean the same text
   batch_mode = batch_mode_of(config.pipeline);
   drain = report::DrainDetector({.window_steps = config.metrics.drain_window_steps,
                                  .horizon_steps = config.metrics.drain_horizon_steps});
