@@ -88,6 +88,8 @@ data::PrepareReport prepare_chats(const ChatPrepareOptions& options) {
   if (options.max_length < 1) throw data::DataError(fmt::format("max_length is {}; it must be at least 1", options.max_length));
   const ChatTemplate& chat_template = text::chat_template(options.chat_template);
   const auto tokenizer = Tokenizer::load(options.tokenizer);
+  // A template for another model family would tokenize its tags as plain text.
+  tokenizer->require_token_id(chat_template.end_of_turn());
   std::ifstream input(options.input_path, std::ios::binary);
   if (!input) {
     throw data::DataError(fmt::format("{}: cannot open the conversations JSONL; check the path", options.input_path.string()));

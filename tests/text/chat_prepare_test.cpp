@@ -104,6 +104,14 @@ TEST_CASE("PrepareChats.UnknownTemplateIsAConfigError") {
   write_lines(options.input_path, {kGood});
   options.chat_template = "vicuna";
   CHECK_THROWS_AS(prepare_chats(options), dflow::ConfigError);
+  // The tiny tokenizer is ChatML's: it has no <|eot_id|> for Llama 3's template.
+  options.chat_template = "llama3";
+  try {
+    prepare_chats(options);
+    FAIL("no error");
+  } catch (const dflow::ConfigError& e) {
+    CHECK_MESSAGE(std::string(e.what()).find("has no token <|eot_id|>") != std::string::npos, e.what());
+  }
 }
 
 TEST_CASE("DatasetTokenizer.TrainingWithAnotherTokenizerIsRefused") {
