@@ -14,6 +14,7 @@
 #include "train/regenerate.hpp"
 #include "train/regenerate_chats.hpp"
 #include "text/chat_template.hpp"
+#include "text/draft_marks.hpp"
 #include "text/tokenizer.hpp"
 
 namespace dflow::cli {
@@ -26,12 +27,20 @@ fs::path drafter_dir(const std::string& path) {
   if (fs::exists(fs::path(path) / "config.json") && fs::exists(fs::path(path) / "model.safetensors")) return path;
   return train::resolve_checkpoint(fs::path(path) / "checkpoints", path) / "drafter";
 }
+void print_output(const text::Tokenizer& tokenizer, size_t index, const train::EvalOutput& output) {
+  const std::vector<int32_t> prompt(output.prompt.begin(), output.prompt.end());
+  std::cout << "\n--- prompt " << index << " ---\n"
+            << tokenizer.decode(prompt) << "\n--- answer (accepted drafts in " << text::kDraftOpen << " "
+            << text::kDraftClose << ") ---\n"
+            << text::mark_accepted_drafts(tokenizer, output.tokens, output.acceptance_lengths) << "\n";
+}
+
 }  // namespace
 
 void add_eval_command(CLI::App& app, Action& action) {
   auto* sub = app.add_subcommand("eval", "speculative decoding with the drafter: acceptance length tau and speed-up "
                                          "against target-only decoding, with a losslessness check");
-  static std::string target_dir, drafter, prompts, json_out;
+  static std::string target_dir, drafter, prompts, json_out, tokenizer_dir;
   static train::EvalOptions options;
   static int threads = 1;
   sub->add_option("--target", target_dir, "target model directory (Hugging Face layout)")->required();
@@ -48,14 +57,21 @@ void add_eval_command(CLI::App& app, Action& action) {
   sub->add_option("--seed", options.seed, "sampling seed (per prompt: hash(seed, prompt index))")->capture_default_str();
   sub->add_option("--threads", threads, "LibTorch intra-op threads")->capture_default_str();
   sub->add_option("--json", json_out, "also write the report as JSON to this file");
+  sub->add_option("--show", options.keep_outputs,
+                  "print the decoded text of the first N prompts and their answers, accepted drafts marked")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--tokenizer", tokenizer_dir, "--show: the tokenizer.json (or its directory); default: the target's");
   sub->callback([&action] {
     action = [] {
       torch::set_num_threads(threads);
+      std::shared_ptr<const text::Tokenizer> tokenizer;  // loaded first: a missing one fails before decoding
+      if (options.keep_outputs > 0) tokenizer = text::Tokenizer::load(tokenizer_dir.empty() ? target_dir : tokenizer_dir);
       auto target = model::TargetModel::load(target_dir);
       auto draft = model::load_pretrained(drafter_dir(drafter));
       draft->to(torch::kFloat32);
       auto report = train::evaluate_drafter(*draft, target, train::read_prompts(prompts), options);
       std::cout << report.summary() << std::endl;
+      for (size_t i = 0; i < report.outputs.size(); ++i) print_output(*tokenizer, i, report.outputs[i]);
       if (!json_out.empty()) std::ofstream(json_out) << report.to_json().dump(2) << "\n";
       return report.mismatched_prompts == 0 ? 0 : 1;
     };

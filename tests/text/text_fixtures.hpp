@@ -91,6 +91,24 @@ inline nlohmann::json tiny_tokenizer_json() {
   return tokenizer;
 }
 
+// A tokenizer.json with exactly `vocab` ids (256 bytes, then merges of two
+// letters "a".."p"), no added tokens: decodes any id of a tiny target.
+inline nlohmann::json byte_tokenizer_json(int vocab) {
+  using nlohmann::json;
+  json spec = tiny_tokenizer_json();
+  json vocab_json = json::object(), merges = json::array();
+  for (int b = 0; b < 256; ++b) vocab_json[byte_level(std::string(1, static_cast<char>(b)))] = b;
+  for (int id = 256; id < vocab; ++id) {
+    const std::string left(1, static_cast<char>('a' + (id - 256) / 16)), right(1, static_cast<char>('a' + (id - 256) % 16));
+    merges.push_back(json::array({left, right}));
+    vocab_json[left + right] = id;
+  }
+  spec["model"]["vocab"] = vocab_json;
+  spec["model"]["merges"] = merges;
+  spec["added_tokens"] = json::array();
+  return spec;
+}
+
 inline void write_json(const std::filesystem::path& path, const nlohmann::json& value) {
   std::ofstream(path) << value.dump();
 }

@@ -200,3 +200,16 @@ TEST_CASE("TokenizeJsonl.RoundTripsAndNamesTheBadLine") {
   CHECK_MESSAGE(message.find("in.jsonl:2:") == 0, message);
   CHECK_MESSAGE(message.find("UTF-8") != std::string::npos, message);
 }
+
+#include "text/draft_marks.hpp"
+
+TEST_CASE("DraftMarks.AcceptedDraftsAreWrappedAndTargetTokensAreNot") {
+  TempDir dir;
+  auto tok = tiny(dir);
+  // "hello" (target), " w" "o" (accepted drafts), "r" (target), "l" (draft), "d" (target), "!" (target, tau 1)
+  const std::vector<int64_t> tokens{259, 260, 'o', 'r', 'l', 'd', '!'};
+  CHECK(mark_accepted_drafts(*tok, tokens, {3, 2, 1}) == "hello⟦ wo⟧r⟦l⟧d!");
+  CHECK(mark_accepted_drafts(*tok, tokens, {1, 1, 1, 1, 1, 1}) == "hello world!");
+  // Output cut short inside a cycle (max_new_tokens): what there is, still marked.
+  CHECK(mark_accepted_drafts(*tok, {259, 260, 'o'}, {16}) == "hello⟦ wo⟧");
+}

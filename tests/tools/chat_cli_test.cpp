@@ -136,3 +136,25 @@ TEST_CASE("Cli.Regenerate.conversations_answered_by_the_target_and_a_rerun_conti
   CHECK_MESSAGE(o.exit_code == 0, o.output);
   fs::remove_all(dir);
 }
+
+#include "../nodes/train_fixture.hpp"
+#include "config/config.hpp"
+
+TEST_CASE("Cli.Eval.show_prints_prompts_and_answers_with_accepted_drafts_marked") {
+  const auto dir = fresh("show");
+  const auto config = dir / "run.yaml";
+  std::ofstream(config) << dflow::config::to_yaml(dflow::testing::small_run_config(dir / "run", {"run.max_steps=2"}));
+  auto o = run_dflow("train " + config.string());
+  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+  dflow::text::test::write_json(dir / "tokenizer.json", dflow::text::test::byte_tokenizer_json(512));
+  std::ofstream(dir / "prompts.jsonl") << "{\"prompt_ids\": [104, 105, 33, 300, 7, 8, 9, 10]}\n"
+                                       << "{\"prompt_ids\": [11, 12, 13, 200, 300, 4, 5, 6]}\n";
+  o = run_dflow("eval --target " + (dflow::testing::assets_dir() / "target").string() + " --drafter " +
+                (dir / "run").string() + " --prompts " + (dir / "prompts.jsonl").string() +
+                " --max-new-tokens 24 --show 1 --tokenizer " + (dir / "tokenizer.json").string());
+  CHECK_MESSAGE(o.exit_code == 0, o.output);
+  CHECK_MESSAGE(o.output.find("--- prompt 0 ---\nhi!") != std::string::npos, o.output);  // ids 104 105 33
+  CHECK_MESSAGE(o.output.find("--- answer (accepted drafts in ⟦ ⟧) ---") != std::string::npos, o.output);
+  CHECK(o.output.find("--- prompt 1 ---") == std::string::npos);  // --show 1
+  fs::remove_all(dir);
+}
