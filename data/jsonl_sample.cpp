@@ -104,6 +104,8 @@ std::string_view reject_reason_name(RejectReason reason) {
     case RejectReason::IdOutOfRange: return "id_out_of_range";
     case RejectReason::TooLong: return "too_long";
     case RejectReason::NoResponseTokens: return "no_response_tokens";
+    case RejectReason::UnknownRole: return "unknown_role";
+    case RejectReason::NoAssistantTurn: return "no_assistant_turn";
   }
   return "unknown";
 }

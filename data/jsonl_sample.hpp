@@ -20,8 +20,10 @@ enum class RejectReason {
   IdOutOfRange,      // an id outside [0, vocab_size) (or negative, or beyond int32)
   TooLong,           // longer than max_length under too_long: skip
   NoResponseTokens,  // no loss_mask 1 (after truncation too): nothing to train on
+  UnknownRole,       // conversations: a role (or ShareGPT "from") that is not system/user/assistant/tool
+  NoAssistantTurn,   // conversations: no assistant message to learn from
 };
-inline constexpr size_t kNumRejectReasons = 8;
+inline constexpr size_t kNumRejectReasons = 10;
 
 // "bad_json", "missing_key", ... (stable names for reports and logs).
 std::string_view reject_reason_name(RejectReason reason);

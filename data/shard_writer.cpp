@@ -77,6 +77,13 @@ void ShardWriter::add(std::span<const int32_t> input_ids, std::span<const uint8_
   if (current_.num_samples == static_cast<uint64_t>(options_.samples_per_shard)) close_shard();
 }
 
+void ShardWriter::add_file(const std::string& name, const std::string& content) {
+  if (finished_) throw DataError("ShardWriter::add_file after finish()");
+  OutputFile file(temp_dir_ / name);
+  file.write(content.data(), content.size());
+  file.close_synced();
+}
+
 void ShardWriter::open_shard() {
   current_ = format::ShardEntry{};
   current_.first_sample = static_cast<uint64_t>(index_.num_samples());

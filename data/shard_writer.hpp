@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "data/shard_index.hpp"
@@ -37,6 +38,10 @@ class ShardWriter {
 
   // Appends one sample; both spans have the same, non-zero length.
   void add(std::span<const int32_t> input_ids, std::span<const uint8_t> loss_mask);
+
+  // Adds a small file beside the shards (e.g. the tokenizer the ids came
+  // from); it appears with them, atomically, at finish().
+  void add_file(const std::string& name, const std::string& content);
 
   // Closes the last shard, writes index.bin and renames the directory into place.
   WrittenDataset finish();

@@ -6,6 +6,7 @@
 #include "config/log.hpp"
 #include "nodes/eval_tau.hpp"
 #include "nodes/pad_bucket.hpp"
+#include "text/dataset_tokenizer.hpp"
 #include "train/devices.hpp"
 
 namespace dflow::nodes {
@@ -75,6 +76,7 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
       quarantine_path(out_dir / "quarantine.jsonl"),
       dataset(data::Dataset::open(config.data.train)),
       batching(batching_of(config.pipeline)) {
+  text::check_dataset_tokenizer(config.data.train, config.model.target.path);  // ids must mean the same text
   auto log_plan = [](const data::EpochPlan& plan) {
     std::string summary = plan.summary();
     if (summary.rfind("[data] ", 0) == 0) summary.erase(0, 7);

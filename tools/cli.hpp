@@ -23,6 +23,7 @@ void add_config_command(CLI::App& app, Common& common, Action& action);
 void add_graph_command(CLI::App& app, Common& common, Action& action);
 void add_make_tiny_target_command(CLI::App& app, Action& action);
 void add_prepare_command(CLI::App& app, Action& action);
+void add_tokenize_command(CLI::App& app, Action& action);
 void add_train_command(CLI::App& app, Common& common, Action& action);
 void add_launch_command(CLI::App& app, Common& common, Action& action);
 void add_inspect_command(CLI::App& app, Action& action);

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   cli::add_graph_command(app, common, action);
   cli::add_make_tiny_target_command(app, action);
   cli::add_prepare_command(app, action);
+  cli::add_tokenize_command(app, action);
   cli::add_train_command(app, common, action);
   cli::add_launch_command(app, common, action);
   cli::add_inspect_command(app, action);

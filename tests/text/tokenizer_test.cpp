@@ -1,0 +1,215 @@
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "config/errors.hpp"
+#include "text/text_error.hpp"
+#include "text/tokenizer.hpp"
+#include "text_fixtures.hpp"
+
+namespace {
+
+using namespace dflow::text;
+using namespace dflow::text::test;
+using nlohmann::json;
+using Ids = std::vector<int32_t>;
+
+std::shared_ptr<const Tokenizer> tiny(TempDir& dir, const json& spec = tiny_tokenizer_json()) {
+  write_json(dir / "tokenizer.json", spec);
+  return Tokenizer::load(dir.path());
+}
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("Tokenizer.MergesByRankAndSplitsByRegex") {
+  TempDir dir;
+  auto tok = tiny(dir);
+  // "hello" merges fully; " w" merges; the rest are single bytes.
+  CHECK(tok->encode("hello") == Ids{259});
+  CHECK(tok->encode("hello world") == Ids{259, 260, 'o', 'r', 'l', 'd'});
+  CHECK(tok->encode("") == Ids{});
+  CHECK(tok->decode(tok->encode("hello world")) == "hello world");
+}
+
+TEST_CASE("Tokenizer.AddedTokensAreMatchedBeforeBpeEvenInsideText") {
+  TempDir dir;
+  auto tok = tiny(dir);
+  CHECK(tok->encode("hello<|im_end|>hello") == Ids{259, 301, 259});
+  CHECK(tok->encode("<|im_start|><|im_end|>") == Ids{300, 301});
+  CHECK(tok->decode({300, 259, 301}) == "<|im_start|>hello<|im_end|>");
+  CHECK(tok->decode({300, 259, 301}, /*skip_special_tokens=*/true) == "hello");
+  CHECK(tok->require_token_id("<|im_end|>") == 301);
+}
+
+TEST_CASE("Tokenizer.NfcNormalizesBeforeBpe") {
+  TempDir dir;
+  auto tok = tiny(dir);
+  // e + combining acute is é (U+00E9) after NFC: two bytes, C3 A9.
+  CHECK(tok->encode("e\xCC\x81") == Ids{0xC3, 0xA9});
+  CHECK(tok->encode_with_offsets("e\xCC\x81").normalized_changed);
+}
+
+TEST_CASE("Tokenizer.InvalidUtf8IsAnErrorNamingTheByte") {
+  TempDir dir;
+  auto tok = tiny(dir);
+  const std::string message = error_of([&] { tok->encode(std::string("abc\xC3(", 5)); });
+  CHECK_MESSAGE(message.find("invalid UTF-8 at byte 3") != std::string::npos, message);
+  CHECK_THROWS_AS(tok->encode(std::string("\xED\xA0\x80", 3)), TextError);  // a surrogate
+}
+
+TEST_CASE("Tokenizer.OtherTypesAreRefusedNamingTypeAndFile") {
+  TempDir dir;
+  json spec = tiny_tokenizer_json();
+  spec["model"]["type"] = "Unigram";
+  write_json(dir / "tokenizer.json", spec);
+  std::string message = error_of([&] { Tokenizer::load(dir.path()); });
+  CHECK_MESSAGE(message.find("'Unigram'") != std::string::npos, message);
+  CHECK_MESSAGE(message.find((dir / "tokenizer.json").string()) != std::string::npos, message);
+  CHECK_THROWS_AS(Tokenizer::load(dir.path()), dflow::ConfigError);
+
+  spec = tiny_tokenizer_json();
+  spec["pre_tokenizer"] = {{"type", "Metaspace"}};
+  write_json(dir / "tokenizer.json", spec);
+  message = error_of([&] { Tokenizer::load(dir.path()); });
+  CHECK_MESSAGE(message.find("'Metaspace'") != std::string::npos, message);
+
+  spec = tiny_tokenizer_json();
+  spec["normalizer"] = {{"type", "Lowercase"}};
+  write_json(dir / "tokenizer.json", spec);
+  message = error_of([&] { Tokenizer::load(dir.path()); });
+  CHECK_MESSAGE(message.find("'Lowercase'") != std::string::npos, message);
+
+  message = error_of([&] { Tokenizer::load(dir / "missing"); });
+  CHECK_MESSAGE(message.find("cannot open") != std::string::npos, message);
+}
+
+TEST_CASE("Tokenizer.FingerprintChangesWithTheVocabulary") {
+  TempDir a, b;
+  auto first = tiny(a);
+  json changed = tiny_tokenizer_json();
+  changed["model"]["merges"].erase(changed["model"]["merges"].begin() + 4);  // drop " w"
+  auto second = tiny(b, changed);
+  CHECK(first->fingerprint().size() == 16);
+  CHECK(first->fingerprint() != second->fingerprint());
+  TempDir c;
+  CHECK(tiny(c)->fingerprint() == first->fingerprint());
+}
+
+namespace {
+
+struct Case {
+  std::string text;
+  Ids qwen2, llama3;
+  std::string qwen2_decoded;
+};
+
+std::vector<Case> read_cases() {
+  std::ifstream in(fixture_dir() / "cases.jsonl");
+  std::vector<Case> cases;
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    cases.push_back({j["text"], j["qwen2"], j["llama3"], j["qwen2_decoded"]});
+  }
+  return cases;
+}
+
+std::string show_ids(const Ids& ids) { return json(ids).dump(); }
+
+}  // namespace
+
+// The bar: Hugging Face's exact ids on a real vocabulary, over at
+// least 10,000 generated texts (English, Chinese, Japanese, Arabic, emoji with
+// ZWJ, code with tabs, whitespace runs, digit runs, contractions, special-token
+// strings inside text).
+TEST_CASE("Tokenizer.EqualsHuggingFaceOnTheQwenVocabulary") {
+  auto qwen = Tokenizer::load(real_tokenizer("qwen2"));
+  auto llama = Tokenizer::load(real_tokenizer("llama3"));
+  const auto cases = read_cases();
+  REQUIRE(cases.size() >= 10000);
+  CHECK(qwen->vocab_size() == 151669);
+  CHECK(qwen->require_token_id("<|im_end|>") == 151645);
+  CHECK(qwen->require_token_id("</think>") == 151668);
+  int qwen_wrong = 0, llama_wrong = 0, decode_wrong = 0;
+  for (const Case& c : cases) {
+    const Ids q = qwen->encode(c.text);
+    if (q != c.qwen2 && ++qwen_wrong <= 5) {
+      MESSAGE("qwen2 differs on " << json(c.text).dump() << "\n  dflow " << show_ids(q) << "\n  HF    "
+                                  << show_ids(c.qwen2));
+    }
+    const Ids l = llama->encode(c.text);
+    if (l != c.llama3 && ++llama_wrong <= 5) {
+      MESSAGE("llama3 regex differs on " << json(c.text).dump() << "\n  dflow " << show_ids(l) << "\n  HF    "
+                                         << show_ids(c.llama3));
+    }
+    if (qwen->decode(c.qwen2) != c.qwen2_decoded && ++decode_wrong <= 5) {
+      MESSAGE("decode differs on " << json(c.text).dump());
+    }
+  }
+  CHECK(qwen_wrong == 0);
+  CHECK(llama_wrong == 0);
+  CHECK(decode_wrong == 0);
+}
+
+TEST_CASE("Tokenizer.SameIdsFromTwoThreadsAndFromTheCache") {
+  auto qwen = Tokenizer::load(real_tokenizer("qwen2"));
+  const auto cases = read_cases();
+  std::vector<Ids> first(cases.size()), second(cases.size());
+  std::thread a([&] {
+    for (size_t i = 0; i < cases.size(); ++i) first[i] = qwen->encode(cases[i].text);
+  });
+  std::thread b([&] {
+    for (size_t i = cases.size(); i-- > 0;) second[i] = qwen->encode(cases[i].text);
+  });
+  a.join();
+  b.join();
+  int wrong = 0;
+  for (size_t i = 0; i < cases.size(); ++i) wrong += (first[i] != cases[i].qwen2) + (second[i] != cases[i].qwen2);
+  CHECK(wrong == 0);
+}
+
+#include <sstream>
+
+#include "text/tokenize_jsonl.hpp"
+
+TEST_CASE("TokenizeJsonl.RoundTripsAndNamesTheBadLine") {
+  TempDir dir;
+  auto tok = tiny(dir);
+  std::istringstream in("{\"text\": \"hello<|im_end|>\"}\n\n{\"text\": \"hello world\"}\n");
+  std::ostringstream ids;
+  CHECK(tokenize_jsonl(*tok, in, ids, "in.jsonl") == 2);
+  CHECK(ids.str() == "{\"ids\":[259,301]}\n{\"ids\":[259,260,111,114,108,100]}\n");
+  std::istringstream back_in(ids.str());
+  std::ostringstream back;
+  tokenize_jsonl(*tok, back_in, back, "ids.jsonl", {.decode = true, .skip_special_tokens = true});
+  CHECK(back.str() == "{\"text\":\"hello\"}\n{\"text\":\"hello world\"}\n");
+
+  std::istringstream bad("{\"text\": \"ok\"}\n{\"text\": \"caf\xC3(\"}\n");
+  std::ostringstream ignored;
+  const std::string message = error_of([&] { tokenize_jsonl(*tok, bad, ignored, "in.jsonl"); });
+  CHECK_MESSAGE(message.find("in.jsonl:2:") == 0, message);
+  CHECK_MESSAGE(message.find("UTF-8") != std::string::npos, message);
+}
+
+#include "text/draft_marks.hpp"
+
+TEST_CASE("DraftMarks.AcceptedDraftsAreWrappedAndTargetTokensAreNot") {
+  TempDir dir;
+  auto tok = tiny(dir);
+  // "hello" (target), " w" "o" (accepted drafts), "r" (target), "l" (draft), "d" (target), "!" (target, tau 1)
+  const std::vector<int64_t> tokens{259, 260, 'o', 'r', 'l', 'd', '!'};
+  CHECK(mark_accepted_drafts(*tok, tokens, {3, 2, 1}) == "hello⟦ wo⟧r⟦l⟧d!");
+  CHECK(mark_accepted_drafts(*tok, tokens, {1, 1, 1, 1, 1, 1}) == "hello world!");
+  // Output cut short inside a cycle (max_new_tokens): what there is, still marked.
+  CHECK(mark_accepted_drafts(*tok, {259, 260, 'o'}, {16}) == "hello⟦ wo⟧");
+}

@@ -1,0 +1,41 @@
+#pragma once
+// Chat templates in C++: each renders a conversation exactly as the model's
+// own Jinja chat template does (the tests compare with jinja2 rendering the
+// real templates), as segments that say which text is the assistant's to learn.
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "text/conversation.hpp"
+
+namespace dflow::text {
+
+struct Segment {
+  std::string text;
+  bool trainable = false;  // assistant content and the token that ends its turn
+  int message = -1;        // index of the message it belongs to; -1: template text
+};
+
+struct RenderOptions {
+  bool add_generation_prompt = false;  // end with the prompt of a new assistant turn
+  bool enable_thinking = true;         // qwen3: false puts an empty think block into the generation prompt
+};
+
+class ChatTemplate {
+ public:
+  virtual ~ChatTemplate() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::vector<Segment> render(const Conversation& conversation, const RenderOptions& options) const = 0;
+  // The token that ends an assistant turn ("<|im_end|>", "<|eot_id|>"): generation stops there.
+  virtual std::string_view end_of_turn() const = 0;
+};
+
+// "qwen3", "qwen2.5" (alias "chatml"), "llama3". Throws ConfigError listing
+// the known names for any other.
+const ChatTemplate& chat_template(std::string_view name);
+std::vector<std::string> chat_template_names();
+
+std::string join_segments(const std::vector<Segment>& segments);
+
+}  // namespace dflow::text

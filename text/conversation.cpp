@@ -1,0 +1,74 @@
+#include "text/conversation.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace dflow::text {
+namespace {
+
+using nlohmann::json;
+
+std::optional<Role> parse_role(std::string_view name) {
+  if (name == "system") return Role::System;
+  if (name == "user" || name == "human") return Role::User;
+  if (name == "assistant" || name == "gpt") return Role::Assistant;
+  if (name == "tool" || name == "function" || name == "observation") return Role::Tool;
+  return std::nullopt;
+}
+
+ConversationProblem problem(std::string reason, std::string detail) { return {std::move(reason), std::move(detail)}; }
+
+}  // namespace
+
+std::string_view role_name(Role role) {
+  switch (role) {
+    case Role::System: return "system";
+    case Role::User: return "user";
+    case Role::Assistant: return "assistant";
+    case Role::Tool: return "tool";
+  }
+  return "?";
+}
+
+std::optional<ConversationProblem> read_conversation(const json& line, Conversation& out) {
+  out.messages.clear();
+  if (!line.is_object()) return problem("wrong_type", "the line is not a JSON object");
+  const bool openai = line.contains("messages");
+  const bool sharegpt = !openai && line.contains("conversations");
+  if (!openai && !sharegpt) return problem("missing_key", "no \"messages\" (role/content) or \"conversations\" (from/value)");
+  const char* list_key = openai ? "messages" : "conversations";
+  const char* role_key = openai ? "role" : "from";
+  const char* content_key = openai ? "content" : "value";
+  const json& list = line[list_key];
+  if (!list.is_array()) return problem("wrong_type", fmt::format("{} is not an array", list_key));
+  if (list.empty()) return problem("empty", fmt::format("{} is empty", list_key));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& item = list[i];
+    if (!item.is_object()) return problem("wrong_type", fmt::format("{}[{}] is not an object", list_key, i));
+    if (!item.contains(role_key) || !item[role_key].is_string()) {
+      return problem("wrong_type", fmt::format("{}[{}].{} is missing or not a string", list_key, i, role_key));
+    }
+    const std::string role_text = item[role_key].get<std::string>();
+    const auto role = parse_role(role_text);
+    if (!role) {
+      return problem("unknown_role", fmt::format("{}[{}].{} is '{}'; known: system, user (human), assistant (gpt), "
+                                                 "tool",
+                                                 list_key, i, role_key, role_text));
+    }
+    Message message{*role, "", std::nullopt};
+    if (item.contains(content_key) && !item[content_key].is_null()) {
+      if (!item[content_key].is_string()) {
+        return problem("wrong_type", fmt::format("{}[{}].{} is not a string", list_key, i, content_key));
+      }
+      message.content = item[content_key].get<std::string>();
+    }
+    if (*role == Role::Assistant && item.contains("reasoning_content") && item["reasoning_content"].is_string()) {
+      message.reasoning = item["reasoning_content"].get<std::string>();
+    }
+    out.messages.push_back(std::move(message));
+  }
+  return std::nullopt;
+}
+
+}  // namespace dflow::text

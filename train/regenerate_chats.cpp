@@ -1,0 +1,136 @@
+#include "train/regenerate_chats.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "data/checksum.hpp"
+#include "text/chat_encode.hpp"
+
+namespace dflow::train {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// The input line after which a previous run stopped (0: none), keeping only
+// the complete lines of `out` (a line torn by a crash is cut off).
+int64_t resume_point(const std::filesystem::path& out, int64_t& lines_kept) {
+  lines_kept = 0;
+  if (!std::filesystem::exists(out)) return 0;
+  std::ifstream in(out, std::ios::binary);
+  std::string line;
+  int64_t last_line = 0;
+  std::streamoff good_bytes = 0;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // no newline: torn
+    try {
+      last_line = json::parse(line).at("line").get<int64_t>();
+    } catch (const json::exception&) {
+      break;
+    }
+    good_bytes = in.tellg();
+    ++lines_kept;
+  }
+  in.close();
+  std::filesystem::resize_file(out, static_cast<uintmax_t>(good_bytes));
+  return last_line;
+}
+
+int64_t count_lines(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  int64_t count = 0;
+  for (std::string line; std::getline(in, line);) count += line.find_first_not_of(" \t\r") != std::string::npos;
+  return count;
+}
+
+// (No fmt here: LibTorch's bundled fmt clashes with Debian's in torch code.)
+std::string duration_text(double seconds) {
+  const auto s = static_cast<long long>(seconds);
+  char text[32];
+  if (s >= 3600) {
+    std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+  } else {
+    std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
+  }
+  return text;
+}
+
+std::string rejection(int64_t line_number, const std::string& reason, const std::string& detail) {
+  return "line " + std::to_string(line_number) + ": " + reason + ": " + detail;
+}
+
+}  // namespace
+
+ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const text::Tokenizer& tokenizer,
+                                      const ChatRegenerateOptions& options) {
+  const auto& chat_template = text::chat_template(options.chat_template);
+  std::ifstream in(options.chats, std::ios::binary);
+  if (!in) throw std::runtime_error(options.chats.string() + ": cannot open the conversations JSONL");
+  ChatRegenerateReport report;
+  const int64_t resume_after = resume_point(options.out, report.already_done);
+  if (options.out.has_parent_path()) std::filesystem::create_directories(options.out.parent_path());
+  std::ofstream out(options.out, std::ios::app | std::ios::binary);
+  if (!out) throw std::runtime_error(options.out.string() + ": cannot write");
+  std::vector<int64_t> stop = target.config().eos_token_ids;
+  if (auto end_of_turn = tokenizer.token_id(chat_template.end_of_turn())) stop.push_back(*end_of_turn);
+
+  const int64_t total = count_lines(options.chats);
+  const auto start = Clock::now();
+  int64_t done_now = 0, generated_tokens = 0, position = 0;
+  std::string line;
+  for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    ++report.conversations;
+    ++position;
+    if (line_number <= resume_after) continue;
+    text::Conversation conversation;
+    std::optional<text::ConversationProblem> problem;
+    try {
+      problem = text::read_conversation(json::parse(line), conversation);
+    } catch (const json::exception& e) {
+      problem = text::ConversationProblem{"bad_json", e.what()};
+    }
+    const bool has_user = std::any_of(conversation.messages.begin(), conversation.messages.end(),
+                                      [](const text::Message& m) { return m.role == text::Role::User; });
+    if (!problem && !has_user) problem = text::ConversationProblem{"no_user_turn", "nothing to answer"};
+    if (problem) {
+      report.rejected.push_back(rejection(line_number, problem->reason, problem->detail));
+      continue;
+    }
+    const auto prompt32 = text::encode_prompt(tokenizer, chat_template, conversation, options.enable_thinking);
+    const std::vector<int64_t> prompt(prompt32.begin(), prompt32.end());
+    const auto response = target.generate(prompt, options.max_new_tokens, options.temperature,
+                                          data::hash_combine(options.seed, static_cast<uint64_t>(line_number)), stop);
+    if (response.empty()) {
+      report.rejected.push_back(rejection(line_number, "empty_response", "the target ended its turn at once"));
+      continue;
+    }
+    std::vector<int64_t> ids = prompt;
+    ids.insert(ids.end(), response.begin(), response.end());
+    std::vector<int> mask(prompt.size(), 0);
+    mask.resize(ids.size(), 1);
+    out << json{{"line", line_number}, {"input_ids", ids}, {"loss_mask", mask}}.dump() << "\n";
+    out.flush();  // a crash loses at most the conversation in progress
+    if (!out) throw std::runtime_error(options.out.string() + ": write failed");
+    ++report.written;
+    ++done_now;
+    generated_tokens += static_cast<int64_t>(response.size());
+    if (options.progress) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      const double eta = elapsed / static_cast<double>(done_now) * static_cast<double>(total - position);
+      char text[160];
+      std::snprintf(text, sizeof text, "\r[regenerate] %lld/%lld conversations, %.1f tokens/s, ETA %s   ",
+                    static_cast<long long>(position), static_cast<long long>(total),
+                    static_cast<double>(generated_tokens) / std::max(elapsed, 1e-9), duration_text(eta).c_str());
+      *options.progress << text << std::flush;
+    }
+  }
+  if (options.progress && done_now > 0) *options.progress << "\n";
+  return report;
+}
+
+}  // namespace dflow::train

@@ -1,0 +1,40 @@
+#pragma once
+// DFlash data from a user's conversations: each conversation's prompt (up to
+// its last user turn, rendered with the generation prompt) is answered by the
+// target itself, and written as training JSONL {"line", "input_ids",
+// "loss_mask"} (mask 1 on the answer). Lines are appended and flushed one by
+// one; a rerun with the same output continues after the last complete line,
+// so a crash after hours of generation loses nothing already written.
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "model/target.hpp"
+#include "text/tokenizer.hpp"
+
+namespace dflow::train {
+
+struct ChatRegenerateOptions {
+  std::filesystem::path chats;       // JSONL conversations (messages or ShareGPT)
+  std::filesystem::path out;         // training JSONL, appended to on a rerun
+  std::string chat_template = "qwen3";
+  bool enable_thinking = false;      // qwen3: false (the DFlash recipe) puts an empty think block in the prompt
+  int64_t max_new_tokens = 512;
+  double temperature = 0.0;          // <= 0: greedy
+  uint64_t seed = 0;                 // sampling: hash(seed, input line)
+  std::ostream* progress = nullptr;  // a progress line with ETA after each conversation
+};
+
+struct ChatRegenerateReport {
+  int64_t conversations = 0;    // non-blank input lines
+  int64_t already_done = 0;     // lines a previous run had written
+  int64_t written = 0;          // by this run
+  std::vector<std::string> rejected;  // "line N: reason", one per line not answered
+};
+
+ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const text::Tokenizer& tokenizer,
+                                      const ChatRegenerateOptions& options);
+
+}  // namespace dflow::train
