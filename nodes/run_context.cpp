@@ -119,10 +119,12 @@ void RunContext::load_models() {
   feature_layer_ids = drafter_spec.target_layer_ids;
   objective.loss_decay_gamma = config.train.loss_decay_gamma;
   pad_token_id = target_config.eos_token_ids.empty() ? 0 : target_config.eos_token_ids.front();
+  std::string layers;
+  for (const int64_t id : feature_layer_ids) layers += (layers.empty() ? "" : ", ") + std::to_string(id);
   log::info("model", log::str("target ", config.model.target.path, ": ", target_config.num_hidden_layers, " layers, hidden ",
                               target_config.hidden_size, ", vocab ", target_config.vocab_size, " on ", targets.size(),
                               " device(s); drafter ", drafter_spec.num_layers, " layer(s), block ",
-                              drafter_spec.block_size, ", features from layers ", feature_layer_ids.size()));
+                              drafter_spec.block_size, ", features from layers [", layers, "]"));
 }
 
 void RunContext::plan_run() {
