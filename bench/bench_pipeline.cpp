@@ -13,6 +13,7 @@
 #include "config/config.hpp"
 #include "config/log.hpp"
 #include "data/collate.hpp"
+#include "nodes/trainable_state.hpp"
 #include "nodes/trainer.hpp"
 
 using namespace dflow;
@@ -27,16 +28,16 @@ std::vector<std::string> overrides(const std::string& out_dir, int64_t steps) {
 
 // The same work as the graph's nodes, in a plain loop: collate, target
 // features, anchors, objective, backward, and AdamW every grad_accum batches.
-double bare_loop_tokens_per_s(nodes::RunState& state, int64_t steps) {
-  const auto& plan = state.plan(0);
-  const auto& target = *state.targets.front();
+double bare_loop_tokens_per_s(const nodes::RunContext& run, nodes::TrainableState& state, int64_t steps) {
+  const auto plan = run.plans().get(0);
+  const auto& target = *run.targets.front();
   auto embedding = target.embedding_weight().to(torch::kFloat32), lm_head = target.lm_head_weight().to(torch::kFloat32);
   int64_t tokens = 0;
   auto start = clock_type::now();
   double weight_sum = 0;
-  for (const auto& batch : plan.batches()) {
+  for (const auto& batch : plan->batches()) {
     if (batch.step_in_epoch >= steps) break;
-    auto host = data::collate(state.dataset, batch, state.pad_token_id);
+    auto host = data::collate(run.dataset, batch, run.pad_token_id);
     auto ids = torch::from_blob(host.input_ids.data(), {host.rows, host.padded_length}, torch::kInt64).clone();
     auto mask = torch::from_blob(host.loss_mask.data(), {host.rows, host.padded_length}, torch::kUInt8).clone();
     std::vector<int64_t> lengths64(host.lengths.begin(), host.lengths.end());
@@ -44,21 +45,21 @@ double bare_loop_tokens_per_s(nodes::RunState& state, int64_t steps) {
     torch::Tensor features;
     {
       torch::NoGradGuard no_grad;
-      features = target.context_features(ids, state.feature_layer_ids);
+      features = target.context_features(ids, run.feature_layer_ids);
     }
     model::AnchorSamplingOptions anchor_options;
-    anchor_options.anchors_per_sequence = state.config.train.anchors_per_sequence;
-    anchor_options.seed = state.config.run.seed;
+    anchor_options.anchors_per_sequence = run.config.train.anchors_per_sequence;
+    anchor_options.seed = run.config.run.seed;
     anchor_options.batch_index = batch.index_in_epoch;
     auto anchors = model::sample_anchors(mask, lengths, anchor_options);
     auto out = model::dflash_loss(*state.drafter, embedding, lm_head, features, ids, mask, lengths, anchors,
-                                  state.objective);
+                                  run.objective);
     if (out.weight_sum > 0) (out.loss * out.weight_sum).backward();
     weight_sum += out.weight_sum;
     tokens += batch.real_tokens;
     if (batch.is_last_micro_of_step()) {
       state.optimizer->scale_grads(1.0 / weight_sum);
-      state.optimizer->clip_grad_norm(state.config.train.grad_clip, state.optimizer->grad_norm());
+      state.optimizer->clip_grad_norm(run.config.train.grad_clip, state.optimizer->grad_norm());
       state.optimizer->step(state.schedule.lr_at(batch.step_in_epoch));
       state.optimizer->zero_grad();
       weight_sum = 0;
@@ -91,9 +92,10 @@ int main(int argc, char** argv) {
   // The graph's wall time includes building the run state (model load);
   // time the bare loop's setup the same way.
   started = clock_type::now();
-  nodes::RunState bare(config::load_config("", overrides((base / "bare").string(), steps)), {});
+  const nodes::RunContext bare(config::load_config("", overrides((base / "bare").string(), steps)), {}, nullptr);
+  nodes::TrainableState bare_state(bare, nullptr);
   const double setup_s = std::chrono::duration<double>(clock_type::now() - started).count();
-  const double bare_tps = bare_loop_tokens_per_s(bare, steps);
+  const double bare_tps = bare_loop_tokens_per_s(bare, bare_state, steps);
   const double graph_tps = graph_tokens / (graph_s - setup_s);
   std::printf("steps %lld, real tokens %lld\n", static_cast<long long>(steps), static_cast<long long>(graph_tokens));
   std::printf("graph  %10.0f tok/s\nbare   %10.0f tok/s\npipeline efficiency %.3f\n", graph_tps, bare_tps,

@@ -43,8 +43,7 @@ struct DataConfig {
   std::vector<std::string> train{"runs/demo/data"};
   int max_length = 512;
   std::vector<int> buckets{64, 128, 256, 512};
-  int64_t tokens_per_batch = 4096;  // padded-token budget of one micro-batch
-  int batch_size = 8;               // samples per micro-batch for pad_bucket.fixed_batch
+  int64_t tokens_per_batch = 4096;  // padded-token budget of one micro-batch (pad_bucket.token_budget)
 };
 
 struct TrainConfig {

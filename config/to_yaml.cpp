@@ -72,8 +72,7 @@ std::string to_yaml(const Config& c) {
   flow_list(out, "train", c.data.train);
   out << YAML::Key << "max_length" << YAML::Value << c.data.max_length;
   flow_list(out, "buckets", c.data.buckets);
-  out << YAML::Key << "tokens_per_batch" << YAML::Value << c.data.tokens_per_batch << YAML::Key << "batch_size"
-      << YAML::Value << c.data.batch_size << YAML::EndMap;
+  out << YAML::Key << "tokens_per_batch" << YAML::Value << c.data.tokens_per_batch << YAML::EndMap;
 
   const auto& t = c.train;
   out << YAML::Key << "train" << YAML::Value << YAML::BeginMap << YAML::Key << "epochs" << YAML::Value << t.epochs

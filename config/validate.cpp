@@ -63,7 +63,7 @@ ModelConfig read_model(YamlSection s) {
 DataConfig read_data(YamlSection s) {
   DataConfig c;
   s.read("train", c.train).read("max_length", c.max_length).read("buckets", c.buckets)
-      .read("tokens_per_batch", c.tokens_per_batch).read("batch_size", c.batch_size);
+      .read("tokens_per_batch", c.tokens_per_batch);
   s.finish();
   s.require(!c.train.empty(), "train", "needs at least one prepared data directory");
   s.require(c.max_length >= 2, "max_length", "must be >= 2");
@@ -77,7 +77,6 @@ DataConfig read_data(YamlSection s) {
                 std::to_string(c.max_length) + ")");
   s.require(c.tokens_per_batch >= c.buckets.back(), "tokens_per_batch",
             "must fit at least one sample of the largest bucket (" + std::to_string(c.buckets.back()) + ")");
-  s.require(c.batch_size >= 1, "batch_size", "must be >= 1");
   return c;
 }
 

@@ -31,7 +31,7 @@ void check_plan_options(const PlanOptions& options) {
                                 options.tokens_per_batch, buckets.back()));
   }
   if (options.mode == BatchMode::FixedBatch && options.batch_size < 1) {
-    throw DataError(fmt::format("data.batch_size is {}; it must be at least 1", options.batch_size));
+    throw DataError(fmt::format("batch_size (pad_bucket.fixed_batch params) is {}; it must be at least 1", options.batch_size));
   }
   if (options.grad_accum < 1) {
     throw DataError(fmt::format("train.grad_accum is {}; it must be at least 1", options.grad_accum));

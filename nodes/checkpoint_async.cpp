@@ -4,7 +4,6 @@
 // can delay checkpoints (the edge backs up) but never change training.
 // With several ranks, rank 0 writes and all ranks agree that it succeeded.
 #include "config/log.hpp"
-#include "report/live_server.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
@@ -15,40 +14,40 @@ namespace {
 
 class CheckpointAsync final : public graph::FunctionBody {
  public:
-  CheckpointAsync(RunState& state, std::string name) : state_(state), name_(std::move(name)) {}
+  CheckpointAsync(const RunContext& run, RunJournal& journal, std::string name)
+      : run_(run), journal_(journal), name_(std::move(name)) {}
 
   void process(graph::Inputs& in, graph::Emitter&) override {
     auto& snapshot = in.get<Snapshot>(0);
     const int64_t step = snapshot.state.global_step;
     fs::path dir;
     std::string failure;
-    if (state_.options.rank == 0) {
+    if (run_.options.rank == 0) {
       try {
-        dir = train::write_checkpoint(state_.checkpoints_dir, snapshot.state, state_.config.checkpoint.keep,
-                                      [&] { inject_node_faults(state_, name_, step - 1); });  // after step index step-1
+        dir = train::write_checkpoint(run_.checkpoints_dir, snapshot.state, run_.config.checkpoint.keep,
+                                      [&] { inject_node_faults(run_, name_, step - 1); });  // after step index step-1
       } catch (const std::exception& e) {
         failure = e.what();
-        if (!state_.options.dist) throw;
+        if (!run_.options.dist) throw;
       }
     }
-    if (state_.options.dist) {
+    if (run_.options.dist) {
       // Rank 0 writes; every rank learns whether it succeeded, so that no
       // rank trains on past a checkpoint the run does not have.
-      const bool saved = state_.options.dist->all_agree(failure.empty(), "agreement on checkpoint step-" + std::to_string(step));
+      const bool saved = run_.options.dist->all_agree(failure.empty(), "agreement on checkpoint step-" + std::to_string(step));
       if (!saved)
         throw std::runtime_error("checkpoint step-" + std::to_string(step) + " was not saved: " +
                                  (failure.empty() ? "rank 0 reported a failed write" : failure));
-      if (state_.options.rank != 0) return;
+      if (run_.options.rank != 0) return;
     }
-    state_.checkpoints_written++;
-    if (state_.options.live) state_.options.live->publish({{"kind", "checkpoint"}, {"global_step", step}, {"path", dir.string()}});
-    std::lock_guard lock(state_.summary_mutex);
-    state_.last_checkpoint = dir.string();
+    journal_.checkpoint_written(dir.string());
+    journal_.publish_live({{"kind", "checkpoint"}, {"global_step", step}, {"path", dir.string()}});
     log::info("checkpoint", log::str("wrote ", dir.string()));
   }
 
  private:
-  RunState& state_;
+  const RunContext& run_;
+  RunJournal& journal_;
   std::string name_;
 };
 
@@ -60,7 +59,8 @@ void register_checkpoint(graph::NodeRegistry& registry) {
   spec.description = "writes snapshots atomically in the background (step-N/, latest, keep newest)";
   spec.inputs = {{"in", "Snapshot"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    return std::make_unique<CheckpointAsync>(run_state(context), context.name);
+    const auto& env = environment(context);
+    return std::make_unique<CheckpointAsync>(env.run, env.journal, context.name);
   };
   registry.add(std::move(spec));
 }

@@ -1,8 +1,9 @@
 // drafter_step: forward and backward of one micro-batch under the DFlash
-// objective. Fires only while it holds the model token (invariant 1); the
-// token travels on with its MicroStats. Gradients of sum(w * CE) accumulate
-// in the parameters; optimizer_step divides by the step's total weight, so a
-// step's loss is sum(w * CE) / sum(w) over all of its micro-batches exactly.
+// objective. Fires only with the model token (invariant 1), which carries the
+// trainable state: the drafter is reached through it alone, and it travels on
+// inside the MicroStats. Gradients of sum(w * CE) accumulate in the
+// parameters; optimizer_step divides by the step's total weight, so a step's
+// loss is sum(w * CE) / sum(w) over all of its micro-batches exactly.
 // Rows of samples quarantined during this invocation are dropped here (the
 // loader drops those known at the start): the live set only changes under
 // the model token, which this node holds, so the run stays deterministic.
@@ -18,30 +19,31 @@ namespace {
 
 class DrafterStep final : public graph::FunctionBody {
  public:
-  DrafterStep(RunState& state, std::string name) : state_(state), name_(std::move(name)) {
-    const auto& target = *state.targets.front();
-    embedding_ = target.embedding_weight().to(state.drafter_device, torch::kFloat32);  // frozen [V, H]
-    lm_head_ = target.lm_head_weight().to(state.drafter_device, torch::kFloat32);     // frozen [V, H]
+  DrafterStep(const RunEnvironment& env, std::string name) : run_(env.run), home_(env.home), name_(std::move(name)) {
+    const auto& target = *run_.targets.front();
+    embedding_ = target.embedding_weight().to(run_.drafter_device, torch::kFloat32);  // frozen [V, H]
+    lm_head_ = target.lm_head_weight().to(run_.drafter_device, torch::kFloat32);     // frozen [V, H]
   }
 
   void process(graph::Inputs& in, graph::Emitter& out) override {
     auto message = in.at("batch");
     auto& features = graph::payload<FeatureBatch>(message);
-    MicroStats stats;
-    with_batch_context(features.batch.plan, features.batch.position, [&] { stats = step(features); });
+    MicroStats stats{features.batch.position, {}, home_.take(in.at("token"))};
+    with_batch_context(features.batch.plan, features.batch.position,
+                       [&] { stats.totals = step(*stats.token, features); });
     out.emit(graph::make_message(message.seq, 0, std::move(stats)));
   }
 
  private:
   // The batch without rows quarantined since the loader read it.
-  static FeatureBatch without_quarantined(const FeatureBatch& in, const RunState& state) {
+  FeatureBatch without_quarantined(const FeatureBatch& in, const data::SampleSet& quarantined) const {
     FeatureBatch out = in;
     const auto& ids = in.batch.plan.sample_ids;
     std::vector<int64_t> keep;
     for (size_t r = 0; r < ids.size(); ++r)
-      if (!state.quarantined.count(ids[r])) keep.push_back(static_cast<int64_t>(r));
+      if (!quarantined.count(ids[r])) keep.push_back(static_cast<int64_t>(r));
     if (keep.size() == ids.size()) return out;
-    out.batch.plan = data::without_samples(in.batch.plan, state.quarantined, state.dataset.lengths());
+    out.batch.plan = data::without_samples(in.batch.plan, quarantined, run_.dataset.lengths());
     out.batch.excluded_rows += static_cast<int64_t>(ids.size() - keep.size());
     auto rows = torch::tensor(keep, torch::kInt64);
     out.batch.input_ids = in.batch.input_ids.index_select(0, rows);
@@ -51,44 +53,38 @@ class DrafterStep final : public graph::FunctionBody {
     return out;
   }
 
-  MicroStats step(const FeatureBatch& received) {
-    const FeatureBatch features = without_quarantined(received, state_);
+  StepTotals step(TrainableState& state, const FeatureBatch& received) {
+    const FeatureBatch features = without_quarantined(received, state.quarantined);
     const auto& batch = features.batch;
     const auto& position = batch.position;
-    inject_node_faults(state_, name_, position.global_step);
-    MicroStats stats;
-    stats.position = position;
-    auto& s = stats.sums;
+    inject_node_faults(run_, name_, position.global_step);
+    auto s = StepTotals::zeros(run_.drafter_spec.block_size, run_.config.data.buckets.size());
     s.excluded_samples = batch.excluded_rows;
     // A rank's empty share of a short last step is no micro-batch; a planned
     // batch whose rows were all quarantined still is one.
     s.micro_batches = batch.plan.rows() > 0 || batch.excluded_rows > 0 ? 1 : 0;
-    s.batches_per_bucket.assign(state_.config.data.buckets.size(), 0);
-    s.bucket_ce_sum.assign(state_.config.data.buckets.size(), 0.0);
-    s.bucket_weight_sum.assign(state_.config.data.buckets.size(), 0.0);
-    s.bucket_real_tokens.assign(state_.config.data.buckets.size(), 0);
     // Every row quarantined, or this rank's empty share of a short last step:
     // no loss and no gradient; the step's sums get zeros from this micro-batch.
-    if (batch.plan.rows() == 0) return stats;
+    if (batch.plan.rows() == 0) return s;
 
     model::AnchorSamplingOptions anchor_options;
-    anchor_options.anchors_per_sequence = state_.config.train.anchors_per_sequence;
-    anchor_options.seed = state_.config.run.seed;
+    anchor_options.anchors_per_sequence = run_.config.train.anchors_per_sequence;
+    anchor_options.seed = run_.config.run.seed;
     anchor_options.epoch = position.epoch;
     anchor_options.batch_index = batch.plan.index_in_epoch;
     auto anchors = model::sample_anchors(batch.loss_mask, batch.lengths, anchor_options);
 
-    const auto device = state_.drafter_device;
-    auto result = model::dflash_loss(*state_.drafter, embedding_, lm_head_, features.features,
+    const auto device = run_.drafter_device;
+    auto result = model::dflash_loss(*state.drafter, embedding_, lm_head_, features.features,
                                      batch.input_ids.to(device), batch.loss_mask.to(device), batch.lengths.to(device),
-                                     anchors, state_.objective);
+                                     anchors, run_.objective);
     torch::Tensor weighted_ce = result.loss_sum;  // sum(w * CE), differentiable
     double weighted_ce_sum = result.weighted_ce_sum;
-    if (auto* f = state_.fault("spike", name_, position.global_step)) {
+    if (auto* f = run_.fault("spike", name_, position.global_step)) {
       weighted_ce = weighted_ce * f->factor;
       weighted_ce_sum *= f->factor;
     }
-    if (state_.fault("nan_loss", name_, position.global_step)) {
+    if (run_.fault("nan_loss", name_, position.global_step)) {
       weighted_ce = weighted_ce * std::nan("");
       weighted_ce_sum = std::nan("");
     }
@@ -101,7 +97,7 @@ class DrafterStep final : public graph::FunctionBody {
     s.anchors = result.num_anchors;
     s.real_tokens = batch.plan.real_tokens;
     s.padded_tokens = batch.plan.padded_tokens;
-    if (state_.batch_mode == data::BatchMode::TokenBudget) {
+    if (run_.batching.mode == data::BatchMode::TokenBudget) {
       const auto b = static_cast<size_t>(batch.plan.bucket_index);
       s.batches_per_bucket.at(b) = 1;
       s.bucket_ce_sum.at(b) = weighted_ce_sum;
@@ -111,10 +107,11 @@ class DrafterStep final : public graph::FunctionBody {
     s.sample_ids = batch.plan.sample_ids;
     auto lengths = batch.lengths.to(torch::kCPU);
     for (int64_t r = 0; r < lengths.size(0); ++r) s.sample_lengths.push_back(lengths[r].item<int64_t>());
-    return stats;
+    return s;
   }
 
-  RunState& state_;
+  const RunContext& run_;
+  StateHome& home_;
   std::string name_;
   torch::Tensor embedding_, lm_head_;
 };
@@ -128,7 +125,7 @@ void register_drafter_step(graph::NodeRegistry& registry) {
   spec.inputs = {{"batch", "FeatureBatch"}, {"token", "ModelToken"}};
   spec.outputs = {{"out", "MicroStats"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    return std::make_unique<DrafterStep>(run_state(context), context.name);
+    return std::make_unique<DrafterStep>(environment(context), context.name);
   };
   registry.add(std::move(spec));
 }

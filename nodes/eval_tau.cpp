@@ -39,8 +39,8 @@ std::string fixed(double value, int digits) {
 
 }  // namespace
 
-std::vector<std::vector<int64_t>> held_out_prompts(const RunState& state, const std::string& node) {
-  const auto& eval = state.config.eval;
+std::vector<std::vector<int64_t>> held_out_prompts(const RunContext& run, const std::string& node) {
+  const auto& eval = run.config.eval;
   const std::string where = "node '" + node + "' (eval.tau): eval.prompts: ";
   if (!fs::is_regular_file(eval.prompts))
     throw ConfigError(where + "cannot read the held-out prompts file '" + eval.prompts +
@@ -52,8 +52,8 @@ std::vector<std::vector<int64_t>> held_out_prompts(const RunState& state, const 
     throw ConfigError(where + e.what());
   }
   std::unordered_set<uint64_t> training;
-  for (int64_t i = 0; i < state.dataset.size(); ++i) {
-    const data::SampleView sample = state.dataset.sample(i);
+  for (int64_t i = 0; i < run.dataset.size(); ++i) {
+    const data::SampleView sample = run.dataset.sample(i);
     size_t prompt_length = 0;
     while (prompt_length < sample.loss_mask.size() && sample.loss_mask[prompt_length] == 0) ++prompt_length;
     training.insert(prompt_hash(sample.input_ids.first(prompt_length)));
@@ -80,28 +80,29 @@ namespace {
 
 class EvalTau final : public graph::FunctionBody {
  public:
-  EvalTau(RunState& state, std::string name)
-      : state_(state), name_(std::move(name)), prompts_(state.eval_prompts) {
+  EvalTau(const RunEnvironment& env, std::string name)
+      : run_(env.run), journal_(env.journal), name_(std::move(name)), prompts_(env.run.eval_prompts) {
     if (prompts_.empty()) throw std::logic_error("eval.tau: held-out prompts were not loaded before the graph was built");
-    drafter_ = model::DFlashDrafter(state.drafter->spec(), 0);
-    drafter_->to(state.drafter_device);
+    drafter_ = model::DFlashDrafter(run_.drafter_spec, 0);
+    drafter_->to(run_.drafter_device);
     drafter_->eval();
     for (auto& p : drafter_->parameters()) p.set_requires_grad(false);
-    options_.max_new_tokens = state.config.eval.max_new_tokens;
-    options_.temperature = state.config.eval.temperature;
-    options_.seed = state.config.eval.seed;
+    options_.max_new_tokens = run_.config.eval.max_new_tokens;
+    options_.temperature = run_.config.eval.temperature;
+    options_.seed = run_.config.eval.seed;
     options_.compare_with_target = false;  // tau only: half the cost
     // A resumed run keeps the best tau it had; a fresh one first measures
     // the untrained drafter (its weights taken now, before any step).
-    if (!state.resumed_from.empty()) {
-      if (auto best = train::best_checkpoint_eval(state.checkpoints_dir)) best_tau_ = best->value("mean_tau", best_tau_);
-    } else if (state.options.rank == 0) {
-      baseline_ = state.snapshot();
+    if (!run_.resumed_from.empty()) {
+      if (auto best = train::best_checkpoint_eval(run_.checkpoints_dir)) best_tau_ = best->value("mean_tau", best_tau_);
+    } else if (run_.options.rank == 0) {
+      if (!env.untrained) throw std::logic_error("eval.tau: the untrained drafter's snapshot was not taken before the graph was built");
+      baseline_ = *env.untrained;
     }
   }
 
   void process(graph::Inputs& in, graph::Emitter&) override {
-    if (state_.options.rank != 0) return;
+    if (run_.options.rank != 0) return;
     if (baseline_) {
       evaluate(*baseline_);
       baseline_.reset();
@@ -113,7 +114,7 @@ class EvalTau final : public graph::FunctionBody {
   void evaluate(const train::CheckpointState& snapshot) {
     load(snapshot.drafter_tensors);
     const auto started = std::chrono::steady_clock::now();
-    const train::EvalReport report = train::evaluate_drafter(*drafter_, *state_.targets.front(), prompts_, options_);
+    const train::EvalReport report = train::evaluate_drafter(*drafter_, *run_.targets.front(), prompts_, options_);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const bool improved = report.mean_tau > best_tau_;
     nlohmann::json eval = {{"global_step", snapshot.global_step},
@@ -121,11 +122,11 @@ class EvalTau final : public graph::FunctionBody {
                            {"prompts", report.prompts},
                            {"max_new_tokens", options_.max_new_tokens},
                            {"temperature", options_.temperature},
-                           {"prompts_file", state_.config.eval.prompts}};
+                           {"prompts_file", run_.config.eval.prompts}};
     std::string best_note;
     if (improved) {
       best_tau_ = report.mean_tau;
-      auto dir = train::write_best_checkpoint(state_.checkpoints_dir, snapshot, eval);
+      auto dir = train::write_best_checkpoint(run_.checkpoints_dir, snapshot, eval);
       best_note = ", best so far: " + dir.string();
     }
     nlohmann::json record = eval;
@@ -138,12 +139,10 @@ class EvalTau final : public graph::FunctionBody {
     record["best"] = improved;
     record["best_tau"] = best_tau_;
     record["time"] = {{"eval_s", seconds}, {"speculative_tokens_per_s", report.speculative_tokens_per_s}};
-    state_.write_metrics(record);
+    journal_.write(record);
     log::info("eval", log::str("step ", snapshot.global_step, ": tau ", fixed(report.mean_tau, 2), " on ",
                                report.prompts, " held-out prompts (", fixed(seconds, 1), " s)", best_note));
-    std::lock_guard lock(state_.summary_mutex);
-    state_.last_eval = record;
-    if (improved) state_.best_eval = record;
+    journal_.eval_done(record, improved);
   }
 
   void load(const train::NamedTensors& tensors) {
@@ -157,7 +156,8 @@ class EvalTau final : public graph::FunctionBody {
     }
   }
 
-  RunState& state_;
+  const RunContext& run_;
+  RunJournal& journal_;
   std::string name_;
   std::vector<std::vector<int64_t>> prompts_;
   model::DFlashDrafter drafter_{nullptr};
@@ -174,7 +174,7 @@ void register_eval_tau(graph::NodeRegistry& registry) {
   spec.description = "every eval.every_steps: tau by speculative decoding of held-out prompts; checkpoints/best";
   spec.inputs = {{"in", "Snapshot"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    return std::make_unique<EvalTau>(run_state(context), context.name);
+    return std::make_unique<EvalTau>(environment(context), context.name);
   };
   registry.add(std::move(spec));
 }

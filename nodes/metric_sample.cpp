@@ -6,7 +6,7 @@
 
 #include "config/log.hpp"
 #include "graph/telemetry.hpp"
-#include "report/live_server.hpp"
+#include "report/drain_detector.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
@@ -26,58 +26,51 @@ std::string format_duration(double seconds) {
 
 class MetricSample final : public graph::FunctionBody {
  public:
-  MetricSample(RunState& state, const graph::TelemetryBoard* telemetry) : state_(state), telemetry_(telemetry) {
-    for (const auto& sink : state.config.metrics.sinks) console_ = console_ || sink == "console";
-    console_ = console_ && state.options.rank == 0;  // records are global: one console is enough
+  MetricSample(const RunContext& run, RunJournal& journal, const graph::TelemetryBoard* telemetry)
+      : run_(run), journal_(journal), telemetry_(telemetry),
+        drain_({.window_steps = run.config.metrics.drain_window_steps,
+                .horizon_steps = run.config.metrics.drain_horizon_steps}) {
+    for (const auto& sink : run.config.metrics.sinks) console_ = console_ || sink == "console";
+    console_ = console_ && run.options.rank == 0;  // records are global: one console is enough
   }
 
   void process(graph::Inputs& in, graph::Emitter&) override {
-    auto& record = in.get<StepRecord>(0).record;
-    if (telemetry_) record["telemetry"] = graph::to_json(telemetry_->snapshot());
-    const int64_t step = record["global_step"].get<int64_t>();
-    write(record);
-    if (record["guard"]["action"] != "applied") {
-      nlohmann::json event = record["guard"];
-      event["kind"] = "guard";
-      event["event"] = record["guard"]["kind"];
-      event["global_step"] = step;
-      event["epoch"] = record["epoch"];
-      write(event);
-    }
+    auto& record = in.get<StepRecord>(0);
+    if (telemetry_) record.telemetry = graph::to_json(telemetry_->snapshot());
+    const nlohmann::json json = record.to_json();
+    journal_.write(json);
+    if (record.guard.action != "applied") journal_.write(record.guard_event_json());
     // Once the source has emitted its last batch the edges empty by design;
     // that is the end of the data, not a draining queue.
-    if (telemetry_ && !state_.source_exhausted) {
-      for (const auto& alarm : state_.drain.observe(step, record["telemetry"])) {
+    if (telemetry_ && !journal_.source_exhausted) {
+      for (const auto& alarm : drain_.observe(record.global_step, record.telemetry)) {
         log::warn("graph", alarm.message);
-        write(alarm.to_record());
-        std::lock_guard lock(state_.summary_mutex);
-        state_.alarms.push_back(alarm.to_record());
+        journal_.write(alarm.to_record());
+        journal_.alarm_raised(alarm.to_record());
       }
     }
-    if (console_ && (step % state_.config.metrics.console_every == 0 || step == state_.stop_step)) console_line(record);
-    std::lock_guard lock(state_.summary_mutex);
-    state_.last_record = record;
+    if (console_ && (record.global_step % run_.config.metrics.console_every == 0 || record.global_step == run_.stop_step))
+      console_line(record);
+    journal_.record_written(json);
   }
 
  private:
-  void write(const nlohmann::json& record) { state_.write_metrics(record); }
-
-  void console_line(const nlohmann::json& r) {
-    const auto& acc = r["accuracy_per_position"];
+  void console_line(const StepRecord& r) {
     std::ostringstream line;
-    line << std::fixed << "epoch " << r["epoch"].get<int>() + 1 << "/" << state_.config.train.epochs << " step "
-         << r["step_in_epoch"] << "/" << r["steps_per_epoch"] << " | global " << r["global_step"] << "/"
-         << r["total_steps"] << " (" << std::setprecision(1) << 100.0 * r["run_progress"].get<double>() << "%)"
-         << " | loss " << std::setprecision(4) << (r["loss"].is_number() ? r["loss"].get<double>() : NAN)
-         << " acc@1 " << std::setprecision(3) << (acc.empty() ? 0.0 : acc[0].get<double>()) << " | lr "
-         << std::scientific << std::setprecision(2) << r["lr"].get<double>() << std::fixed << " | "
-         << std::setprecision(0) << r["time"]["tokens_per_s"].get<double>() << " tok/s | ETA "
-         << format_duration(r["time"]["eta_s"].get<double>());
+    line << std::fixed << "epoch " << r.epoch + 1 << "/" << run_.config.train.epochs << " step " << r.step_in_epoch
+         << "/" << r.steps_per_epoch << " | global " << r.global_step << "/" << r.total_steps << " ("
+         << std::setprecision(1) << 100.0 * r.run_progress() << "%)"
+         << " | loss " << std::setprecision(4) << r.loss << " acc@1 " << std::setprecision(3)
+         << (r.accuracy_per_position.empty() ? 0.0 : r.accuracy_per_position[0]) << " | lr " << std::scientific
+         << std::setprecision(2) << r.lr << std::fixed << " | " << std::setprecision(0) << r.time.tokens_per_s
+         << " tok/s | ETA " << format_duration(r.time.eta_s);
     log::info("train", line.str());
   }
 
-  RunState& state_;
+  const RunContext& run_;
+  RunJournal& journal_;
   const graph::TelemetryBoard* telemetry_;
+  report::DrainDetector drain_;
   bool console_ = false;
 };
 
@@ -89,7 +82,8 @@ void register_metric_sample(graph::NodeRegistry& registry) {
   spec.description = "per-step records plus graph telemetry to the sinks (metrics.jsonl, console)";
   spec.inputs = {{"in", "StepRecord"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    return std::make_unique<MetricSample>(run_state(context), context.telemetry);
+    const auto& env = environment(context);
+    return std::make_unique<MetricSample>(env.run, env.journal, context.telemetry);
   };
   registry.add(std::move(spec));
 }

@@ -1,21 +1,35 @@
 #pragma once
-// Small helpers every training node uses: the run state from the context,
-// and the fault-injection hooks (delay / exception) a node honours per step.
+// What every training node reaches through its NodeContext: the run's
+// immutable context, its journal, and the home of the model token's state;
+// plus the fault-injection hooks (delay / exception) a node honours per step.
 #include <chrono>
 #include <stdexcept>
 #include <thread>
 
 #include "graph/node_body.hpp"
 #include "nodes/messages.hpp"
-#include "nodes/run_state.hpp"
+#include "nodes/run_context.hpp"
+#include "nodes/run_journal.hpp"
+#include "nodes/trainable_state.hpp"
 
 namespace dflow::nodes {
 
-inline RunState& run_state(const graph::NodeContext& context) { return *context.user_as<RunState*>(); }
+// Handed to the graph builder as the nodes' user context.
+struct RunEnvironment {
+  const RunContext& run;
+  RunJournal& journal;
+  StateHome& home;
+  // A fresh run's untrained drafter, for an eval node's baseline (null when resumed or without one).
+  const train::CheckpointState* untrained = nullptr;
+};
+
+inline const RunEnvironment& environment(const graph::NodeContext& context) {
+  return *context.user_as<const RunEnvironment*>();
+}
 
 // Applies declared `delay` (from its step on) and `exception` (at its step) faults.
-inline void inject_node_faults(const RunState& state, const std::string& node, int64_t step) {
-  for (const auto& f : state.config.faults) {
+inline void inject_node_faults(const RunContext& run, const std::string& node, int64_t step) {
+  for (const auto& f : run.config.faults) {
     if (f.node != node) continue;
     if (f.kind == "delay" && step >= f.step)
       std::this_thread::sleep_for(std::chrono::duration<double>(f.seconds));

@@ -1,9 +1,10 @@
-// optimizer_step.adamw: one optimizer step per StepStats, while holding the
-// model token: normalise gradients by the step's total loss weight, global
-// grad norm, stability guard, clipping, AdamW at the scheduled LR. Emits the
-// step's exact record, a snapshot when a checkpoint is due (taken here, so
-// it is always the state after step k and before k+1), a snapshot for the
-// eval node when an evaluation is due (optional port), and the token.
+// optimizer_step.adamw: one optimizer step per StepStats, with the model
+// token and the trainable state it carries: normalise gradients by the step's
+// total loss weight, global grad norm, stability guard, clipping, AdamW at
+// the scheduled LR. Emits the step's exact record, a snapshot when a
+// checkpoint is due (taken here, so it is always the state after step k and
+// before k+1), a snapshot for the eval node when an evaluation is due
+// (optional port), and the token.
 //
 // Guard policies act here too: quarantine records the skipped step's
 // samples; rollback keeps in-memory snapshots and restores the last good one
@@ -12,20 +13,20 @@
 #include <optional>
 
 #include "config/log.hpp"
-#include "nodes/good_snapshot.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
-#include "nodes/step_record.hpp"
 
 namespace dflow::nodes {
 
 namespace {
 
-train::GuardSignal signal_of(const RunState& state, const LossSums& s, double loss, double grad_norm) {
+using clock_type = std::chrono::steady_clock;
+
+train::GuardSignal signal_of(const RunContext& run, const StepTotals& s, double loss, double grad_norm) {
   train::GuardSignal signal{loss, grad_norm, s.weight_sum <= 0, {}};
   for (size_t b = 0; b < s.bucket_weight_sum.size(); ++b)
-    if (s.bucket_weight_sum[b] > 0) signal.bucket_losses[state.config.data.buckets.at(b)] = s.bucket_ce_sum[b] / s.bucket_weight_sum[b];
+    if (s.bucket_weight_sum[b] > 0) signal.bucket_losses[run.config.data.buckets.at(b)] = s.bucket_ce_sum[b] / s.bucket_weight_sum[b];
   return signal;
 }
 
@@ -38,57 +39,67 @@ std::string list_ids(const std::vector<int64_t>& ids, size_t at_most = 12) {
 
 class OptimizerStep final : public graph::FunctionBody {
  public:
-  OptimizerStep(RunState& state, std::string name)
-      : state_(state), name_(std::move(name)), rollback_(state.config.guard.policy == "rollback") {
-    take_candidate_if_due();
-  }
+  OptimizerStep(const RunEnvironment& env, std::string name)
+      : run_(env.run), journal_(env.journal), name_(std::move(name)),
+        rollback_(env.run.config.guard.policy == "rollback") {}
 
   void process(graph::Inputs& in, graph::Emitter& out) override {
     auto message = in[0];
     auto& step = graph::payload<StepStats>(message);
+    TrainableState& state = *step.token;
+    const auto& totals = step.totals;
     const int64_t step_index = step.position.global_step;  // 0-based
-    inject_node_faults(state_, name_, step_index);
-    auto& optimizer = *state_.optimizer;
+    inject_node_faults(run_, name_, step_index);
+    if (!started_) {
+      // The state after the steps before this one: the first rollback candidate.
+      started_ = true;
+      take_candidate_if_due(state);
+    }
+    auto& optimizer = *state.optimizer;
 
-    if (step.sums.weight_sum > 0) optimizer.scale_grads(1.0 / step.sums.weight_sum);
+    if (totals.weight_sum > 0) optimizer.scale_grads(1.0 / totals.weight_sum);
     const double grad_norm = optimizer.grad_norm();
-    const double loss = step.sums.weight_sum > 0 ? step.sums.weighted_ce_sum / step.sums.weight_sum : 0.0;
-    const double lr = state_.schedule.lr_at(step_index);
-    const auto signal = signal_of(state_, step.sums, loss, grad_norm);
-    train::GuardVerdict guard = state_.guard.decide(signal);
+    const double loss = totals.weight_sum > 0 ? totals.weighted_ce_sum / totals.weight_sum : 0.0;
+    const double lr = state.schedule.lr_at(step_index);
+    const auto signal = signal_of(run_, totals, loss, grad_norm);
+    train::GuardVerdict guard = state.guard.decide(signal);
     if (rollback_) settle_candidate(step_index, guard);
     if (guard.apply) {
-      optimizer.clip_grad_norm(state_.config.train.grad_clip, grad_norm);
+      optimizer.clip_grad_norm(run_.config.train.grad_clip, grad_norm);
       optimizer.step(lr);
-      state_.guard.record_applied(signal);
+      state.guard.record_applied(signal);
     }
     optimizer.zero_grad();
-    if (auto* f = state_.fault("corrupt_weights", name_, step_index)) corrupt_weights(f->factor);
+    if (auto* f = run_.fault("corrupt_weights", name_, step_index)) corrupt_weights(state, f->factor);
 
     nlohmann::json evidence = nlohmann::json::object();  // extra guard fields of the record
-    if (rollback_) steps_since_good_.push_back({step_index, step.sums.sample_ids});
+    if (rollback_) steps_since_good_.push_back({step_index, totals.sample_ids});
     if (guard.quarantine) {
-      state_.quarantine_samples(step_index + 1, guard.reason(), step.sums.sample_ids);
-      evidence["quarantined_sample_ids"] = step.sums.sample_ids;
+      state.quarantine(run_, step_index + 1, guard.reason(), totals.sample_ids);
+      evidence["quarantined_sample_ids"] = totals.sample_ids;
     }
     if (guard.rollback && !good_) {
       guard.rollback = false, guard.halt = true, guard.action = "halted";  // nothing to go back to yet
       evidence["note"] = "no good snapshot yet (the first is validated one step after step " +
-                         std::to_string(state_.config.guard.snapshot_every) + ")";
+                         std::to_string(run_.config.guard.snapshot_every) + ")";
     }
-    if (guard.rollback) evidence.update(roll_back(step_index, guard));
+    if (guard.rollback) evidence.update(roll_back(state, step_index, guard));
     if (!guard.kind.empty()) warn(step, guard, evidence);
-    if (guard.halt) halt(step_index, guard);
+    if (guard.halt) halt(state, step_index, guard);
 
-    advance_progress(step.position);
-    if (rollback_ && guard.apply && state_.guard.cliff_run() == 0) take_candidate_if_due();
+    state.progress.complete_step(step.position, run_.batches_per_step());
+    journal_.step_completed(state.progress.completed_steps);
+    if (rollback_ && guard.apply && state.guard.cliff_run() == 0) take_candidate_if_due(state);
 
-    auto record = make_step_record(state_, step, loss, grad_norm, lr, guard);
-    if (!evidence.empty()) record["guard"].update(evidence);
-    if (checkpoint_due()) out.emit("snapshot", graph::make_message(message.seq, 0, Snapshot{state_.snapshot()}));
-    if (out.connected("eval") && eval_due()) out.emit("eval", graph::make_message(message.seq, 0, Snapshot{state_.snapshot()}));
-    out.emit("record", graph::make_message(message.seq, 0, StepRecord{std::move(record)}));
-    out.emit("token", graph::make_message(message.seq, 0, graph::Token{}));
+    StepRecord record = make_step_record(run_, step.position, totals, loss, grad_norm, lr, guard);
+    record.guard.evidence = std::move(evidence);
+    record.time = timing(state, step);
+    if (at_cadence(run_.config.checkpoint.every_steps, state))
+      out.emit("snapshot", graph::make_message(message.seq, 0, Snapshot{state.snapshot(run_)}));
+    if (out.connected("eval") && at_cadence(run_.config.eval.every_steps, state))
+      out.emit("eval", graph::make_message(message.seq, 0, Snapshot{state.snapshot(run_)}));
+    out.emit("record", graph::make_message(message.seq, 0, std::move(record)));
+    out.emit("token", graph::make_message(message.seq, 0, std::move(step.token)));
   }
 
  private:
@@ -105,9 +116,9 @@ class OptimizerStep final : public graph::FunctionBody {
     candidate_.reset();
   }
 
-  void take_candidate_if_due() {
-    if (rollback_ && state_.completed_steps % state_.config.guard.snapshot_every == 0)
-      candidate_ = GoodSnapshot::take(state_);
+  void take_candidate_if_due(const TrainableState& state) {
+    if (rollback_ && state.progress.due(run_.config.guard.snapshot_every))
+      candidate_ = state.take_rollback_snapshot();
   }
 
   // Restores the good snapshot; the samples of every step since it (their
@@ -115,36 +126,36 @@ class OptimizerStep final : public graph::FunctionBody {
   // its own loss looks normal) are quarantined for the rest of the run and
   // for resumed runs. The data stream is not rewound and the step counter
   // goes on: global_step counts optimizer steps taken, whatever they did.
-  nlohmann::json roll_back(int64_t step_index, const train::GuardVerdict& guard) {
+  nlohmann::json roll_back(TrainableState& state, int64_t step_index, const train::GuardVerdict& guard) {
     std::vector<int64_t> excluded, steps;
     for (const auto& [index, ids] : steps_since_good_) {
       steps.push_back(index + 1);
       excluded.insert(excluded.end(), ids.begin(), ids.end());
     }
-    good_->restore_into(state_);
-    state_.quarantine_samples(step_index + 1, "rollback: " + guard.reason(), excluded);
+    state.restore(*good_);
+    state.quarantine(run_, step_index + 1, "rollback: " + guard.reason(), excluded);
     steps_since_good_.clear();
     candidate_.reset();
     return {{"from_step", step_index + 1},
             {"to_step", good_->completed_steps},
-            {"rollbacks", state_.guard.rollbacks()},
-            {"max_rollbacks", state_.config.guard.max_rollbacks},
+            {"rollbacks", state.guard.rollbacks()},
+            {"max_rollbacks", run_.config.guard.max_rollbacks},
             {"undone_steps", steps},
             {"excluded_sample_ids", excluded}};
   }
 
-  [[noreturn]] void halt(int64_t step_index, const train::GuardVerdict& guard) {
+  [[noreturn]] void halt(TrainableState& state, int64_t step_index, const train::GuardVerdict& guard) {
     // Policy halt: the state is still that after the previous step. Rollbacks
     // used up: the last good snapshot is what gets saved.
-    if (rollback_ && good_) good_->restore_into(state_, /*count_as_rollback=*/false);
+    if (rollback_ && good_) state.restore(*good_, /*count_as_rollback=*/false);
     // Every rank decides alike (the step's sums are global); rank 0 writes.
-    fs::path dir = state_.checkpoints_dir / ("step-" + std::to_string(state_.completed_steps));
-    if (state_.options.rank == 0)
-      dir = train::write_checkpoint(state_.checkpoints_dir, state_.snapshot(), state_.config.checkpoint.keep);
-    const std::string why = guard.kind == "cliff" ? " after " + std::to_string(state_.guard.rollbacks()) +
+    fs::path dir = run_.checkpoints_dir / ("step-" + std::to_string(state.progress.completed_steps));
+    if (run_.options.rank == 0)
+      dir = train::write_checkpoint(run_.checkpoints_dir, state.snapshot(run_), run_.config.checkpoint.keep);
+    const std::string why = guard.kind == "cliff" ? " after " + std::to_string(state.guard.rollbacks()) +
                                                         " rollback(s) (guard.max_rollbacks)"
                                                   : "";
-    throw std::runtime_error("guard policy '" + state_.config.guard.policy + "': " + guard.reason() + " at step " +
+    throw std::runtime_error("guard policy '" + run_.config.guard.policy + "': " + guard.reason() + " at step " +
                              std::to_string(step_index + 1) + why + "; the state " +
                              (rollback_ && good_ ? "of the last good snapshot (step " + std::to_string(good_->completed_steps) + ")"
                                                  : std::string("before it")) +
@@ -153,49 +164,57 @@ class OptimizerStep final : public graph::FunctionBody {
 
   void warn(const StepStats& step, const train::GuardVerdict& guard, const nlohmann::json& evidence) const {
     std::string buckets;
-    const auto& per_bucket = step.sums.batches_per_bucket;
+    const auto& per_bucket = step.totals.batches_per_bucket;
     for (size_t b = 0; b < per_bucket.size(); ++b)
-      if (per_bucket[b] > 0) buckets += (buckets.empty() ? "" : ",") + std::to_string(state_.config.data.buckets[b]);
+      if (per_bucket[b] > 0) buckets += (buckets.empty() ? "" : ",") + std::to_string(run_.config.data.buckets[b]);
     std::string line = log::str("step ", step.position.global_step + 1, ": ", guard.kind, ": ", guard.reason(),
                                 " (value ", guard.value, ", threshold ", guard.threshold, ") -> ", guard.action,
-                                " (policy ", state_.config.guard.policy, "); samples [", list_ids(step.sums.sample_ids),
-                                "] lengths [", list_ids(step.sums.sample_lengths), "] bucket(s) [", buckets, "]");
+                                " (policy ", run_.config.guard.policy, "); samples [", list_ids(step.totals.sample_ids),
+                                "] lengths [", list_ids(step.totals.sample_lengths), "] bucket(s) [", buckets, "]");
     if (evidence.contains("to_step"))
       line += log::str("; rolled back to the state after step ", evidence["to_step"].get<int64_t>(), ", excluding ",
                        evidence["excluded_sample_ids"].size(), " sample(s) of steps since then");
     log::warn("guard", line);
   }
 
-  void corrupt_weights(double factor) {
+  static void corrupt_weights(TrainableState& state, double factor) {
     torch::NoGradGuard no_grad;
-    for (auto& [name, p] : state_.drafter_parameters()) p.mul_(factor);
+    for (auto& t : state.parameter_tensors()) t.mul_(factor);
     log::warn("faults", log::str("injected fault corrupt_weights: drafter parameters multiplied by ", factor));
   }
 
-  void advance_progress(const StepPosition& position) {
-    state_.completed_steps = position.global_step + 1;
-    const int64_t batches_per_step = int64_t{state_.options.world_size} * state_.config.train.grad_accum;
-    const int64_t next_batch = (position.step_in_epoch + 1) * batches_per_step;
-    if (position.step_in_epoch + 1 >= position.steps_per_epoch)
-      state_.cursor = data::PlanCursor{position.epoch + 1, 0};
-    else
-      state_.cursor = data::PlanCursor{position.epoch, next_batch};
+  // Checkpoints and evaluations: every `every` steps, and after the last step of the invocation.
+  bool at_cadence(int every, const TrainableState& state) const {
+    return state.progress.completed_steps == run_.stop_step || state.progress.due(every);
   }
 
-  bool checkpoint_due() const {
-    const int every = state_.config.checkpoint.every_steps;
-    return state_.completed_steps == state_.stop_step || (every > 0 && state_.completed_steps % every == 0);
+  StepTiming timing(TrainableState& state, const StepStats& step) const {
+    const auto now = clock_type::now();
+    const auto since = state.last_step_end == clock_type::time_point{} ? run_.started_at : state.last_step_end;
+    state.last_step_end = now;
+    StepTiming t;
+    t.step_s = std::chrono::duration<double>(now - since).count();
+    t.elapsed_s = std::chrono::duration<double>(now - run_.started_at).count();
+    t.tokens_per_s = t.step_s > 0 ? step.totals.real_tokens / t.step_s : 0.0;
+    const int64_t done = state.progress.completed_steps;
+    const int64_t done_here = done - run_.start.completed_steps;
+    t.eta_s = done_here > 0 ? t.elapsed_s / done_here * static_cast<double>(run_.stop_step - done) : 0.0;
+    if (!step.rank_busy_s.empty()) {
+      // Each rank's time from its previous all-reduce to this one (its own
+      // work); the slowest sets the pace, the others wait in the all-reduce.
+      t.rank_step_s = step.rank_busy_s;
+      t.slowest_rank = std::max_element(t.rank_step_s.begin(), t.rank_step_s.end()) - t.rank_step_s.begin();
+      t.allreduce_s = step.allreduce_s;
+    }
+    return t;
   }
 
-  bool eval_due() const {
-    const int every = state_.config.eval.every_steps;
-    return state_.completed_steps == state_.stop_step || (every > 0 && state_.completed_steps % every == 0);
-  }
-
-  RunState& state_;
+  const RunContext& run_;
+  RunJournal& journal_;
   std::string name_;
   const bool rollback_;  // guard.policy == rollback: keep snapshots
-  std::optional<GoodSnapshot> candidate_, good_;
+  bool started_ = false;
+  std::optional<RollbackSnapshot> candidate_, good_;
   std::vector<std::pair<int64_t, std::vector<int64_t>>> steps_since_good_;  // (step index, its samples)
 };
 
@@ -212,7 +231,7 @@ void register_optimizer_step(graph::NodeRegistry& registry) {
                   {"snapshot", "Snapshot", false, false, true},
                   {"eval", "Snapshot", false, false, true}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    return std::make_unique<OptimizerStep>(run_state(context), context.name);
+    return std::make_unique<OptimizerStep>(environment(context), context.name);
   };
   registry.add(std::move(spec));
 }

@@ -1,17 +1,13 @@
 #pragma once
-// With several ranks: the step's gradients and sums, all-reduced, so that a
-// step over W ranks equals one rank's step over the same global batch (up to
-// the order of float additions). Called by accumulate while it holds the model
-// token, so every rank issues the same collectives in the same order.
+// The all-reduce of one optimizer step over the ranks: the gradients of the
+// state the step's model token carries, then the step's totals (every summed
+// field of StepTotals), each rank's busy time, and which planned samples were
+// trained on, so that every rank sees the global batch.
 #include "nodes/messages.hpp"
-#include "nodes/run_state.hpp"
+#include "nodes/run_context.hpp"
 
 namespace dflow::nodes {
 
-// Sums gradients (bucketed) and the step's numerators and denominators over
-// the ranks; sample ids and lengths come out in plan order (as one rank has
-// them); step.rank_busy_s gets each rank's time from its previous step's
-// all-reduce to this one.
-void allreduce_step(RunState& state, StepStats& step);
+void allreduce_step(const RunContext& run, StepStats& step);
 
 }  // namespace dflow::nodes

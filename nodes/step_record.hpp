@@ -1,17 +1,77 @@
 #pragma once
-// The per-step record (invariant 4: exactly one optimizer step, exact sums)
-// and the guard decision that goes into it.
+// The record of exactly one optimizer step (invariant 4), typed: sinks read
+// its fields; to_json() is what metrics.jsonl, the live view and the report
+// see (the same keys as always).
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
-#include "nodes/messages.hpp"
-#include "nodes/run_state.hpp"
+#include "nodes/progress.hpp"
+#include "nodes/step_totals.hpp"
+#include "train/guard.hpp"
 
 namespace dflow::nodes {
 
-// Deterministic training fields at the top level; wall-clock fields under
-// "time" (they vary run to run; everything else must not).
-nlohmann::json make_step_record(RunState& state, const StepStats& step, double loss, double grad_norm, double lr,
-                                const train::GuardVerdict& guard);
+class RunContext;
+
+struct BucketRecord {
+  int length = 0;               // bucket length in tokens
+  double loss = 0, loss_sum = 0, loss_weight = 0;
+  int64_t real_tokens = 0, batches = 0;
+  std::optional<double> grad_norm;  // only for a single-bucket step (then the step's)
+};
+
+struct GuardRecord {
+  std::string action = "applied";  // applied | skipped | halted | rolled_back | ...
+  std::string kind;                // empty: nothing remarkable; else spike | non_finite | cliff
+  std::string policy, metric, reason;
+  double value = 0, threshold = 0;
+  std::vector<int> bucket_lengths;
+  std::vector<int64_t> sample_ids, sample_lengths, batches_per_bucket;
+  nlohmann::json evidence = nlohmann::json::object();  // quarantine / rollback details
+  bool event() const { return !kind.empty(); }
+};
+
+struct StepTiming {
+  double step_s = 0, elapsed_s = 0, tokens_per_s = 0, eta_s = 0;
+  std::vector<double> rank_step_s;  // several ranks: each rank's work since its previous all-reduce
+  int64_t slowest_rank = 0;
+  double allreduce_s = 0;
+};
+
+struct StepRecord {
+  int epoch = 0;                 // 0-based
+  int64_t step_in_epoch = 0;     // completed steps in this epoch (1 after its first)
+  int64_t steps_per_epoch = 0;
+  int64_t global_step = 0;       // completed optimizer steps (1 after the first)
+  int64_t total_steps = 0;
+  double loss = 0, loss_weight = 0, grad_norm = 0, lr = 0;
+  std::vector<double> accuracy_per_position;  // block slots k = 1..B-1
+  int64_t micro_batches = 0, anchors = 0, real_tokens = 0, padded_tokens = 0, excluded_samples = 0;
+  std::vector<int64_t> batches_per_bucket;
+  std::vector<BucketRecord> buckets;  // buckets present in the step
+  std::vector<int64_t> sample_ids;
+  GuardRecord guard;
+  StepTiming time;
+  nlohmann::json telemetry;  // the graph's, added by metric_sample when the record arrives
+
+  double epoch_progress() const { return static_cast<double>(step_in_epoch) / static_cast<double>(steps_per_epoch); }
+  double run_progress() const { return static_cast<double>(global_step) / static_cast<double>(total_steps); }
+  double padding_efficiency() const {
+    return padded_tokens > 0 ? static_cast<double>(real_tokens) / static_cast<double>(padded_tokens) : 0.0;
+  }
+  nlohmann::json to_json() const;
+  // The guard event's own record (kind "guard"), for steps where guard.event().
+  nlohmann::json guard_event_json() const;
+};
+
+// The step's record from its totals and the optimizer's decision.
+StepRecord make_step_record(const RunContext& run, const StepPosition& position, const StepTotals& totals,
+                            double loss, double grad_norm, double lr, const train::GuardVerdict& guard);
+
+// JSON has no NaN/Inf: they are written as strings so a record always parses.
+nlohmann::json json_number(double v);
 
 }  // namespace dflow::nodes

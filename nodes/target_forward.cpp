@@ -12,34 +12,34 @@ namespace {
 
 class TargetForward final : public graph::FunctionBody {
  public:
-  TargetForward(RunState& state, std::string name, int replica)
-      : state_(state), name_(std::move(name)), replica_(replica), target_(*state.targets.at(replica)) {}
+  TargetForward(const RunContext& run, std::string name, int replica)
+      : run_(run), name_(std::move(name)), replica_(replica), target_(*run.targets.at(replica)) {}
 
   void process(graph::Inputs& in, graph::Emitter& out) override {
     auto message = in[0];
     auto& batch = graph::payload<PaddedBatch>(message);
     torch::Tensor features;  // [B, S, n*H]
     with_batch_context(batch.plan, batch.position, [&] {
-      inject_node_faults(state_, name_, batch.position.global_step);
+      inject_node_faults(run_, name_, batch.position.global_step);
       if (batch.plan.rows() == 0) return;  // a rank's empty share of a short step: nothing to compute
       torch::NoGradGuard no_grad;
       const bool non_blocking = target_.device().is_cuda();
       if (batch.input_ids.size(0) == 0) {  // every row quarantined: nothing to run
-        const int64_t width = static_cast<int64_t>(state_.feature_layer_ids.size()) * target_.config().hidden_size;
+        const int64_t width = static_cast<int64_t>(run_.feature_layer_ids.size()) * target_.config().hidden_size;
         features = torch::zeros({0, batch.input_ids.size(1), width},
-                                torch::TensorOptions().device(state_.drafter_device).dtype(torch::kFloat32));
+                                torch::TensorOptions().device(run_.drafter_device).dtype(torch::kFloat32));
         return;
       }
       auto ids = batch.input_ids.to(target_.device(), non_blocking);
-      features = target_.context_features(ids, state_.feature_layer_ids)
-                     .to(state_.drafter_device, torch::kFloat32, non_blocking);
+      features = target_.context_features(ids, run_.feature_layer_ids)
+                     .to(run_.drafter_device, torch::kFloat32, non_blocking);
     });
     FeatureBatch result{std::move(batch), std::move(features), replica_};
     out.emit(graph::make_message(message.seq, message.cost, std::move(result)));
   }
 
  private:
-  RunState& state_;
+  const RunContext& run_;
   std::string name_;
   int replica_;
   const model::TargetModel& target_;
@@ -54,13 +54,13 @@ void register_target_forward(graph::NodeRegistry& registry) {
   spec.inputs = {{"in", "PaddedBatch"}};
   spec.outputs = {{"out", "FeatureBatch"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    auto& state = run_state(context);
-    if (context.replicas != static_cast<int>(state.targets.size()))
+    const auto& run = environment(context).run;
+    if (context.replicas != static_cast<int>(run.targets.size()))
       throw ConfigError(context.params.mark_of(""), "pipeline.nodes." + context.name + ".replicas",
                         "node '" + context.name + "' has " + std::to_string(context.replicas) +
-                            " replicas but devices.target lists " + std::to_string(state.targets.size()) +
+                            " replicas but devices.target lists " + std::to_string(run.targets.size()) +
                             " devices: one replica per target device");
-    return std::make_unique<TargetForward>(state, context.name, context.replica);
+    return std::make_unique<TargetForward>(run, context.name, context.replica);
   };
   registry.add(std::move(spec));
 }

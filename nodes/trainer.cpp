@@ -1,6 +1,9 @@
 #include "nodes/trainer.hpp"
 
+#include <algorithm>
+#include <fstream>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 #include "config/log.hpp"
@@ -10,42 +13,75 @@
 #include "report/live_server.hpp"
 #include "report/pipeline_model.hpp"
 #include "report/summary_table.hpp"
-#include "nodes/eval_tau.hpp"
+#include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
 
 namespace dflow::nodes {
 
+namespace {
+
+// A fresh run never loses saved work by accident: an out_dir with
+// checkpoints needs --resume or --overwrite (checked before anything loads,
+// acted on only once everything has loaded).
+void refuse_existing_checkpoints(const config::Config& config, const RunOptions& options) {
+  const fs::path out_dir = config.run.out_dir;
+  if (auto existing = train::list_checkpoints(out_dir / "checkpoints"); !existing.empty() && !options.overwrite)
+    throw std::runtime_error(out_dir.string() + " already holds checkpoints (newest " +
+                             existing.back().filename().string() +
+                             "): continue it with --resume latest, start over with --overwrite (deletes them), "
+                             "or choose another run.out_dir");
+}
+
+void start_fresh(const RunContext& run) {
+  if (run.options.rank != 0) return;
+  fs::remove_all(run.checkpoints_dir);
+  fs::remove(run.quarantine_path);
+}
+
+bool declares(const config::PipelineConfig& pipeline, const std::string& type) {
+  return std::any_of(pipeline.nodes.begin(), pipeline.nodes.end(), [&](const auto& n) { return n.type == type; });
+}
+
+}  // namespace
+
 TrainResult run_training(const config::Config& config, const RunOptions& options) {
   torch::set_num_threads(config.run.torch_threads);
-  RunState state(config, options);
-  for (const auto& node : config.pipeline.nodes)
-    if (node.type == "eval.tau") state.eval_prompts = held_out_prompts(state, node.name);
-  graph::BuildOptions build;
-  build.threads = config.run.threads;
-  build.user_context = &state;
-  auto pipeline = graph::build_pipeline(config.pipeline, default_registry(), build);
-  state.telemetry = &pipeline->telemetry_board();
-  // The declared graph beside the metrics: what `dflow report` draws.
-  auto graph_json = graph::to_json(pipeline->description());
-  if (options.rank == 0) std::ofstream(state.out_dir / "graph.json") << graph_json.dump(2) << "\n";
-  if (options.live) options.live->set_graph(graph_json);
-  log::info("train", log::str("run '", config.run.name, "': ", state.steps_per_epoch, " steps per epoch, ",
-                              config.train.epochs, " epochs, ", state.total_steps, " steps in all; this invocation runs steps ",
-                              state.completed_steps + 1, "..", state.stop_step, " on ", config.run.threads,
-                              " graph threads",
-                              options.dist ? log::str(" (rank ", options.rank, " of ", options.world_size, ")") : ""));
+  auto resume = open_resume_checkpoint(config, options);
+  if (!resume) refuse_existing_checkpoints(config, options);
+  const RunContext run(config, options, resume ? &*resume : nullptr);
+  auto state = std::make_unique<TrainableState>(run, resume ? &*resume : nullptr);
+  resume.reset();  // the checkpoint's tensors are in the state now
+  if (run.resumed_from.empty()) start_fresh(run);
+  fs::create_directories(run.out_dir);
+  RunJournal journal(run);
+  std::optional<train::CheckpointState> untrained;
+  if (run.resumed_from.empty() && declares(config.pipeline, "eval.tau")) untrained = state->snapshot(run);
   if (options.dist) {
     // Each rank built its own graph; they must agree on what they compute.
     auto& dist = *options.dist;
-    dist.require_same(std::hash<std::string>{}(state.config_yaml), "the resolved config");
-    dist.require_same(state.plan(state.cursor.epoch).data_fingerprint(), "the dataset (fingerprint)");
-    dist.require_same(static_cast<uint64_t>(state.completed_steps), "the step resumed from");
-    std::vector<torch::Tensor> parameters;
-    for (const auto& [name, t] : state.drafter_parameters()) parameters.push_back(t);
-    dist.broadcast(parameters, "broadcast of rank 0's parameters");
+    dist.require_same(std::hash<std::string>{}(run.config_yaml), "the resolved config");
+    dist.require_same(run.plans().get(run.start.cursor.epoch)->data_fingerprint(), "the dataset (fingerprint)");
+    dist.require_same(static_cast<uint64_t>(run.start.completed_steps), "the step resumed from");
+    dist.broadcast(state->parameter_tensors(), "broadcast of rank 0's parameters");
   }
+  StateHome home(std::move(state));
+  const RunEnvironment env{run, journal, home, untrained ? &*untrained : nullptr};
+
+  graph::BuildOptions build;
+  build.threads = config.run.threads;
+  build.user_context = &env;
+  auto pipeline = graph::build_pipeline(config.pipeline, default_registry(), build);
+  // The declared graph beside the metrics: what `dflow report` draws.
+  auto graph_json = graph::to_json(pipeline->description());
+  if (options.rank == 0) std::ofstream(run.out_dir / "graph.json") << graph_json.dump(2) << "\n";
+  if (options.live) options.live->set_graph(graph_json);
+  log::info("train", log::str("run '", config.run.name, "': ", run.steps_per_epoch, " steps per epoch, ",
+                              config.train.epochs, " epochs, ", run.total_steps, " steps in all; this invocation runs steps ",
+                              run.start.completed_steps + 1, "..", run.stop_step, " on ", config.run.threads,
+                              " graph threads",
+                              options.dist ? log::str(" (rank ", options.rank, " of ", options.world_size, ")") : ""));
   try {
-    if (state.completed_steps < state.stop_step) pipeline->run();
+    if (run.start.completed_steps < run.stop_step) pipeline->run();
     if (options.dist) {
       options.dist->mark_done();
       options.dist->barrier("the end-of-run barrier");
@@ -55,23 +91,21 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
     throw;
   }
 
+  const RunSummary summary = journal.summary();
   TrainResult result;
-  result.completed_steps = state.completed_steps;
-  result.total_steps = state.total_steps;
-  result.last_record = state.last_record;
-  result.last_checkpoint = state.last_checkpoint;
-  result.metrics_path = (state.out_dir / "metrics.jsonl").string();
+  result.completed_steps = summary.completed_steps;
+  result.total_steps = run.total_steps;
+  result.last_record = summary.last_record;
+  result.last_checkpoint = summary.last_checkpoint;
+  result.metrics_path = (run.out_dir / "metrics.jsonl").string();
   result.telemetry = graph::to_json(pipeline->telemetry());
   // The report's bottleneck analysis over the whole invocation, for the console.
   const nlohmann::json last = {{"kind", "step"}, {"global_step", result.completed_steps},
                                {"total_steps", result.total_steps}, {"telemetry", result.telemetry}};
   result.findings = report::analyze(report::pipeline_model(graph_json, &result.telemetry), {last}).summary;
-  {
-    std::lock_guard lock(state.summary_mutex);
-    result.alarms = state.alarms;
-  }
-  result.last_eval = state.last_eval;
-  result.best_eval = state.best_eval;
+  result.alarms = summary.alarms;
+  result.last_eval = summary.last_eval;
+  result.best_eval = summary.best_eval;
   return result;
 }
 

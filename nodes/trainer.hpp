@@ -1,11 +1,11 @@
 #pragma once
-// One training run: the run state, the graph the YAML declares, run to the
-// end (or the first failure), and a summary.
+// One training run: the run context, the trainable state, the graph the YAML
+// declares, run to the end (or the first failure), and a summary.
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "config/config.hpp"
-#include "nodes/run_state.hpp"
+#include "nodes/run_context.hpp"
 
 namespace dflow::nodes {
 

@@ -7,6 +7,7 @@
 #include "config/errors.hpp"
 #include "config/log.hpp"
 #include "nodes/trainer.hpp"
+#include "train/devices.hpp"
 #include "report/live_server.hpp"
 #include "tools/cli.hpp"
 #include "train/demo.hpp"
@@ -29,9 +30,7 @@ train::DistributedOptions distributed_options(const config::Config& config, int 
   o.backend = config.distributed.backend;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.distributed.timeout_s * 1000));
   o.bucket_bytes = static_cast<int64_t>(config.distributed.bucket_mb * (1 << 20));
-  torch::Device device(config.devices.drafter);
-  if (device.is_cuda() && !device.has_index()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
-  o.device = device;
+  o.device = train::resolve_device(config.devices.drafter, local_rank);
   return o;
 }
 

@@ -8,6 +8,7 @@
 #include "config/errors.hpp"
 #include "data/collate.hpp"
 #include "data/dataset.hpp"
+#include "train/devices.hpp"
 #include "data/plan.hpp"
 #include "model/anchors.hpp"
 #include "model/drafter.hpp"
@@ -95,9 +96,8 @@ ReplayReport replay_samples(const config::Config& config, const std::filesystem:
                       std::to_string(dataset.size()) + " samples (ids 0.." + std::to_string(dataset.size() - 1) + ")");
 
   auto ckpt = read_checkpoint(checkpoint_dir);
-  const torch::Device device(config.devices.drafter);
-  auto target = model::TargetModel::load(config.model.target.path, device,
-                                         config.model.target.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
+  const torch::Device device = resolve_device(config.devices.drafter);
+  auto target = model::TargetModel::load(config.model.target.path, device, parse_dtype(config.model.target.dtype));
   auto spec = model::drafter_spec_from_config(ckpt.drafter_config, (ckpt.dir / "drafter").string());
   model::DFlashDrafter drafter(spec, config.run.seed);
   {

@@ -1,0 +1,157 @@
+#include "nodes/run_context.hpp"
+
+#include <algorithm>
+
+#include "config/errors.hpp"
+#include "config/log.hpp"
+#include "nodes/eval_tau.hpp"
+#include "nodes/pad_bucket.hpp"
+#include "train/devices.hpp"
+
+namespace dflow::nodes {
+
+namespace {
+
+}  // namespace
+
+std::string Batching::signature() const {
+  return mode == data::BatchMode::FixedBatch ? type + " {batch_size: " + std::to_string(batch_size) + "}" : type;
+}
+
+Batching batching_of(const config::PipelineConfig& pipeline) {
+  Batching b;
+  for (size_t i = 0; i < pipeline.nodes.size(); ++i) {
+    const auto& n = pipeline.nodes[i];
+    if (n.type.rfind("pad_bucket.", 0) != 0) continue;
+    b.node = n.name;
+    b.type = n.type;
+    b.mode = n.type == "pad_bucket.fixed_batch" ? data::BatchMode::FixedBatch : data::BatchMode::TokenBudget;
+    if (b.mode == data::BatchMode::FixedBatch) {
+      config::YamlSection params(n.params, "pipeline.nodes[" + std::to_string(i) + "].params", pipeline.origins);
+      b.batch_size = read_fixed_batch_params(params).batch_size;
+    }
+  }
+  return b;
+}
+
+std::optional<train::LoadedCheckpoint> open_resume_checkpoint(const config::Config& config, const RunOptions& options) {
+  if (options.resume.empty()) return std::nullopt;
+  const fs::path checkpoints_dir = fs::path(config.run.out_dir) / "checkpoints";
+  auto dir = train::resolve_checkpoint(checkpoints_dir, options.resume);
+  auto ckpt = train::read_checkpoint(dir);
+  auto differences = train::incompatible_config_keys(ckpt.config_yaml, config::to_yaml(config));
+  // The batching policy is the pipeline's pad_bucket node: another one plans
+  // other batches, and the saved cursor would continue a different run.
+  const std::string saved = batching_of(config::load_config_text(ckpt.config_yaml, (dir / "config.yaml").string()).pipeline).signature();
+  const Batching now = batching_of(config.pipeline);
+  if (saved != now.signature())
+    differences.push_back("pipeline.nodes." + now.node + " (the batching policy): " + saved + " -> " + now.signature());
+  if (!differences.empty()) {
+    std::string list;
+    for (const auto& d : differences) list += "\n  " + d;
+    throw std::runtime_error("checkpoint " + dir.string() + " was written with an incompatible config:" + list);
+  }
+  const int saved_world = ckpt.run_state.value("world_size", 1);
+  if (saved_world != options.world_size) {
+    // The plan splits each step into world_size x grad_accum batches: another
+    // world size would regroup the batches and continue a different run.
+    const int64_t accum = config.train.grad_accum;
+    throw std::runtime_error("checkpoint " + dir.string() + " was written with world_size " +
+                             std::to_string(saved_world) + ", this run has world_size " +
+                             std::to_string(options.world_size) + " (WORLD_SIZE): batches per step would change from " +
+                             std::to_string(saved_world * accum) + " to " + std::to_string(options.world_size * accum) +
+                             " (world_size x train.grad_accum " + std::to_string(accum) + "); resume with " +
+                             std::to_string(saved_world) + " rank(s)");
+  }
+  return ckpt;
+}
+
+RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedCheckpoint* resume)
+    : config(std::move(cfg)),
+      config_yaml(config::to_yaml(config)),
+      options(std::move(opts)),
+      out_dir(config.run.out_dir),
+      checkpoints_dir(out_dir / "checkpoints"),
+      quarantine_path(out_dir / "quarantine.jsonl"),
+      dataset(data::Dataset::open(config.data.train)),
+      batching(batching_of(config.pipeline)) {
+  auto log_plan = [](const data::EpochPlan& plan) {
+    std::string summary = plan.summary();
+    if (summary.rfind("[data] ", 0) == 0) summary.erase(0, 7);
+    log::info("data", summary);
+  };
+  plans_ = std::make_unique<data::PlanCache>(dataset, [this](int epoch) {
+    data::PlanOptions o;
+    o.seed = config.run.seed;
+    o.epoch = epoch;
+    o.buckets = config.data.buckets;
+    o.tokens_per_batch = config.data.tokens_per_batch;
+    o.mode = batching.mode;
+    o.batch_size = batching.batch_size;
+    o.grad_accum = config.train.grad_accum;
+    o.world_size = options.world_size;
+    return o;
+  }, log_plan);
+  load_models();
+  plan_run();
+  if (resume) start_from(*resume);
+  for (const auto& node : config.pipeline.nodes)
+    if (node.type == "eval.tau") eval_prompts = held_out_prompts(*this, node.name);
+}
+
+void RunContext::load_models() {
+  for (const auto& d : config.devices.target)
+    targets.push_back(std::make_unique<model::TargetModel>(model::TargetModel::load(
+        config.model.target.path, train::resolve_device(d, options.local_rank), train::parse_dtype(config.model.target.dtype))));
+  drafter_device = train::resolve_device(config.devices.drafter, options.local_rank);
+  drafter_dtype = train::parse_dtype(config.model.drafter.dtype);
+  const auto& target_config = targets.front()->config();
+
+  model::DrafterOptions drafter_options;
+  drafter_options.num_layers = config.model.drafter.num_layers;
+  drafter_options.block_size = config.model.drafter.block_size;
+  drafter_options.num_target_features = config.model.drafter.num_target_features;
+  for (int id : config.model.drafter.target_layer_ids) drafter_options.target_layer_ids.push_back(id);
+  if (config.model.drafter.mask_token_id >= 0) drafter_options.mask_token_id = config.model.drafter.mask_token_id;
+  drafter_spec = model::make_drafter_spec(target_config, drafter_options);
+  feature_layer_ids = drafter_spec.target_layer_ids;
+  objective.loss_decay_gamma = config.train.loss_decay_gamma;
+  pad_token_id = target_config.eos_token_ids.empty() ? 0 : target_config.eos_token_ids.front();
+  log::info("model", log::str("target ", config.model.target.path, ": ", target_config.num_hidden_layers, " layers, hidden ",
+                              target_config.hidden_size, ", vocab ", target_config.vocab_size, " on ", targets.size(),
+                              " device(s); drafter ", drafter_spec.num_layers, " layer(s), block ",
+                              drafter_spec.block_size, ", features from layers ", feature_layer_ids.size()));
+}
+
+void RunContext::plan_run() {
+  steps_per_epoch = plans().get(0)->steps_per_epoch();
+  total_steps = steps_per_epoch * config.train.epochs;
+  stop_step = config.run.max_steps > 0 ? std::min<int64_t>(config.run.max_steps, total_steps) : total_steps;
+}
+
+void RunContext::start_from(const train::LoadedCheckpoint& ckpt) {
+  start = Progress::from_json(ckpt.run_state);
+  // The file may be newer than the checkpoint (samples quarantined after it):
+  // both are excluded.
+  quarantined_at_start = data::read_quarantine(quarantine_path);
+  for (int64_t id : ckpt.run_state.value("quarantine", std::vector<int64_t>{})) quarantined_at_start.insert(id);
+  for (int64_t id : quarantined_at_start)
+    if (id >= dataset.size())
+      throw std::runtime_error(quarantine_path.string() + " or checkpoint " + ckpt.dir.string() +
+                               " quarantines sample " + std::to_string(id) + " but the dataset has " +
+                               std::to_string(dataset.size()) + " samples; was it written for another data.train?");
+  if (!quarantined_at_start.empty())
+    log::info("guard", log::str(quarantined_at_start.size(), " quarantined sample(s) are excluded from every batch (",
+                                quarantine_path.string(), ")"));
+  resumed_from = ckpt.dir.string();
+  log::info("train", log::str("resumed from ", resumed_from, " at step ", start.completed_steps, " (epoch ",
+                              start.cursor.epoch, ", batch ", start.cursor.next_batch, ")"));
+}
+
+const config::FaultDecl* RunContext::fault(const std::string& kind, const std::string& node, int64_t step) const {
+  for (const auto& f : config.faults)
+    if (f.kind == kind && f.step == step && (f.node.empty() || f.node == node)) return &f;
+  return nullptr;
+}
+
+}  // namespace dflow::nodes

@@ -1,0 +1,117 @@
+#pragma once
+// What a training run knows before its graph starts and never changes while
+// it runs: the resolved config, the dataset and its epoch plans, the frozen
+// target replicas, devices, the drafter's shape, where the run started from.
+// Built once; every node receives it by const& (nodes/node_support.hpp).
+// Mutable run-wide things live elsewhere, each with one owner: the trainable
+// state travels with the model token (nodes/trainable_state.hpp), records
+// and the end-of-run summary go through the journal (nodes/run_journal.hpp).
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "data/dataset.hpp"
+#include "data/plan.hpp"
+#include "data/plan_cache.hpp"
+#include "data/quarantine.hpp"
+#include "model/drafter.hpp"
+#include "model/objective.hpp"
+#include "model/target.hpp"
+#include "nodes/progress.hpp"
+#include "train/checkpoint.hpp"
+#include "train/distributed.hpp"
+
+namespace dflow::report {
+class LiveServer;
+}
+
+namespace dflow::nodes {
+
+namespace fs = std::filesystem;
+
+struct RunOptions {
+  std::string resume;    // "", "latest" or a checkpoint path
+  report::LiveServer* live = nullptr;  // --serve: records are published to it
+  bool overwrite = false;  // a fresh run may delete the out_dir's checkpoints
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;                   // "cuda" devices mean cuda:local_rank with several ranks
+  train::Distributed* dist = nullptr;   // several ranks: the process groups (null with one)
+};
+
+// How the declared pipeline forms batches: its pad_bucket node's type and
+// params. Part of what a resume must keep (the plan and its cursor depend on it).
+struct Batching {
+  std::string node;  // the pad_bucket node's name ("" when the pipeline has none)
+  std::string type = "pad_bucket.token_budget";
+  data::BatchMode mode = data::BatchMode::TokenBudget;
+  int batch_size = 8;  // pad_bucket.fixed_batch: params.batch_size
+  // "pad_bucket.fixed_batch {batch_size: 8}": what the resume check compares.
+  std::string signature() const;
+};
+// Throws ConfigError naming pipeline.nodes[i].params for bad params.
+Batching batching_of(const config::PipelineConfig& pipeline);
+
+// The checkpoint a resume starts from (nullopt for a fresh run), checked
+// against this run: config keys that change what is computed (with the
+// pipeline's batching), and the world size. Throws naming what differs.
+std::optional<train::LoadedCheckpoint> open_resume_checkpoint(const config::Config& config, const RunOptions& options);
+
+class RunContext {
+ public:
+  RunContext(config::Config config, RunOptions options, const train::LoadedCheckpoint* resume);
+
+  config::Config config;
+  std::string config_yaml;  // resolved, saved in every checkpoint
+  RunOptions options;
+  fs::path out_dir, checkpoints_dir, quarantine_path;
+
+  // Data and plan.
+  data::Dataset dataset;
+  Batching batching;
+  const data::PlanCache& plans() const { return *plans_; }  // thread-safe
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;   // epochs * steps_per_epoch: what the LR schedule spans
+  int64_t stop_step = 0;     // steps this invocation ends after (max_steps or total)
+  int64_t batches_per_step() const { return int64_t{options.world_size} * config.train.grad_accum; }
+
+  // Models.
+  std::vector<std::unique_ptr<model::TargetModel>> targets;  // one per devices.target entry
+  model::DrafterSpec drafter_spec;
+  std::vector<int64_t> feature_layer_ids;
+  torch::Device drafter_device{torch::kCPU};
+  torch::Dtype drafter_dtype = torch::kFloat32;
+  model::ObjectiveOptions objective;
+  int64_t pad_token_id = 0;
+
+  // Where this invocation starts.
+  Progress start;                        // completed steps and cursor at start
+  std::string resumed_from;              // checkpoint dir, or empty
+  // Samples excluded from training when the run started (quarantine.jsonl
+  // and the checkpoint): the loader drops them. Fixed for the invocation, so
+  // the loader running ahead stays deterministic; samples quarantined later
+  // are in the trainable state's live set.
+  data::SampleSet quarantined_at_start;
+  std::chrono::steady_clock::time_point started_at = std::chrono::steady_clock::now();
+
+  // Held-out prompts of an eval.tau node, read and checked before the graph
+  // is built (nodes/eval_tau.hpp), so that bad input fails before any node exists.
+  std::vector<std::vector<int64_t>> eval_prompts;
+
+  // Fault injection: the fault of `kind` for `node` (or any node) at `step`, if declared.
+  const config::FaultDecl* fault(const std::string& kind, const std::string& node, int64_t step) const;
+
+ private:
+  void load_models();
+  void plan_run();
+  void start_from(const train::LoadedCheckpoint& checkpoint);
+  std::unique_ptr<data::PlanCache> plans_;
+};
+
+}  // namespace dflow::nodes

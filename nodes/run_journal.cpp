@@ -1,0 +1,63 @@
+#include "nodes/run_journal.hpp"
+
+#include <algorithm>
+
+#include "report/live_server.hpp"
+
+namespace dflow::nodes {
+
+RunJournal::RunJournal(const RunContext& run) : run_(run) {
+  const auto& sinks = run.config.metrics.sinks;
+  jsonl_ = std::find(sinks.begin(), sinks.end(), "jsonl") != sinks.end();
+  summary_.completed_steps = run.start.completed_steps;
+  if (run.options.rank != 0) return;
+  const auto path = run.out_dir / "metrics.jsonl";
+  metrics_jsonl_.open(path, std::ios::out | (run.resumed_from.empty() ? std::ios::trunc : std::ios::app));
+  if (!metrics_jsonl_) throw std::runtime_error("cannot write " + path.string());
+}
+
+void RunJournal::write(const nlohmann::json& record) {
+  if (jsonl_ && metrics_jsonl_.is_open()) {
+    std::lock_guard lock(write_mutex_);
+    metrics_jsonl_ << record.dump() << "\n" << std::flush;
+  }
+  publish_live(record);
+}
+
+void RunJournal::publish_live(const nlohmann::json& record) {
+  if (run_.options.live) run_.options.live->publish(record);
+}
+
+void RunJournal::step_completed(int64_t global_step) {
+  std::lock_guard lock(summary_mutex_);
+  summary_.completed_steps = std::max(summary_.completed_steps, global_step);
+}
+
+void RunJournal::record_written(nlohmann::json record) {
+  std::lock_guard lock(summary_mutex_);
+  summary_.last_record = std::move(record);
+}
+
+void RunJournal::eval_done(nlohmann::json record, bool best) {
+  std::lock_guard lock(summary_mutex_);
+  if (best) summary_.best_eval = record;
+  summary_.last_eval = std::move(record);
+}
+
+void RunJournal::checkpoint_written(const std::string& dir) {
+  std::lock_guard lock(summary_mutex_);
+  summary_.last_checkpoint = dir;
+  ++summary_.checkpoints_written;
+}
+
+void RunJournal::alarm_raised(nlohmann::json alarm) {
+  std::lock_guard lock(summary_mutex_);
+  summary_.alarms.push_back(std::move(alarm));
+}
+
+RunSummary RunJournal::summary() const {
+  std::lock_guard lock(summary_mutex_);
+  return summary_;
+}
+
+}  // namespace dflow::nodes

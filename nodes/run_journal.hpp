@@ -1,0 +1,57 @@
+#pragma once
+// What a run reports while it runs, shared by the nodes that report: records
+// to metrics.jsonl and the live view, the end-of-run summary (last record,
+// evaluations, checkpoints, alarms) and the source's end-of-data signal.
+// Thread-safe; it holds no training state.
+#include <atomic>
+#include <cstdint>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "nodes/run_context.hpp"
+
+namespace dflow::nodes {
+
+struct RunSummary {
+  int64_t completed_steps = 0;
+  nlohmann::json last_record;  // the final step's record (empty if no step ran)
+  nlohmann::json last_eval;    // an eval node's latest and best evaluations
+  nlohmann::json best_eval;
+  std::string last_checkpoint;
+  int64_t checkpoints_written = 0;
+  std::vector<nlohmann::json> alarms;  // drain alarms raised
+};
+
+class RunJournal {
+ public:
+  // A fresh run starts a fresh metrics.jsonl; a resumed one appends.
+  explicit RunJournal(const RunContext& run);
+
+  // One record to metrics.jsonl (when it is a sink) and to the live view; one line at a time.
+  void write(const nlohmann::json& record);
+  void publish_live(const nlohmann::json& record);  // the live view only
+
+  void step_completed(int64_t global_step);  // optimizer_step
+  void record_written(nlohmann::json record);  // metric_sample
+  void eval_done(nlohmann::json record, bool best);
+  void checkpoint_written(const std::string& dir);
+  void alarm_raised(nlohmann::json alarm);
+  RunSummary summary() const;
+
+  // Set by the source when the plan has no batch left for this invocation:
+  // from then on every edge drains by design, and the drain alarm is off.
+  std::atomic<bool> source_exhausted{false};
+
+ private:
+  const RunContext& run_;
+  bool jsonl_ = false;
+  std::mutex write_mutex_;
+  std::ofstream metrics_jsonl_;
+  mutable std::mutex summary_mutex_;
+  RunSummary summary_;
+};
+
+}  // namespace dflow::nodes

@@ -1,0 +1,93 @@
+#include "nodes/trainable_state.hpp"
+
+namespace dflow::nodes {
+
+TrainableState::TrainableState(const RunContext& run, const train::LoadedCheckpoint* resume) : guard(run.config.guard) {
+  const auto& config = run.config;
+  drafter = model::DFlashDrafter(run.drafter_spec, config.run.seed);
+  drafter->to(run.drafter_device, run.drafter_dtype);
+  train::AdamWOptions adam;
+  adam.beta1 = config.train.adam_beta1;
+  adam.beta2 = config.train.adam_beta2;
+  adam.eps = config.train.adam_eps;
+  adam.weight_decay = config.train.weight_decay;
+  optimizer = std::make_unique<train::AdamW>(parameters(), adam);
+  schedule.peak_lr = config.train.lr;
+  schedule.total_steps = run.total_steps;
+  schedule.warmup_ratio = config.train.warmup_ratio;
+  schedule.kind = config.train.schedule;
+  progress = run.start;
+  quarantined = run.quarantined_at_start;
+  if (resume) restore(*resume);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> TrainableState::parameters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : drafter->named_parameters(true))
+    if (item.value().requires_grad()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+std::vector<torch::Tensor> TrainableState::parameter_tensors() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& [name, t] : parameters()) out.push_back(t);
+  return out;
+}
+
+train::CheckpointState TrainableState::snapshot(const RunContext& run) const {
+  torch::NoGradGuard no_grad;
+  train::CheckpointState s;
+  s.global_step = progress.completed_steps;
+  if (run.options.rank != 0) return s;
+  s.config_yaml = run.config_yaml;
+  const auto named = parameters();
+  for (const auto& [name, t] : named) s.drafter_tensors.emplace_back(name, t.detach().to(torch::kCPU).clone());
+  s.drafter_config = model::drafter_config_json(drafter->spec(), named.front().second.scalar_type());
+  for (const auto& [name, t] : optimizer->state_tensors()) s.optimizer_tensors.emplace_back(name, t.to(torch::kCPU).clone());
+  s.optimizer_steps = optimizer->steps_taken();
+  s.run_state = progress.to_json();
+  s.run_state.update({{"steps_per_epoch", run.steps_per_epoch},
+                      {"total_steps", run.total_steps},
+                      {"world_size", run.options.world_size},
+                      {"guard", guard.state()},
+                      {"quarantine", std::vector<int64_t>(quarantined.begin(), quarantined.end())}});
+  return s;
+}
+
+void TrainableState::restore(const train::LoadedCheckpoint& ckpt) {
+  torch::NoGradGuard no_grad;
+  for (auto& [name, param] : parameters()) {
+    auto it = ckpt.drafter_tensors.find(name);
+    if (it == ckpt.drafter_tensors.end()) throw std::runtime_error("checkpoint " + ckpt.dir.string() + " lacks " + name);
+    param.copy_(it->second);
+  }
+  optimizer->load_state_tensors(ckpt.optimizer_tensors, ckpt.optimizer_steps);
+  guard.restore(ckpt.run_state.value("guard", nlohmann::json::object()));
+}
+
+void TrainableState::quarantine(const RunContext& run, int64_t global_step, const std::string& reason,
+                                const std::vector<int64_t>& ids) {
+  quarantined.insert(ids.begin(), ids.end());
+  if (run.options.rank == 0) data::append_quarantine(run.quarantine_path, global_step, reason, ids);
+}
+
+RollbackSnapshot TrainableState::take_rollback_snapshot() const {
+  torch::NoGradGuard no_grad;
+  RollbackSnapshot s;
+  s.completed_steps = progress.completed_steps;
+  for (const auto& [name, t] : parameters()) s.parameters.push_back(t.detach().clone());
+  for (const auto& [name, t] : optimizer->state_tensors()) s.optimizer_state.emplace(name, t.clone());
+  s.optimizer_steps = optimizer->steps_taken();
+  s.guard_state = guard.state();
+  return s;
+}
+
+void TrainableState::restore(const RollbackSnapshot& snapshot, bool count_as_rollback) {
+  torch::NoGradGuard no_grad;
+  auto params = parameters();
+  for (size_t i = 0; i < params.size(); ++i) params[i].second.copy_(snapshot.parameters.at(i));
+  optimizer->load_state_tensors(snapshot.optimizer_state, snapshot.optimizer_steps);
+  guard.restore_after_rollback(snapshot.guard_state, guard.rollbacks() + (count_as_rollback ? 1 : 0));
+}
+
+}  // namespace dflow::nodes

@@ -1,0 +1,75 @@
+#pragma once
+// Everything training changes, in one object that travels inside the model
+// token (nodes/model_token.hpp): the drafter, AdamW, the LR schedule, the
+// stability guard, progress and the live quarantine set. Only the token's
+// holder (drafter_step, accumulate, optimizer_step, in turn) can reach it.
+// Snapshots for checkpoints and evaluation, and rollback snapshots, are taken
+// from it and restored into it.
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/quarantine.hpp"
+#include "model/drafter.hpp"
+#include "nodes/progress.hpp"
+#include "nodes/run_context.hpp"
+#include "train/adamw.hpp"
+#include "train/checkpoint.hpp"
+#include "train/guard.hpp"
+#include "train/schedule.hpp"
+
+namespace dflow::nodes {
+
+// An in-memory copy for guard policy rollback: parameters, optimizer and
+// guard state after some step, kept on the drafter's device (about three
+// times the parameters' size).
+struct RollbackSnapshot {
+  int64_t completed_steps = 0;  // the state after this many steps
+  std::vector<torch::Tensor> parameters;  // parameters() order
+  std::map<std::string, torch::Tensor> optimizer_state;
+  int64_t optimizer_steps = 0;
+  nlohmann::json guard_state;
+};
+
+class TrainableState {
+ public:
+  // A fresh drafter (seeded by run.seed), or the one `resume` holds.
+  TrainableState(const RunContext& run, const train::LoadedCheckpoint* resume);
+
+  model::DFlashDrafter drafter{nullptr};   // [drafter device]
+  std::unique_ptr<train::AdamW> optimizer;
+  train::Schedule schedule;
+  train::StabilityGuard guard;
+  Progress progress;
+  data::SampleSet quarantined;  // live: grown by optimizer_step, read by drafter_step
+  // Clocks of the token's holders, for the records' timings.
+  std::chrono::steady_clock::time_point last_step_end{};       // optimizer_step
+  std::chrono::steady_clock::time_point last_allreduce_end{};  // accumulate
+
+  // Named trainable parameters of the drafter (HF names), the optimizer's order.
+  std::vector<std::pair<std::string, torch::Tensor>> parameters() const;
+  std::vector<torch::Tensor> parameter_tensors() const;
+  // CPU copies of everything a checkpoint holds. Ranks other than 0 never
+  // write one: theirs carries only the step.
+  train::CheckpointState snapshot(const RunContext& run) const;
+  // Adds `ids` to the live set and (rank 0) appends them to quarantine.jsonl, fsynced.
+  void quarantine(const RunContext& run, int64_t global_step, const std::string& reason,
+                  const std::vector<int64_t>& ids);
+
+  RollbackSnapshot take_rollback_snapshot() const;
+  // Parameters, optimizer and the guard's baseline back to the snapshot's. A
+  // rollback is counted (the count itself is never rolled back); a halt that
+  // saves the snapshot is not a rollback.
+  void restore(const RollbackSnapshot& snapshot, bool count_as_rollback = true);
+
+ private:
+  void restore(const train::LoadedCheckpoint& checkpoint);
+};
+
+}  // namespace dflow::nodes

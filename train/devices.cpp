@@ -1,0 +1,17 @@
+#include "train/devices.hpp"
+
+#include <stdexcept>
+
+namespace dflow::train {
+
+torch::Device resolve_device(const std::string& text, int local_rank) {
+  torch::Device device(text);
+  if (device.is_cuda() && !torch::cuda::is_available())
+    throw std::runtime_error("device '" + text + "' is configured but CUDA is not available on this machine");
+  if (device.is_cuda() && !device.has_index()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  return device;
+}
+
+torch::Dtype parse_dtype(const std::string& text) { return text == "bfloat16" ? torch::kBFloat16 : torch::kFloat32; }
+
+}  // namespace dflow::train

@@ -1,0 +1,18 @@
+#pragma once
+// Device and dtype names from the config, read the same way everywhere
+// (training, the launcher's process groups, replay).
+#include <torch/torch.h>
+
+#include <string>
+
+namespace dflow::train {
+
+// "cpu", "cuda", "cuda:N". A bare "cuda" is this process's own GPU,
+// cuda:LOCAL_RANK (cuda:0 for a single process). Throws when a CUDA device is
+// configured on a machine without a usable GPU, naming the device.
+torch::Device resolve_device(const std::string& text, int local_rank = 0);
+
+// "float32" | "bfloat16" (validated by the config).
+torch::Dtype parse_dtype(const std::string& text);
+
+}  // namespace dflow::train
