@@ -40,12 +40,34 @@ void apply_override(YAML::Node root, const std::string& text, Origins& origins) 
   origins.overrides[path] = "--set " + text;
 }
 
+// Every key path of the configuration, from the resolved defaults (which
+// print every key): sections and their keys, not pipeline nodes or faults.
+void collect_key_paths(const YAML::Node& node, const std::string& prefix, std::vector<std::string>& out) {
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    if (prefix.empty() && (key == "pipeline" || key == "faults")) continue;
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (!prefix.empty()) out.push_back(path);
+    if (it->second.IsMap()) collect_key_paths(it->second, path, out);
+  }
+}
+
+const std::vector<std::string>& all_key_paths() {
+  static const std::vector<std::string> paths = [] {
+    std::vector<std::string> out;
+    collect_key_paths(YAML::Load(to_yaml(Config{})), "", out);
+    return out;
+  }();
+  return paths;
+}
+
 }  // namespace
 
 Config load_config_text(const std::string& yaml_text, const std::string& source_name,
                         const std::vector<std::string>& overrides) {
   auto origins = std::make_shared<Origins>();
   origins->file = source_name;
+  origins->all_key_paths = all_key_paths();
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);

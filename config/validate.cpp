@@ -181,7 +181,7 @@ MetricsConfig read_metrics(YamlSection s) {
   s.read("sinks", c.sinks).read("console_every", c.console_every);
   s.read("drain_window_steps", c.drain_window_steps).read("drain_horizon_steps", c.drain_horizon_steps);
   s.finish();
-  for (const auto& sink : c.sinks) require_one_of(s, "sinks", sink, {"jsonl", "console"});
+  for (const auto& sink : c.sinks) require_one_of(s, "sinks", sink, {"jsonl", "console", "tensorboard"});
   s.require(c.console_every >= 1, "console_every", "must be >= 1");
   s.require(c.drain_window_steps >= 3, "drain_window_steps", "must be >= 3 (points in the occupancy trend)");
   s.require(c.drain_horizon_steps >= 1, "drain_horizon_steps", "must be >= 1");

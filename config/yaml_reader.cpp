@@ -50,7 +50,11 @@ YamlSection YamlSection::section(const std::string& key) {
 
 std::string YamlSection::suggestion(const std::string& key) const {
   auto best = closest_match(key, known_);
-  return best.empty() ? std::string{} : ", did you mean '" + key_path(best) + "'?";
+  if (!best.empty()) return ", did you mean '" + key_path(best) + "'?";
+  // A key put in the wrong section (train.max_steps for run.max_steps).
+  for (const auto& path : origins_->all_key_paths)
+    if (path.substr(path.rfind('.') + 1) == key && path != key_path(key)) return ", did you mean '" + path + "'?";
+  return {};
 }
 
 void YamlSection::finish() const {

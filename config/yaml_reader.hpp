@@ -19,6 +19,9 @@ namespace dflow::config {
 struct Origins {
   std::string file;
   std::map<std::string, std::string> overrides;  // key path -> "--set k=v"
+  // Every key path of the configuration ("run.max_steps", "model.drafter"),
+  // so that a key put in the wrong section is pointed to the right one.
+  std::vector<std::string> all_key_paths;
 };
 
 class YamlSection {

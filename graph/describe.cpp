@@ -37,7 +37,13 @@ void resolve_node(NodeDesc& node, const config::NodeDecl& decl, size_t index, co
   node.mark = decl.mark;
   node.params_mark = decl.params_mark;
   node.params = decl.params;
-  node.origins = pipeline.origins ? pipeline.origins : std::make_shared<const config::Origins>(config::Origins{"<pipeline>", {}});
+  if (pipeline.origins) {
+    node.origins = pipeline.origins;
+  } else {
+    auto origins = std::make_shared<config::Origins>();
+    origins->file = "<pipeline>";
+    node.origins = std::move(origins);
+  }
   if (node.name.find('.') != std::string::npos)
     throw ConfigError(decl.mark, node.key_path + ".name", "node name '" + node.name + "' may not contain '.' (edges write 'node.port')");
   node.spec = registry.find(decl.type);

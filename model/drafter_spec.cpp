@@ -2,6 +2,7 @@
 // from the config.json of an exported drafter.
 #include <stdexcept>
 
+#include "config/log.hpp"
 #include "model/drafter.hpp"
 #include "model/target.hpp"
 
@@ -10,6 +11,12 @@ namespace dflow::model {
 namespace {
 std::invalid_argument spec_error(const std::string& what) {
   return std::invalid_argument("drafter spec: " + what);
+}
+
+std::string ids_text(const std::vector<int64_t>& ids) {
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  return out + "]";
 }
 }  // namespace
 
@@ -57,7 +64,12 @@ DrafterSpec make_drafter_spec(const HFConfig& target, const DrafterOptions& opti
     spec.target_layer_ids = options.target_layer_ids;
   } else {
     const int64_t features = options.num_target_features > 0 ? options.num_target_features : options.num_layers;
-    spec.target_layer_ids = feature_layer_ids(target.num_hidden_layers, features);
+    spec.target_layer_ids = distinct_feature_layer_ids(target.num_hidden_layers, features);
+    const auto formula = feature_layer_ids(target.num_hidden_layers, features);
+    if (spec.target_layer_ids != formula)
+      log::info("model", log::str("feature layers: the default formula gives ", ids_text(formula), " for a ",
+                                  target.num_hidden_layers, "-layer target, which repeats a layer; using ",
+                                  ids_text(spec.target_layer_ids), " (set model.drafter.target_layer_ids to choose)"));
   }
   if (options.mask_token_id) {
     spec.mask_token_id = *options.mask_token_id;

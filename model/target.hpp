@@ -18,6 +18,13 @@ namespace dflow::model {
 // round-half-to-even. 36 layers, n = 5 -> 1, 9, 17, 25, 33.
 std::vector<int64_t> feature_layer_ids(int64_t num_target_layers, int64_t num_features);
 
+// The public formula's ids, made distinct when it repeats a layer (very
+// shallow targets: 4 layers, n = 3 -> 1, 1, 1 becomes 1, 2, 3): each id moves
+// up past its predecessor, then down below its successor's room at the top.
+// With more features than layers a repeat cannot be avoided; the formula's
+// ids are returned as they are.
+std::vector<int64_t> distinct_feature_layer_ids(int64_t num_target_layers, int64_t num_features);
+
 struct TargetLayerWeights {
   torch::Tensor input_layernorm, post_attention_layernorm;  // [H]
   torch::Tensor q_proj, k_proj, v_proj, o_proj;             // [out, in]

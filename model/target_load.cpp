@@ -1,5 +1,6 @@
 // Loading a target from a Hugging Face checkpoint directory, checking every
 // tensor's presence and shape against config.json.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -23,6 +24,15 @@ std::vector<int64_t> feature_layer_ids(int64_t num_target_layers, int64_t num_fe
     const double id = std::nearbyint(start + static_cast<double>(i) * (end - start) / static_cast<double>(num_features - 1));
     ids.push_back(std::clamp<int64_t>(static_cast<int64_t>(id), 0, num_target_layers - 1));
   }
+  return ids;
+}
+
+std::vector<int64_t> distinct_feature_layer_ids(int64_t num_target_layers, int64_t num_features) {
+  std::vector<int64_t> ids = feature_layer_ids(num_target_layers, num_features);
+  if (num_features > num_target_layers) return ids;
+  for (size_t i = 1; i < ids.size(); ++i) ids[i] = std::max(ids[i], ids[i - 1] + 1);
+  int64_t top = num_target_layers - 1;
+  for (size_t i = ids.size(); i-- > 0; --top) ids[i] = std::min(ids[i], top);
   return ids;
 }
 

@@ -79,7 +79,7 @@ class MetricSample final : public graph::FunctionBody {
 void register_metric_sample(graph::NodeRegistry& registry) {
   graph::NodeSpec spec;
   spec.type = "metric_sample";
-  spec.description = "per-step records plus graph telemetry to the sinks (metrics.jsonl, console)";
+  spec.description = "per-step records plus graph telemetry to the sinks (metrics.jsonl, console, tensorboard)";
   spec.inputs = {{"in", "StepRecord"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
     const auto& env = environment(context);

@@ -8,18 +8,24 @@ namespace dflow::nodes {
 
 RunJournal::RunJournal(const RunContext& run) : run_(run) {
   const auto& sinks = run.config.metrics.sinks;
-  jsonl_ = std::find(sinks.begin(), sinks.end(), "jsonl") != sinks.end();
+  auto has_sink = [&](const char* sink) { return std::find(sinks.begin(), sinks.end(), sink) != sinks.end(); };
+  jsonl_ = has_sink("jsonl");
   summary_.completed_steps = run.start.completed_steps;
   if (run.options.rank != 0) return;
+  // A resumed run never writes the steps up to its checkpoint again (report/tensorboard_sink.hpp).
+  if (has_sink("tensorboard"))
+    tensorboard_ = std::make_unique<report::TensorBoardSink>(report::TensorBoardOptions{
+        .dir = run.out_dir / "tensorboard", .resume_step = run.resumed_from.empty() ? -1 : run.start.completed_steps});
   const auto path = run.out_dir / "metrics.jsonl";
   metrics_jsonl_.open(path, std::ios::out | (run.resumed_from.empty() ? std::ios::trunc : std::ios::app));
   if (!metrics_jsonl_) throw std::runtime_error("cannot write " + path.string());
 }
 
 void RunJournal::write(const nlohmann::json& record) {
-  if (jsonl_ && metrics_jsonl_.is_open()) {
+  {
     std::lock_guard lock(write_mutex_);
-    metrics_jsonl_ << record.dump() << "\n" << std::flush;
+    if (jsonl_ && metrics_jsonl_.is_open()) metrics_jsonl_ << record.dump() << "\n" << std::flush;
+    if (tensorboard_) tensorboard_->write(record);
   }
   publish_live(record);
 }

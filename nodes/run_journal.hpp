@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nodes/run_context.hpp"
+#include "report/tensorboard_sink.hpp"
 
 namespace dflow::nodes {
 
@@ -30,7 +31,7 @@ class RunJournal {
   // A fresh run starts a fresh metrics.jsonl; a resumed one appends.
   explicit RunJournal(const RunContext& run);
 
-  // One record to metrics.jsonl (when it is a sink) and to the live view; one line at a time.
+  // One record to metrics.jsonl and TensorBoard (when they are sinks) and to the live view; one at a time.
   void write(const nlohmann::json& record);
   void publish_live(const nlohmann::json& record);  // the live view only
 
@@ -50,6 +51,7 @@ class RunJournal {
   bool jsonl_ = false;
   std::mutex write_mutex_;
   std::ofstream metrics_jsonl_;
+  std::unique_ptr<report::TensorBoardSink> tensorboard_;  // rank 0, when a sink
   mutable std::mutex summary_mutex_;
   RunSummary summary_;
 };

@@ -27,7 +27,7 @@ void add_version_command(CLI::App& app, Action& action) {
                 << "CUDA build: no\n"
 #endif
                 << "CUDA available: " << (torch::cuda::is_available() ? "yes" : "no") << " ("
-                << torch::cuda::device_count() << " devices)\n";
+                << static_cast<int>(torch::cuda::device_count()) << " devices)\n";  // a DeviceIndex is a char
       return 0;
     };
   });

@@ -47,10 +47,11 @@ void add_eval_command(CLI::App& app, Action& action) {
   sub->callback([&action] {
     action = [] {
       torch::set_num_threads(threads);
+      const auto prompt_ids = train::read_prompts(prompts);  // before the models: a bad file fails at once
       auto target = model::TargetModel::load(target_dir);
       auto draft = model::load_pretrained(drafter_dir(drafter));
       draft->to(torch::kFloat32);
-      auto report = train::evaluate_drafter(*draft, target, train::read_prompts(prompts), options);
+      auto report = train::evaluate_drafter(*draft, target, prompt_ids, options);
       std::cout << report.summary() << std::endl;
       if (!json_out.empty()) std::ofstream(json_out) << report.to_json().dump(2) << "\n";
       return report.mismatched_prompts == 0 ? 0 : 1;

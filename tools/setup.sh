@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One-command setup for dflow on Debian 12: the Debian packages it builds
 # against, and LibTorch from the pinned PyPI `torch` wheel in a virtual
-# environment outside the repository (reused by later runs and by CI).
+# environment outside the repository (reused by later runs and by CI), with the
+# pinned `tensorboard` whose event reader the tests use.
 # Idempotent: when everything is present it only checks, and downloads nothing.
 set -euo pipefail
 
 TORCH_VERSION="2.15.0"
+TENSORBOARD_VERSION="2.21.0"  # tests read the tensorboard sink's event files with its reader
 VENV="${DFLOW_VENV:-/opt/dflow/torch-${TORCH_VERSION}}"
 DEB_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config   # toolchain
@@ -16,6 +18,8 @@ DEB_PACKAGES=(
   nlohmann-json3-dev    # metrics records, safetensors headers, exports
   libcli11-dev          # the dflow command line
   libcpp-httplib-dev    # the live view (dflow train --serve)
+  libprotobuf-dev protobuf-compiler  # TensorBoard event records (the tensorboard sink)
+  libisal-dev           # CRC32C of TensorBoard's record framing (ISA-L)
   chromium              # renders the HTML run report in tests (headless)
   curl                  # tests query the live view
   python3-venv          # the venv that holds the torch wheel
@@ -56,4 +60,15 @@ else
   "$PY" -m pip install -q "torch==${TORCH_VERSION}" numpy || die "could not install PyPI package torch==${TORCH_VERSION}"
 fi
 "$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' > /dev/null || die "torch in $VENV does not import"
+have_tensorboard() { "$PY" - <<PYEOF 2>/dev/null
+import importlib.metadata as m, sys
+sys.exit(0 if m.version("tensorboard") == "${TENSORBOARD_VERSION}" else 1)
+PYEOF
+}
+if have_tensorboard; then
+  say "tensorboard ${TENSORBOARD_VERSION} present in $VENV"
+else
+  say "installing tensorboard==${TENSORBOARD_VERSION} (the tests' event-file reader) into $VENV"
+  "$PY" -m pip install -q "tensorboard==${TENSORBOARD_VERSION}" || die "could not install PyPI package tensorboard==${TENSORBOARD_VERSION}"
+fi
 say "ok"

@@ -1,6 +1,8 @@
 #include "train/evaluate.hpp"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -10,16 +12,36 @@
 
 namespace dflow::train {
 
-std::vector<std::vector<int64_t>> read_prompts(const std::filesystem::path& jsonl) {
+namespace {
+const char* kPromptFormat = "expected JSONL, one object a line: {\"prompt_ids\": [...]} or {\"input_ids\": [...], \"loss_mask\": [...]}";
+
+// Why a prompts file cannot be opened, in words a user can act on.
+std::ifstream open_prompts(const std::filesystem::path& jsonl) {
+  const std::string what = "cannot read prompts file " + jsonl.string() + ": ";
+  std::error_code ec;
+  const auto status = std::filesystem::status(jsonl, ec);
+  if (status.type() == std::filesystem::file_type::not_found) throw std::runtime_error(what + "no such file");
+  if (status.type() == std::filesystem::file_type::directory)
+    throw std::runtime_error(what + "it is a directory, not a JSONL file");
   std::ifstream in(jsonl);
-  if (!in) throw std::runtime_error("cannot read prompts file " + jsonl.string());
+  if (!in) throw std::runtime_error(what + std::strerror(errno));
+  return in;
+}
+}  // namespace
+
+std::vector<std::vector<int64_t>> read_prompts(const std::filesystem::path& jsonl) {
+  std::ifstream in = open_prompts(jsonl);
   std::vector<std::vector<int64_t>> prompts;
   int64_t line_number = 0;
   for (std::string line; std::getline(in, line);) {
     ++line_number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = jsonl.string() + ":" + std::to_string(line_number) + ": ";
+    if (!nlohmann::json::accept(line))
+      throw std::runtime_error(where + "not a JSON line (" + kPromptFormat + ")");
     try {
       auto j = nlohmann::json::parse(line);
+      if (!j.is_object()) throw std::runtime_error("not a JSON object");
       std::vector<int64_t> prompt;
       if (j.contains("prompt_ids")) {
         prompt = j["prompt_ids"].get<std::vector<int64_t>>();
@@ -31,11 +53,12 @@ std::vector<std::vector<int64_t>> read_prompts(const std::filesystem::path& json
       if (prompt.empty()) throw std::runtime_error("empty prompt");
       prompts.push_back(std::move(prompt));
     } catch (const std::exception& e) {
-      throw std::runtime_error(jsonl.string() + ":" + std::to_string(line_number) + ": " + e.what() +
-                               " (expected {\"prompt_ids\": [...]} or {\"input_ids\": [...], \"loss_mask\": [...]})");
+      std::string why = e.what();
+      if (why.rfind("[json.exception.", 0) == 0 && why.find("] ") != std::string::npos) why = why.substr(why.find("] ") + 2);
+      throw std::runtime_error(where + why + " (" + kPromptFormat + ")");
     }
   }
-  if (prompts.empty()) throw std::runtime_error(jsonl.string() + " holds no prompts");
+  if (prompts.empty()) throw std::runtime_error("prompts file " + jsonl.string() + " holds no prompts");
   return prompts;
 }
 

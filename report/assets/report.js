@@ -7,7 +7,7 @@
   'use strict';
   var D = JSON.parse(document.getElementById('dflow-data').textContent);
   var body = document.body;
-  var P = dflowPlot, esc = P.esc, num = P.num, fmt = P.fmt, si = P.si, pct = P.pct, duration = P.duration;
+  var P = dflowPlot, esc = P.esc, num = P.num, fmt = P.fmt, si = P.si, count = P.count, pct = P.pct, duration = P.duration;
   var extent = P.extent, movingMean = P.movingMean, EVENT_KINDS = P.EVENT_KINDS;
   var PALETTE = ['#2f6fd6', '#d6453d', '#2e9d5b', '#e08a1e', '#8e5bd0', '#1aa3b8', '#c2497f', '#6b7891', '#9c7a12', '#4a3fb5'];
 
@@ -124,7 +124,7 @@
       if (!n || !A.has_telemetry) { g.querySelector('.busy-text').textContent = 'no telemetry'; return; }
       var text = 'busy ' + pct(n.busy_share);
       if (n.replicas > 1 && n.replica_busy_share.length) text += ' (' + n.replica_busy_share.map(pct).join(' / ') + ')';
-      g.querySelector('.busy-text').textContent = text + ' \u00b7 ' + si(n.calls) + ' calls';
+      g.querySelector('.busy-text').textContent = text + ' \u00b7 ' + count(n.calls) + ' calls';
       bar.setAttribute('width', (Number(bar.dataset.full) * Math.min(1, n.busy_share)).toFixed(1));
       bar.style.fill = heat(n.busy_share);
     });
@@ -180,7 +180,7 @@
     var smooth = Math.max(1, Math.round(xs.length / 40));
     one({ title: 'Batches per step by length bucket' + (smooth > 1 ? ' (mean of ' + smooth + ' points)' : ''), yMin: 0,
       series: S.buckets.map(function (ys, b) {
-        return { name: 'bucket ' + b + ': ' + si(totals[b] || 0) + ' batches (' + pct(all ? (totals[b] || 0) / all : 0) + ')',
+        return { name: 'bucket ' + b + ': ' + count(totals[b] || 0) + ' batches (' + pct(all ? (totals[b] || 0) / all : 0) + ')',
           color: PALETTE[b % PALETTE.length], xs: xs, ys: movingMean(ys, smooth), width: 1.6 };
       }) });
     // Per length bucket: does one bucket's loss or gradient stand out?

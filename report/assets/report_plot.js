@@ -29,6 +29,11 @@ var dflowPlot = (function () {
     if (a >= 1e4) return (v / 1e3).toFixed(1) + 'k';
     return fmt(v);
   }
+  // Counts (calls, batches): whole numbers, never "61.0".
+  function count(v) {
+    if (!isFinite(v) || Math.abs(v) >= 1e4) return si(v);
+    return String(Math.round(v));
+  }
   // Axis labels: as short as the tick spacing allows (2, not 2.00; 0.0015).
   function tick(v) {
     if (v === 0) return '0';
@@ -185,6 +190,6 @@ var dflowPlot = (function () {
     return out;
   }
 
-  return { EVENT_KINDS: EVENT_KINDS, esc: esc, num: num, fmt: fmt, si: si, pct: pct, duration: duration, extent: extent,
+  return { EVENT_KINDS: EVENT_KINDS, esc: esc, num: num, fmt: fmt, si: si, count: count, pct: pct, duration: duration, extent: extent,
     plot: plot, movingMean: movingMean };
 })();

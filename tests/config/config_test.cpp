@@ -73,6 +73,15 @@ TEST_CASE("Config.Errors.unknown_key_names_file_line_column_and_suggestion") {
   CHECK(error_of("zzzzzz: 1\n") == "test.yaml:1:1: unknown key 'zzzzzz'");
 }
 
+TEST_CASE("Config.Errors.unknown_key_points_to_the_section_that_has_it") {
+  CHECK(error_of("{}", {"train.max_steps=3"}) ==
+        "--set train.max_steps=3: unknown key 'train.max_steps', did you mean 'run.max_steps'?");
+  CHECK(error_of("run:\n  epochs: 2\n") == "test.yaml:2:3: unknown key 'run.epochs', did you mean 'train.epochs'?");
+  CHECK(error_of("model:\n  num_layers: 2\n") ==
+        "test.yaml:2:3: unknown key 'model.num_layers', did you mean 'model.drafter.num_layers'?");
+  CHECK(error_of("max_steps: 3\n") == "test.yaml:1:1: unknown key 'max_steps', did you mean 'run.max_steps'?");
+}
+
 TEST_CASE("Config.Errors.wrong_types") {
   CHECK(error_of("train:\n  lr: fast\n") == "test.yaml:2:7: train.lr: expected a number, got 'fast'");
   CHECK(error_of("run: {threads: [1, 2]}\n").find("run.threads: expected an integer, got a list") != std::string::npos);
@@ -107,7 +116,7 @@ TEST_CASE("Config.Errors.out_of_range_values") {
       {"guard: {policy: rollback, window: 6, cliff_steps: 3}", "guard.window: must be > 2 * guard.cliff_steps (6)"},
       {"guard: {snapshot_every: 0}", "guard.snapshot_every: must be >= 1"},
       {"checkpoint: {keep: 0}", "checkpoint.keep: must be >= 1"},
-      {"metrics: {sinks: [jsonl, tensorboard]}", "metrics.sinks: 'tensorboard' is not one of: jsonl, console"},
+      {"metrics: {sinks: [jsonl, tensorbord]}", "metrics.sinks: 'tensorbord' is not one of: jsonl, console, tensorboard, did you mean 'tensorboard'?"},
       {"devices: {drafter: tpu}", "devices.drafter: 'tpu' is not a device (cpu, cuda, cuda:N)"},
       {"distributed: {backend: mpi}", "distributed.backend: 'mpi' is not one of: auto, gloo, nccl"},
       {"distributed: {timeout_s: 0}", "distributed.timeout_s: must be >= 1 second"},

@@ -22,6 +22,20 @@ TEST_CASE("Model.Target.FeatureLayerIdsFollowThePublicFormula") {
   CHECK(feature_layer_ids(7, 3) == std::vector<int64_t>{1, 2, 4});
 }
 
+TEST_CASE("Model.Target.DefaultFeatureLayersAreDistinct") {
+  CHECK(feature_layer_ids(4, 3) == std::vector<int64_t>{1, 1, 1});  // the formula degenerates ...
+  CHECK(distinct_feature_layer_ids(4, 3) == std::vector<int64_t>{1, 2, 3});  // ... the default does not
+  CHECK(distinct_feature_layer_ids(3, 3) == std::vector<int64_t>{0, 1, 2});
+  CHECK(distinct_feature_layer_ids(5, 5) == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(distinct_feature_layer_ids(6, 5) == std::vector<int64_t>{1, 2, 3, 4, 5});
+  // Where the formula's layers are distinct they are kept.
+  CHECK(distinct_feature_layer_ids(36, 5) == feature_layer_ids(36, 5));
+  CHECK(distinct_feature_layer_ids(7, 3) == feature_layer_ids(7, 3));
+  CHECK(distinct_feature_layer_ids(4, 1) == std::vector<int64_t>{2});
+  // More features than layers: a repeat is unavoidable, the formula stands.
+  CHECK(distinct_feature_layer_ids(2, 3) == feature_layer_ids(2, 3));
+}
+
 TEST_CASE("Model.Target.LoadsTinyHFCheckpoint") {
   torch::set_num_threads(1);
   const TargetModel target = TargetModel::load(tiny_target_dir());

@@ -118,3 +118,21 @@ TEST_CASE("Report.Html.RendersInHeadlessChromiumWithoutScriptErrors") {
   CHECK(fs::file_size(screenshot) > 50000);
   MESSAGE("screenshot: " << screenshot.string());
 }
+
+TEST_CASE("Report.Html.CallCountsAreWholeNumbers") {
+  const std::string chromium = test::find_chromium();
+  if (chromium.empty())
+    FAIL("chromium is not installed: run tools/setup.sh (it installs chromium, which the report tests need)");
+  const fs::path dir = test::fresh_dir("html-calls");
+  // 61 steps: nodes called once a step show 61 calls, which once read "61.0 calls".
+  test::write_fixture_run(dir, {.steps = 61, .total_steps = 200, .checkpoint_every = 50, .guard_skip_step = -1});
+  const fs::path report = dir / "report.html";
+  std::ostringstream console;
+  REQUIRE(report_command(dir, report, console) == 0);
+  const std::string dom = test::run_chromium("--virtual-time-budget=5000 --dump-dom",
+                                             "file://" + fs::absolute(report).string(), dir / "dump-dom.log");
+  REQUIRE_MESSAGE(dom.find("data-rendered=\"ok\"") != std::string::npos, "the page did not finish drawing");
+  CHECK(dom.find("\u00b7 61 calls") != std::string::npos);
+  CHECK_FALSE(std::regex_search(dom, std::regex("[0-9]\\.[0-9]+ calls")));
+  CHECK_FALSE(std::regex_search(dom, std::regex("[0-9]\\.[0-9]+ batches")));
+}

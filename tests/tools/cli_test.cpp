@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <regex>
 #include <thread>
 
 #include "../nodes/train_fixture.hpp"
@@ -266,4 +267,37 @@ TEST_CASE("Cli.Eval.bad_input_is_refused_naming_key_node_or_file") {
   CHECK(missing.exit_code == 2);
   CHECK(missing.output.find("node 'eval' (eval.tau): eval.prompts: cannot read the held-out prompts file '" + absent +
                             "'") != std::string::npos);
+}
+
+TEST_CASE("Cli.Version.prints_the_cuda_device_count") {
+  auto o = run_dflow("version");
+  CHECK(o.exit_code == 0);
+  INFO(o.output);
+  CHECK(std::regex_search(o.output, std::regex("CUDA available: (yes|no) \\([0-9]+ devices\\)")));
+}
+
+TEST_CASE("Cli.Config.key_in_the_wrong_section_names_the_right_one") {
+  auto o = run_dflow("config --set train.max_steps=3");
+  CHECK(o.exit_code == 2);
+  CHECK(o.output.find("unknown key 'train.max_steps', did you mean 'run.max_steps'?") != std::string::npos);
+}
+
+TEST_CASE("Cli.Eval.unreadable_prompts_file_says_why") {
+  auto dir = fresh_dir("eval-prompts");
+  auto eval = [&](const fs::path& prompts) {
+    return run_dflow("eval --target " + (dir / "no-target").string() + " --drafter " + (dir / "no-drafter").string() +
+                     " --prompts " + prompts.string());
+  };
+  auto missing = eval(dir / "nope.jsonl");
+  CHECK(missing.exit_code == 1);
+  CHECK(missing.output.find("cannot read prompts file " + (dir / "nope.jsonl").string() + ": no such file") !=
+        std::string::npos);
+  CHECK(eval(dir).output.find("it is a directory, not a JSONL file") != std::string::npos);
+  std::ofstream(dir / "array.json") << "[\n  {\"prompt_ids\": [1, 2]}\n]\n";
+  auto not_jsonl = eval(dir / "array.json");
+  CHECK(not_jsonl.exit_code == 1);
+  CHECK(not_jsonl.output.find((dir / "array.json").string() + ":1: not a JSON line (expected JSONL") != std::string::npos);
+  std::ofstream(dir / "ids.jsonl") << "{\"prompt_ids\": [1, 2]}\n{\"prompt\": \"hello\"}\n";
+  auto wrong_keys = eval(dir / "ids.jsonl");
+  CHECK(wrong_keys.output.find((dir / "ids.jsonl").string() + ":2: key 'input_ids' not found") != std::string::npos);
 }
