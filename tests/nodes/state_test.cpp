@@ -62,8 +62,15 @@ TEST_CASE("State.ModelToken.a_second_initial_token_is_refused_naming_the_node") 
   auto config = small_run_config(fresh_dir("two-tokens"), {"run.max_steps=2"});
   for (auto& e : config.pipeline.edges)
     if (e.initial > 0) e.initial = 2, e.capacity = 2;
-  CHECK_THROWS_WITH(nodes::run_training(config, {}), doctest::Contains("second model token") &&
-                                                         doctest::Contains("drafter"));
+  // doctest 2.4.9 (Debian 12) has no Contains && Contains: the message is checked twice.
+  std::string message;
+  try {
+    nodes::run_training(config, {});
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  CHECK(message.find("second model token") != std::string::npos);
+  CHECK(message.find("drafter") != std::string::npos);
 }
 
 TEST_CASE("State.Resume.refuses_every_key_that_changes_what_is_computed") {
@@ -88,7 +95,8 @@ TEST_CASE("State.Resume.refuses_every_key_that_changes_what_is_computed") {
       {"train.epochs=3", "train.epochs"}};
   for (const auto& [override_, key] : decisive) {
     CAPTURE(override_);
-    CHECK_THROWS_WITH(nodes::run_training(small_run_config(dir, {override_}), resume), doctest::Contains(key + ":"));
+    const std::string expected = std::string(key) + ":";
+    CHECK_THROWS_WITH(nodes::run_training(small_run_config(dir, {override_}), resume), doctest::Contains(expected.c_str()));
   }
   // The batching policy is the pipeline's pad_bucket node: 52 vs 75 steps
   // per epoch from the same cursor would continue a different run.
