@@ -13,7 +13,7 @@ PACKAGES=(
   libyaml-cpp-dev libyaml-cpp0.7
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
   doctest-dev nlohmann-json3-dev libcli11-dev
-  libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libssl3 zlib1g-dev libbrotli-dev libbrotli1  # httplib and its pkg-config Requires
+  libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libssl3 zlib1g-dev zlib1g libbrotli-dev libbrotli1  # httplib and its pkg-config Requires
   libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32
   libisal-dev libisal2
   pkgconf pkgconf-bin libpkgconf3 pkg-config
