@@ -104,7 +104,7 @@ TEST_CASE("State.Resume.refuses_every_key_that_changes_what_is_computed") {
   for (auto& n : fixed.pipeline.nodes)
     if (n.name == "pad") n.type = "pad_bucket.fixed_batch";
   CHECK_THROWS_WITH(nodes::run_training(fixed, resume),
-                    doctest::Contains("pipeline.nodes.pad.type (the batching policy): pad_bucket.token_budget -> "
+                    doctest::Contains("pipeline.nodes.pad (the batching policy): pad_bucket.token_budget -> "
                                       "pad_bucket.fixed_batch"));
   // What only changes how the run is watched or how long it goes resumes.
   auto result = nodes::run_training(
