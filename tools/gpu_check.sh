@@ -90,11 +90,13 @@ unpack_debs() {
   # Debian's pkg-config is a wrapper script calling /usr/bin/pkgconf.
   [ -x "$PREFIX/usr/bin/pkgconf" ] || return 1
 }
+# The prefix's programs (protoc, pkgconf), libraries and pkg-config files;
+# exported only where the prefix build is built and run (not around build/).
+MULTIARCH="$PREFIX/usr/lib/x86_64-linux-gnu"
+PREFIX_ENV=(PATH="$PREFIX/usr/bin:$PATH" LD_LIBRARY_PATH="$MULTIARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            PKG_CONFIG_LIBDIR="$MULTIARCH/pkgconfig:$PREFIX/usr/share/pkgconfig:$PREFIX/usr/lib/pkgconfig")
 configure_prefix_build() {
-  local multiarch="$PREFIX/usr/lib/x86_64-linux-gnu"
-  export PATH="$PREFIX/usr/bin:$PATH" LD_LIBRARY_PATH="$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export PKG_CONFIG_LIBDIR="$multiarch/pkgconfig:$PREFIX/usr/share/pkgconfig:$PREFIX/usr/lib/pkgconfig"
-  cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX/usr;$TORCH_PREFIX" \
+  env "${PREFIX_ENV[@]}" cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX/usr;$TORCH_PREFIX" \
     -DPKG_CONFIG_EXECUTABLE="$PREFIX/usr/bin/pkgconf" -DProtobuf_PROTOC_EXECUTABLE="$PREFIX/usr/bin/protoc" \
     -DCMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF
 }
@@ -116,6 +118,7 @@ else
   [ $HAVE_GPU = 1 ] && exit 1
 fi
 if [ $HAVE_GPU = 1 ] || [ "${DFLOW_GPU_CHECK_PREFIX_BUILD:-0}" = 1 ]; then
+  export "${PREFIX_ENV[@]}"
   if run build 420 cmake --build "$BUILD" --target dflow bench_gpu -- -j"$(nproc)"; then
     row "build (prefix, $(nproc) cores)" "ok" "$(($(date +%s) - START_S)) s since start"
   else
@@ -257,7 +260,7 @@ PYEOF
     figures=$("$PY" - "$WORK/qwen3-8b-run/metrics.jsonl" <<'PYEOF'
 import json, sys
 steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "step"][2:]  # after 2 warm-up steps
-tokens = sum(r["real_tokens"] for r in steps); seconds = sum(r["step_s"] for r in steps)
+tokens = sum(r["real_tokens"] for r in steps); seconds = sum(r["time"]["step_s"] for r in steps)
 print(f"{tokens / seconds:.0f} real tokens/s per GPU over steps 3-{len(steps) + 2} ({seconds / len(steps):.2f} s/step)")
 PYEOF
 )
