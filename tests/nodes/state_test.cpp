@@ -12,6 +12,18 @@
 using namespace dflow;
 using namespace dflow::testing;
 
+namespace {
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
 TEST_CASE("State.Progress.round_trips_and_names_its_cadences") {
   nodes::Progress p;
   CHECK(p.due(20));  // the state before the first step is on every cadence
@@ -62,15 +74,9 @@ TEST_CASE("State.ModelToken.a_second_initial_token_is_refused_naming_the_node") 
   auto config = small_run_config(fresh_dir("two-tokens"), {"run.max_steps=2"});
   for (auto& e : config.pipeline.edges)
     if (e.initial > 0) e.initial = 2, e.capacity = 2;
-  // doctest 2.4.9 (Debian 12) has no Contains && Contains: the message is checked twice.
-  std::string message;
-  try {
-    nodes::run_training(config, {});
-  } catch (const std::exception& e) {
-    message = e.what();
-  }
-  CHECK(message.find("second model token") != std::string::npos);
-  CHECK(message.find("drafter") != std::string::npos);
+  const std::string error = error_of([&] { nodes::run_training(config, {}); });
+  CHECK(error.find("second model token") != std::string::npos);
+  CHECK(error.find("'drafter'") != std::string::npos);
 }
 
 TEST_CASE("State.Resume.refuses_every_key_that_changes_what_is_computed") {
@@ -95,8 +101,8 @@ TEST_CASE("State.Resume.refuses_every_key_that_changes_what_is_computed") {
       {"train.epochs=3", "train.epochs"}};
   for (const auto& [override_, key] : decisive) {
     CAPTURE(override_);
-    const std::string expected = std::string(key) + ":";
-    CHECK_THROWS_WITH(nodes::run_training(small_run_config(dir, {override_}), resume), doctest::Contains(expected.c_str()));
+    CHECK(error_of([&] { nodes::run_training(small_run_config(dir, {override_}), resume); }).find(key + ":") !=
+          std::string::npos);
   }
   // The batching policy is the pipeline's pad_bucket node: 52 vs 75 steps
   // per epoch from the same cursor would continue a different run.
@@ -105,7 +111,7 @@ TEST_CASE("State.Resume.refuses_every_key_that_changes_what_is_computed") {
     if (n.name == "pad") n.type = "pad_bucket.fixed_batch";
   CHECK_THROWS_WITH(nodes::run_training(fixed, resume),
                     doctest::Contains("pipeline.nodes.pad (the batching policy): pad_bucket.token_budget -> "
-                                      "pad_bucket.fixed_batch"));
+                                      "pad_bucket.fixed_batch {batch_size: 8}"));
   // What only changes how the run is watched or how long it goes resumes.
   auto result = nodes::run_training(
       small_run_config(dir, {"run.max_steps=3", "checkpoint.every_steps=1", "metrics.console_every=1", "run.threads=1"}),
