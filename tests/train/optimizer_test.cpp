@@ -57,9 +57,10 @@ void run_steps(double weight_decay, torch::Dtype dtype, double tolerance) {
     const double lr = 1e-2 * (step < 5 ? (step + 1) / 5.0 : 1.0 - (step - 5) / 20.0);  // changes every step
     for (auto& group : reference.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     for (auto& p : params) {
-      auto grad = torch::randn(p.reference.sizes()) * (step % 3 + 1);
-      p.ours.mutable_grad() = grad.to(dtype);
-      p.reference.mutable_grad() = grad.clone();
+      // Both see the same gradient values (bf16 parameters get bf16 gradients).
+      auto grad = (torch::randn(p.reference.sizes()) * (step % 3 + 1)).to(dtype);
+      p.ours.mutable_grad() = grad;
+      p.reference.mutable_grad() = grad.to(torch::kFloat32);
     }
     ours.step(lr);
     reference.step();
