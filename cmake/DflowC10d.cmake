@@ -5,7 +5,9 @@
 #    declarations in cmake/gloo_decl (see its README for why that is sound);
 #  - NCCL: nccl.h from the nvidia-nccl wheel beside torch (CUDA builds only).
 if(DFLOW_HAVE_CUDA)
-  find_path(DFLOW_NCCL_INCLUDE_DIR nccl.h PATHS "${DFLOW_TORCH_SITE}/nvidia/nccl/include" NO_DEFAULT_PATH)
+  # nvidia-nccl-cu12/-cu13 wheels: nvidia/nccl/include; some CUDA 13 layouts gather headers in nvidia/cu13/include.
+  find_path(DFLOW_NCCL_INCLUDE_DIR nccl.h PATHS "${DFLOW_TORCH_SITE}/nvidia/nccl/include"
+            "${DFLOW_TORCH_SITE}/nvidia/cu13/include" NO_DEFAULT_PATH)
 endif()
 if(DFLOW_NCCL_INCLUDE_DIR)
   message(STATUS "dflow: c10d NCCL with ${DFLOW_NCCL_INCLUDE_DIR}/nccl.h")

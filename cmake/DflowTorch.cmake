@@ -8,6 +8,16 @@ if(NOT DEFINED TORCH_CUDA_ARCH_LIST)
   set(TORCH_CUDA_ARCH_LIST "9.0")
 endif()
 find_package(Torch REQUIRED)
+# Any LibTorch 2.11 .. 2.15 (the GPU machine's wheel is 2.11 with CUDA 13,
+# tools/setup.sh pins 2.15.0 here); others are refused before a long build.
+set(DFLOW_TORCH_MIN_VERSION 2.11)
+set(DFLOW_TORCH_MAX_MINOR 15)
+string(REGEX MATCH "^([0-9]+)\\.([0-9]+)" _dflow_torch_mm "${Torch_VERSION}")
+if(NOT _dflow_torch_mm OR Torch_VERSION VERSION_LESS DFLOW_TORCH_MIN_VERSION
+   OR NOT CMAKE_MATCH_1 EQUAL 2 OR CMAKE_MATCH_2 GREATER DFLOW_TORCH_MAX_MINOR)
+  message(FATAL_ERROR "dflow builds against LibTorch 2.11 .. 2.15; found '${Torch_VERSION}' at ${Torch_DIR} "
+                      "(set CMAKE_PREFIX_PATH to another torch.utils.cmake_prefix_path)")
+endif()
 get_filename_component(DFLOW_TORCH_SITE "${Torch_DIR}/../../../.." ABSOLUTE)
 file(GLOB DFLOW_NVIDIA_LIB_DIRS "${DFLOW_TORCH_SITE}/nvidia/*/lib")
 set(DFLOW_TORCH_LIB_DIR "${DFLOW_TORCH_SITE}/torch/lib")

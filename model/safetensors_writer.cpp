@@ -4,12 +4,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 
 #include "model/safetensors.hpp"
+#include "model/safetensors_sharded.hpp"
 
 namespace dflow::model {
 
@@ -101,6 +104,52 @@ void write_safetensors(const std::filesystem::path& path,
     std::filesystem::remove(temp_path, ignored);
     throw;
   }
+}
+
+void write_sharded_safetensors(const std::filesystem::path& dir,
+                               const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                               int64_t max_shard_bytes) {
+  if (max_shard_bytes <= 0) throw write_error(dir, "max_shard_bytes must be positive");
+  // Greedy in the given order, as Hugging Face's save_pretrained does: a
+  // tensor that does not fit starts the next shard (one larger than the
+  // limit has a shard of its own).
+  std::vector<std::vector<size_t>> shards;
+  int64_t shard_bytes = 0, total_bytes = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& tensor = tensors[i].second;
+    if (!tensor.defined()) throw write_error(dir, "tensor '" + tensors[i].first + "' is undefined");
+    const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+    if (shards.empty() || (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes)) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(i);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    std::vector<std::pair<std::string, torch::Tensor>> part;
+    for (size_t i : shards[s]) {
+      if (weight_map.contains(tensors[i].first)) throw write_error(dir, "tensor name '" + tensors[i].first + "' appears twice");
+      weight_map[tensors[i].first] = name;
+      part.push_back(tensors[i]);
+    }
+    write_safetensors(dir / name, part, {{"format", "pt"}});
+  }
+  // The index last: a reader that finds it finds every shard it names.
+  const nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+  const auto index_path = dir / "model.safetensors.index.json";
+  auto temp_path = index_path;
+  temp_path += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(temp_path);
+    out << index.dump(2) << "\n";
+    if (!out) throw write_error(temp_path, "cannot write the shard index");
+  }
+  std::filesystem::rename(temp_path, index_path);
 }
 
 }  // namespace dflow::model

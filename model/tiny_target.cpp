@@ -8,14 +8,17 @@
 #include <stdexcept>
 
 #include "model/safetensors.hpp"
+#include "model/safetensors_sharded.hpp"
 
 namespace dflow::model {
 
 namespace {
 
+int64_t head_dim_of(const TinyTargetOptions& o) { return o.head_dim > 0 ? o.head_dim : o.hidden_size / o.num_heads; }
+
 nlohmann::json tiny_config_json(const TinyTargetOptions& o) {
-  const int64_t mask_token_id = o.vocab_size - 1;
-  const int64_t eos_token_id = o.vocab_size - 2;
+  const int64_t mask_token_id = o.mask_token_id >= 0 ? o.mask_token_id : o.vocab_size - 1;
+  const int64_t eos_token_id = o.eos_token_id >= 0 ? o.eos_token_id : o.vocab_size - 2;
   return {
       {"architectures", {"Qwen3ForCausalLM"}},
       {"model_type", "qwen3"},
@@ -23,7 +26,7 @@ nlohmann::json tiny_config_json(const TinyTargetOptions& o) {
       {"num_hidden_layers", o.num_layers},
       {"num_attention_heads", o.num_heads},
       {"num_key_value_heads", o.num_kv_heads},
-      {"head_dim", o.hidden_size / o.num_heads},
+      {"head_dim", head_dim_of(o)},
       {"intermediate_size", o.intermediate_size},
       {"vocab_size", o.vocab_size},
       {"max_position_embeddings", o.max_position_embeddings},
@@ -33,8 +36,8 @@ nlohmann::json tiny_config_json(const TinyTargetOptions& o) {
       {"hidden_act", "silu"},
       {"attention_bias", false},
       {"attention_dropout", 0.0},
-      {"tie_word_embeddings", false},
-      {"torch_dtype", "float32"},
+      {"tie_word_embeddings", o.tie_word_embeddings},
+      {"torch_dtype", o.dtype == torch::kBFloat16 ? "bfloat16" : "float32"},
       {"bos_token_id", nullptr},
       {"eos_token_id", eos_token_id},
       {"dflow_mask_token_id", mask_token_id},
@@ -46,7 +49,9 @@ nlohmann::json tiny_config_json(const TinyTargetOptions& o) {
 
 NamedTensorList random_tiny_weights(const TinyTargetOptions& o, const HFConfig& config) {
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+  if (o.generate_on.is_cuda()) torch::cuda::manual_seed_all(o.seed);
   auto normal = [&](std::vector<int64_t> shape, double std_dev) {
+    if (o.generate_on.is_cuda()) return torch::empty(shape, torch::dtype(torch::kFloat32).device(o.generate_on)).normal_(0.0, std_dev);
     return torch::empty(shape, torch::kFloat32).normal_(0.0, std_dev, generator);
   };
   const int64_t hidden = o.hidden_size, head_dim = config.head_dim;
@@ -63,48 +68,62 @@ NamedTensorList random_tiny_weights(const TinyTargetOptions& o, const HFConfig& 
   constexpr double kQKNormWeight = 2.0;
   constexpr double kLogitStd = 4.0;
   constexpr double kSelfRepeatPenalty = 0.5;
+  // Each tensor is converted to the written dtype as soon as it is drawn, so
+  // a bf16 model never exists in float32 as a whole.
   NamedTensorList tensors;
+  const auto add = [&](std::string name, const torch::Tensor& value) {
+    tensors.emplace_back(std::move(name), value.to(torch::kCPU, o.dtype));
+  };
   const torch::Tensor embedding = normal({o.vocab_size, hidden}, 1.0);
-  tensors.emplace_back("model.embed_tokens.weight", embedding);
+  add("model.embed_tokens.weight", embedding);
   for (int64_t i = 0; i < o.num_layers; ++i) {
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
-    tensors.emplace_back(prefix + "self_attn.q_proj.weight", normal({o.num_heads * head_dim, hidden}, fan_in_hidden));
-    tensors.emplace_back(prefix + "self_attn.k_proj.weight", normal({o.num_kv_heads * head_dim, hidden}, fan_in_hidden));
-    tensors.emplace_back(prefix + "self_attn.v_proj.weight", normal({o.num_kv_heads * head_dim, hidden}, fan_in_hidden));
-    tensors.emplace_back(prefix + "self_attn.o_proj.weight", normal({hidden, o.num_heads * head_dim}, fan_in_hidden));
-    tensors.emplace_back(prefix + "self_attn.q_norm.weight", torch::full({head_dim}, kQKNormWeight));
-    tensors.emplace_back(prefix + "self_attn.k_norm.weight", torch::full({head_dim}, kQKNormWeight));
-    tensors.emplace_back(prefix + "input_layernorm.weight", torch::ones({hidden}));
-    tensors.emplace_back(prefix + "post_attention_layernorm.weight", torch::ones({hidden}));
-    tensors.emplace_back(prefix + "mlp.gate_proj.weight", normal({o.intermediate_size, hidden}, fan_in_hidden));
-    tensors.emplace_back(prefix + "mlp.up_proj.weight", normal({o.intermediate_size, hidden}, fan_in_hidden));
-    tensors.emplace_back(prefix + "mlp.down_proj.weight", normal({hidden, o.intermediate_size}, fan_in_mlp));
+    add(prefix + "self_attn.q_proj.weight", normal({o.num_heads * head_dim, hidden}, fan_in_hidden));
+    add(prefix + "self_attn.k_proj.weight", normal({o.num_kv_heads * head_dim, hidden}, fan_in_hidden));
+    add(prefix + "self_attn.v_proj.weight", normal({o.num_kv_heads * head_dim, hidden}, fan_in_hidden));
+    add(prefix + "self_attn.o_proj.weight", normal({hidden, o.num_heads * head_dim}, fan_in_hidden));
+    add(prefix + "self_attn.q_norm.weight", torch::full({head_dim}, kQKNormWeight));
+    add(prefix + "self_attn.k_norm.weight", torch::full({head_dim}, kQKNormWeight));
+    add(prefix + "input_layernorm.weight", torch::ones({hidden}));
+    add(prefix + "post_attention_layernorm.weight", torch::ones({hidden}));
+    add(prefix + "mlp.gate_proj.weight", normal({o.intermediate_size, hidden}, fan_in_hidden));
+    add(prefix + "mlp.up_proj.weight", normal({o.intermediate_size, hidden}, fan_in_hidden));
+    add(prefix + "mlp.down_proj.weight", normal({hidden, o.intermediate_size}, fan_in_mlp));
   }
-  tensors.emplace_back("model.norm.weight", torch::ones({hidden}));
+  add("model.norm.weight", torch::ones({hidden}));
+  if (o.tie_word_embeddings) return tensors;  // the embedding is the head (its logits are not peaked; fine for shapes)
   const torch::Tensor unit_rms_embedding = embedding * torch::rsqrt(embedding.pow(2).mean(1, /*keepdim=*/true));
-  tensors.emplace_back("lm_head.weight", (normal({o.vocab_size, hidden}, 1.0) - kSelfRepeatPenalty * unit_rms_embedding) *
-                                             (kLogitStd * fan_in_hidden));
+  add("lm_head.weight", (normal({o.vocab_size, hidden}, 1.0) - kSelfRepeatPenalty * unit_rms_embedding) *
+                            (kLogitStd * fan_in_hidden));
 
   return tensors;
 }
 
 HFConfig make_tiny_target(const TinyTargetOptions& o) {
   if (o.out_dir.empty()) throw std::invalid_argument("make_tiny_target: out_dir is empty");
-  if (o.num_heads <= 0 || o.num_kv_heads <= 0 || o.hidden_size % o.num_heads != 0 || o.num_heads % o.num_kv_heads != 0 ||
-      o.vocab_size < 4 || o.num_layers < 1) {
-    throw std::invalid_argument("make_tiny_target: need hidden_size % num_heads == 0, num_heads % num_kv_heads == 0, "
-                                "vocab_size >= 4 and at least one layer");
+  if (o.num_heads <= 0 || o.num_kv_heads <= 0 || (o.head_dim <= 0 && o.hidden_size % o.num_heads != 0) ||
+      o.num_heads % o.num_kv_heads != 0 || o.vocab_size < 4 || o.num_layers < 1) {
+    throw std::invalid_argument("make_tiny_target: need hidden_size % num_heads == 0 (or a head_dim), "
+                                "num_heads % num_kv_heads == 0, vocab_size >= 4 and at least one layer");
   }
+  if (o.dtype != torch::kFloat32 && o.dtype != torch::kBFloat16)
+    throw std::invalid_argument("make_tiny_target: dtype must be float32 or bfloat16");
   const nlohmann::json config_json = tiny_config_json(o);
   const HFConfig config = parse_hf_config(config_json, (o.out_dir / "config.json").string());
 
   if (o.pattern != "random" && o.pattern != "echo")
     throw std::invalid_argument("make_tiny_target: pattern '" + o.pattern + "' is not one of: random, echo");
+  if (o.pattern == "echo" && (o.tie_word_embeddings || o.dtype != torch::kFloat32 || o.head_dim > 0))
+    throw std::invalid_argument("make_tiny_target: the echo pattern is float32, untied, head_dim hidden/heads");
   torch::NoGradGuard no_grad;
   const NamedTensorList tensors = o.pattern == "echo" ? echo_tiny_weights(o, config) : random_tiny_weights(o, config);
 
   std::filesystem::create_directories(o.out_dir);
-  write_safetensors(o.out_dir / "model.safetensors", tensors, {{"format", "pt"}});
+  if (o.max_shard_bytes > 0) {
+    write_sharded_safetensors(o.out_dir, tensors, o.max_shard_bytes);
+  } else {
+    write_safetensors(o.out_dir / "model.safetensors", tensors, {{"format", "pt"}});
+  }
   const auto config_path = o.out_dir / "config.json";
   auto temp_path = config_path;
   temp_path += ".tmp";
@@ -115,6 +134,45 @@ HFConfig make_tiny_target(const TinyTargetOptions& o) {
   }
   std::filesystem::rename(temp_path, config_path);
   return config;
+}
+
+const std::vector<std::string>& target_presets() {
+  static const std::vector<std::string> names{"qwen3-0.6b", "qwen3-8b"};
+  return names;
+}
+
+TinyTargetOptions preset_target_options(const std::string& preset, TinyTargetOptions base) {
+  TinyTargetOptions o;
+  o.out_dir = base.out_dir;
+  o.seed = base.seed;
+  o.generate_on = base.generate_on;
+  o.vocab_size = 151936;
+  o.head_dim = 128;
+  o.num_kv_heads = 8;
+  o.max_position_embeddings = 40960;
+  o.rope_theta = 1e6;
+  o.mask_token_id = 151669;
+  o.eos_token_id = 151645;
+  o.dtype = torch::kBFloat16;
+  o.max_shard_bytes = int64_t{512} << 20;
+  if (preset == "qwen3-0.6b") {
+    o.num_layers = 28;
+    o.hidden_size = 1024;
+    o.num_heads = 16;
+    o.intermediate_size = 3072;
+    o.tie_word_embeddings = true;
+  } else if (preset == "qwen3-8b") {
+    o.num_layers = 36;
+    o.hidden_size = 4096;
+    o.num_heads = 32;
+    o.intermediate_size = 12288;
+    o.tie_word_embeddings = false;
+  } else {
+    std::string known;
+    for (const auto& name : target_presets()) known += (known.empty() ? "" : ", ") + name;
+    throw std::invalid_argument("make_tiny_target: unknown preset '" + preset + "' (known: " + known + ")");
+  }
+  return o;
 }
 
 }  // namespace dflow::model

@@ -21,8 +21,10 @@ class DrafterStep final : public graph::FunctionBody {
  public:
   DrafterStep(const RunEnvironment& env, std::string name) : run_(env.run), home_(env.home), name_(std::move(name)) {
     const auto& target = *run_.targets.front();
-    embedding_ = target.embedding_weight().to(run_.drafter_device, torch::kFloat32);  // frozen [V, H]
-    lm_head_ = target.lm_head_weight().to(run_.drafter_device, torch::kFloat32);     // frozen [V, H]
+    // Frozen [V, H], in the drafter's compute dtype: a bf16 drafter runs the
+    // LM head in bf16; the chunked loss takes logsumexp and softmax in fp32.
+    embedding_ = target.embedding_weight().to(run_.drafter_device, run_.drafter_dtype);
+    lm_head_ = target.lm_head_weight().to(run_.drafter_device, run_.drafter_dtype);
   }
 
   void process(graph::Inputs& in, graph::Emitter& out) override {

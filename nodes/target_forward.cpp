@@ -27,12 +27,12 @@ class TargetForward final : public graph::FunctionBody {
       if (batch.input_ids.size(0) == 0) {  // every row quarantined: nothing to run
         const int64_t width = static_cast<int64_t>(run_.feature_layer_ids.size()) * target_.config().hidden_size;
         features = torch::zeros({0, batch.input_ids.size(1), width},
-                                torch::TensorOptions().device(run_.drafter_device).dtype(torch::kFloat32));
+                                torch::TensorOptions().device(run_.drafter_device).dtype(run_.drafter_dtype));
         return;
       }
       auto ids = batch.input_ids.to(target_.device(), non_blocking);
       features = target_.context_features(ids, run_.feature_layer_ids)
-                     .to(run_.drafter_device, torch::kFloat32, non_blocking);
+                     .to(run_.drafter_device, run_.drafter_dtype, non_blocking);  // the drafter's fc reads them in its dtype
     });
     FeatureBatch result{std::move(batch), std::move(features), replica_};
     out.emit(graph::make_message(message.seq, message.cost, std::move(result)));

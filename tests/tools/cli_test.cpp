@@ -301,3 +301,20 @@ TEST_CASE("Cli.Eval.unreadable_prompts_file_says_why") {
   auto wrong_keys = eval(dir / "ids.jsonl");
   CHECK(wrong_keys.output.find((dir / "ids.jsonl").string() + ":2: key 'input_ids' not found") != std::string::npos);
 }
+
+TEST_CASE("Cli.MakeTinyTarget.bf16_shards_with_an_index_and_presets_named") {
+  auto dir = fresh_dir("cli-shards");
+  auto o = run_dflow("make-tiny-target --out " + (dir / "t").string() +
+                     " --layers 2 --hidden-size 32 --heads 4 --kv-heads 2 --vocab 20000 --dtype bfloat16 --max-shard-mib 1");
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  CHECK(o.output.find("bfloat16, sharded with model.safetensors.index.json") != std::string::npos);
+  CHECK(fs::exists(dir / "t" / "model.safetensors.index.json"));
+  // 1 MiB shards: the embedding (1.25 MiB) alone, the layers, the LM head alone.
+  CHECK(fs::exists(dir / "t" / "model-00003-of-00003.safetensors"));
+  // A preset fixes the shape: a shape option beside it is a usage error, as is an unknown preset.
+  CHECK(run_dflow("make-tiny-target --out " + (dir / "u").string() + " --preset qwen3-8b --layers 2").exit_code == 2);
+  auto unknown = run_dflow("make-tiny-target --out " + (dir / "u").string() + " --preset llama-70b");
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.output.find("qwen3-0.6b") != std::string::npos);
+}

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <map>
 
 #include "train/adamw.hpp"
 #include "train/schedule.hpp"
@@ -21,7 +22,9 @@ std::vector<Pair> make_parameters(torch::Dtype dtype) {
   torch::manual_seed(7);
   std::vector<Pair> out;
   for (auto shape : {std::vector<int64_t>{5, 3}, std::vector<int64_t>{7}}) {
-    auto init = torch::randn(shape, torch::kFloat32);
+    // Both start from the same values: a bf16 parameter's master begins at its
+    // bf16 value, so the fp32 reference does too.
+    auto init = torch::randn(shape, torch::kFloat32).to(dtype).to(torch::kFloat32);
     out.push_back({init.clone().to(dtype).set_requires_grad(true), init.clone().set_requires_grad(true)});
   }
   return out;
@@ -67,6 +70,16 @@ void run_steps(double weight_decay, torch::Dtype dtype, double tolerance) {
   }
   CHECK(ours.steps_taken() == 20);
   CHECK(max_difference(params) < tolerance);
+  if (dtype == torch::kFloat32) return;
+  // The fp32 masters follow the fp32 reference exactly (up to fp32 rounding):
+  // only the copy into the bf16 parameter is rounded.
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& [name, tensor] : ours.state_tensors()) state.emplace(name, tensor);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& master = state.at("master.p" + std::to_string(i));
+    CHECK((master.scalar_type() == torch::kFloat32));
+    CHECK((master - params[i].reference.detach()).abs().max().item<double>() < 1e-5);
+  }
 }
 
 }  // namespace

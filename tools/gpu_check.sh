@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# The GPU check: builds dflow on a machine that has a compiler, CMake, ninja
+# and PyTorch (LibTorch inside the wheel) but no Debian -dev packages and no
+# network, then checks and measures it on cuda:0 in under 8 minutes:
+#   1. build: unpacks the .debs that tools/gpu_debs.sh fetched (.debs/) into a
+#      prefix with `dpkg -x`, configures against this Python's
+#      torch.utils.cmake_prefix_path, builds dflow and bench_gpu on all cores;
+#   2. CPU: `dflow version`, the demo for 60 steps on CPU (the reference);
+#   3. GPU: CUDA vs CPU (target forward, drafter forward+backward, fp32 and
+#      bf16); the demo for 60 steps on cuda:0 (loss follows the CPU run, no
+#      NaN, a checkpoint at step 30 resumes); a one-rank NCCL process group
+#      (the step's all-reduce); throughput at the qwen3-8b preset with the
+#      recipe in bf16 (bench_gpu throughput) and through the whole graph.
+# Without a usable GPU it runs 1 and 2 (here the build is the ordinary
+# tools/build.sh one, and the prefix is only configured, to spare the CPU;
+# DFLOW_GPU_CHECK_PREFIX_BUILD=1 builds it too) and says the GPU parts were
+# skipped. Results: a summary table on stdout and in $OUT/gpu_check.md (or
+# runs/gpu-check/gpu_check.md), logs beside it.
+#
+#   tools/gpu_debs.sh                # here, once: fills .debs/ (ignored by git)
+#   tools/gpu_check.sh               # on the GPU machine, with .debs carried along
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+START_S=$(date +%s)
+RESULTS="${OUT:-$ROOT/runs/gpu-check}"
+WORK="${DFLOW_GPU_CHECK_WORK:-/tmp/dflow-gpu-check}"
+PREFIX="${DFLOW_DEBS_PREFIX:-/tmp/dflow-debs-prefix}"
+DEBS="${DFLOW_DEBS_DIR:-$ROOT/.debs}"
+PY="${DFLOW_PYTHON:-python3}"
+mkdir -p "$RESULTS" "$WORK"
+SUMMARY="$RESULTS/gpu_check.md"
+: >"$SUMMARY"
+FAILED=0
+
+say() { printf '[gpu_check %4ss] %s\n' "$(($(date +%s) - START_S))" "$*"; }
+row() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" | tee -a "$SUMMARY"; }
+fail() { row "$1" "FAIL" "$2"; FAILED=1; }
+# run NAME LIMIT_S COMMAND...: the command's output into $RESULTS/NAME.log; a
+# program is stopped after LIMIT_S, a function of this script runs in it (its
+# exports stay) and relies on the caller's overall limit.
+run() {
+  local name=$1 limit=$2; shift 2
+  say "$name: $*"
+  if declare -F "$1" >/dev/null; then
+    "$@" >"$RESULTS/$name.log" 2>&1
+  else
+    timeout "$limit" "$@" >"$RESULTS/$name.log" 2>&1
+  fi
+  local rc=$?
+  [ $rc -eq 124 ] && say "$name: stopped after ${limit}s"
+  return $rc
+}
+
+"$PY" -c 'import torch' 2>/dev/null || PY=/opt/dflow/torch-2.15.0/bin/python
+TORCH_PREFIX=$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)') \
+  || { say "error: no PyTorch for $PY"; exit 1; }
+TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)')
+HAVE_GPU=0
+"$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && HAVE_GPU=1
+printf '# dflow GPU check, %s\n\ntorch %s; GPU: %s\n\n| check | result | figures |\n| --- | --- | --- |\n' \
+  "$(date -u +%Y-%m-%dT%H:%MZ)" "$TORCH_VERSION" \
+  "$([ $HAVE_GPU = 1 ] && "$PY" -c 'import torch; print(torch.cuda.get_device_name(0))' || echo none)" >"$SUMMARY"
+
+# --- 1. build ------------------------------------------------------------------
+# The .debs into a prefix (never into /); their pkg-config files name /usr, so
+# they are pointed at the prefix (their CMake files find their own place).
+# Where dpkg is missing: a .deb is an ar archive whose data.tar.* holds the files.
+unpack_deb_python() {
+  "$PY" - "$1" "$PREFIX" <<'PYEOF'
+import io, sys, tarfile
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"!<arch>\n", "not an ar archive"
+pos = 8
+while pos < len(data):
+    name, size = data[pos:pos + 16].decode().strip().rstrip("/"), int(data[pos + 48:pos + 58])
+    body = data[pos + 60:pos + 60 + size]
+    if name.startswith("data.tar"):
+        tarfile.open(fileobj=io.BytesIO(body)).extractall(sys.argv[2])
+    pos += 60 + size + (size & 1)
+PYEOF
+}
+unpack_debs() {
+  compgen -G "$DEBS/*.deb" >/dev/null || { say "error: no .deb files in $DEBS (run tools/gpu_debs.sh where apt works)"; return 1; }
+  rm -rf "$PREFIX" && mkdir -p "$PREFIX"
+  for deb in "$DEBS"/*.deb; do
+    if command -v dpkg >/dev/null; then dpkg -x "$deb" "$PREFIX" || return 1; else unpack_deb_python "$deb" || return 1; fi
+  done
+  find "$PREFIX" -name '*.pc' -exec sed -i "s|^prefix=/usr\$|prefix=$PREFIX/usr|" {} +
+  # Debian's pkg-config is a wrapper script calling /usr/bin/pkgconf.
+  [ -x "$PREFIX/usr/bin/pkgconf" ] || return 1
+}
+# The prefix's programs (protoc, pkgconf), libraries and pkg-config files;
+# exported only where the prefix build is built and run (not around build/).
+MULTIARCH="$PREFIX/usr/lib/x86_64-linux-gnu"
+PREFIX_ENV=(PATH="$PREFIX/usr/bin:$PATH" LD_LIBRARY_PATH="$MULTIARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            PKG_CONFIG_LIBDIR="$MULTIARCH/pkgconfig:$PREFIX/usr/share/pkgconfig:$PREFIX/usr/lib/pkgconfig")
+configure_prefix_build() {
+  env "${PREFIX_ENV[@]}" cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX/usr;$TORCH_PREFIX" \
+    -DPKG_CONFIG_EXECUTABLE="$PREFIX/usr/bin/pkgconf" -DProtobuf_PROTOC_EXECUTABLE="$PREFIX/usr/bin/protoc" \
+    -DCMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF
+}
+
+if ! command -v c++ >/dev/null || ! command -v cmake >/dev/null || ! command -v ninja >/dev/null; then
+  fail "build" "needs c++, cmake and ninja on PATH"
+  exit 1
+fi
+if run unpack 60 unpack_debs; then
+  row "unpack .debs" "ok" "$(ls "$DEBS"/*.deb | wc -l) packages into $PREFIX"
+else
+  fail "unpack .debs" "see unpack.log"
+fi
+BUILD="${DFLOW_GPU_CHECK_BUILD:-build-gpu}"
+if run configure 180 configure_prefix_build "$BUILD"; then
+  row "configure (prefix)" "ok" "LibTorch $TORCH_VERSION at $TORCH_PREFIX; $(grep -o 'CUDA build: [A-Z]*' "$RESULTS/configure.log")"
+else
+  fail "configure (prefix)" "$(grep -m1 -A3 'CMake Error' "$RESULTS/configure.log" | tr '\n' ' ' | cut -c1-300)"
+  [ $HAVE_GPU = 1 ] && exit 1
+fi
+if [ $HAVE_GPU = 1 ] || [ "${DFLOW_GPU_CHECK_PREFIX_BUILD:-0}" = 1 ]; then
+  export "${PREFIX_ENV[@]}"
+  if run build 420 cmake --build "$BUILD" --target dflow bench_gpu -- -j"$(nproc)"; then
+    row "build (prefix, $(nproc) cores)" "ok" "$(($(date +%s) - START_S)) s since start"
+  else
+    fail "build (prefix)" "$(grep -m1 -B2 -A6 'error' "$RESULTS/build.log" | tr '\n' ' ' | cut -c1-400)"
+    exit 1
+  fi
+else
+  # No GPU: the ordinary build/ (configured by tools/build.sh against the
+  # system's packages), only the two programs this script runs.
+  build_here() {
+    [ -f build/build.ninja ] || DFLOW_BUILD_JOBS="${DFLOW_BUILD_JOBS:-2}" tools/build.sh || return 1
+    cmake --build build --target dflow bench_gpu -- -j"${DFLOW_BUILD_JOBS:-2}"
+  }
+  if run build 3000 build_here; then
+    BUILD=build
+    row "build (tools/build.sh)" "ok" "the prefix build is only configured without a GPU"
+  else
+    fail "build" "see build.log"
+    exit 1
+  fi
+fi
+DFLOW="$ROOT/$BUILD/dflow"
+BENCH="$ROOT/$BUILD/bench/bench_gpu"
+
+# --- 2. CPU checks -------------------------------------------------------------
+if run version 60 "$DFLOW" version; then
+  row "dflow version" "ok" "$(tr '\n' ' ' <"$RESULTS/version.log" | cut -c1-200)"
+else
+  fail "dflow version" "see version.log"
+fi
+# The demo: its assets once (runs/demo), then 60 steps per device.
+DEMO_SET=(--set run.max_steps=60 --set metrics.sinks=[jsonl] --set checkpoint.every_steps=30 --set eval.every_steps=0
+          --set eval.max_prompts=2 --set eval.max_new_tokens=16 --set run.log_level=warn)
+train_demo() {  # OUT_DIR DEVICE [more --set ...]
+  local out=$1 device=$2; shift 2
+  rm -rf "$out"
+  "$DFLOW" train "${DEMO_SET[@]}" --set run.out_dir="$out" --set devices.target=["$device"] \
+    --set devices.drafter="$device" "$@"
+}
+# loss_stats A B: steps in both, NaNs in B, mean and max |B - A| per step over
+# A's first loss (the curve's scale: the demo's loss falls 15-fold, so a ratio
+# per step would measure the slope), first and last losses.
+loss_stats() {
+  "$PY" - "$1" "$2" <<'PYEOF'
+import json, math, sys
+def losses(d):
+    out = {}
+    for line in open(d + "/metrics.jsonl"):
+        r = json.loads(line)
+        if r.get("kind") == "step": out[r["global_step"]] = r["loss"]
+    return out
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+common = sorted(set(a) & set(b))
+nan = sum(1 for s in b if not math.isfinite(b[s]))
+rel = [abs(b[s] - a[s]) / abs(a[common[0]]) for s in common if math.isfinite(b[s])]
+print(f"{len(common)} {nan} {sum(rel) / max(1, len(rel)):.4f} {max(rel, default=float('nan')):.4f} "
+      f"{a[common[0]]:.3f} {a[common[-1]]:.3f} {b[common[-1]]:.3f}" if common else "0 0 nan nan nan nan nan")
+PYEOF
+}
+if run demo_cpu 400 train_demo "$WORK/demo-cpu" cpu; then
+  read -r steps nans _ _ first last _ <<<"$(loss_stats "$WORK/demo-cpu" "$WORK/demo-cpu")"
+  row "demo, CPU, 60 steps" "ok" "$steps steps, $nans NaN, loss $first -> $last"
+else
+  fail "demo, CPU, 60 steps" "see demo_cpu.log"
+fi
+
+# resume_check DEVICE REFERENCE_DIR: 30 steps resumed from the reference's
+# step-30 checkpoint follow its steps 31-60.
+resume_check() {
+  local device=$1 reference=$2 name="resume_${1//:/}"
+  if run "$name" 180 train_demo "$WORK/demo-resume-$name" "$device" --resume "$reference/checkpoints/step-30"; then
+    read -r steps nans mean_rel max_rel _ _ _ <<<"$(loss_stats "$reference" "$WORK/demo-resume-$name")"
+    local verdict=ok
+    [ "$steps" = 30 ] && [ "$nans" = 0 ] && "$PY" -c "import sys; sys.exit(0 if $max_rel < 0.01 else 1)" || verdict=FAIL
+    [ $verdict = FAIL ] && FAILED=1
+    row "resume from step 30 on $device" "$verdict" "$steps steps 31-60 vs uninterrupted: max abs difference / first loss $max_rel (< 0.01)"
+  else
+    fail "resume from step 30 on $device" "see $name.log"
+  fi
+}
+resume_check cpu "$WORK/demo-cpu"
+
+# --- 3. GPU checks -------------------------------------------------------------
+if [ $HAVE_GPU = 0 ]; then
+  row "GPU checks" "skipped" "no usable CUDA device: parity, demo on cuda:0, NCCL, qwen3-8b throughput not run"
+  say "no GPU: the GPU parts were skipped; summary in $SUMMARY"
+  cat "$SUMMARY"
+  exit $FAILED
+fi
+if run parity 120 "$BENCH" parity --target runs/demo/target; then
+  row "CUDA vs CPU (fp32 1e-4, bf16 3e-2)" "ok" "$(grep RESULT "$RESULTS/parity.log" | awk '{printf "%s %s; ", $2, $5}')"
+else
+  fail "CUDA vs CPU" "$(grep -E 'RESULT.*fail|error' "$RESULTS/parity.log" | tr '\n' ' ' | cut -c1-300)"
+fi
+# 60 steps on cuda:0 (checkpoints at 30 and 60), then 30 resumed from step 30.
+if run demo_cuda 240 train_demo "$WORK/demo-cuda" cuda:0; then
+  read -r steps nans mean_rel max_rel first last last_gpu <<<"$(loss_stats "$WORK/demo-cpu" "$WORK/demo-cuda")"
+  verdict=ok
+  [ "$steps" = 60 ] && [ "$nans" = 0 ] && "$PY" -c "import sys; sys.exit(0 if $mean_rel < 0.01 and $max_rel < 0.03 else 1)" || verdict=FAIL
+  [ $verdict = FAIL ] && FAILED=1
+  row "demo on cuda:0, 60 steps vs CPU" "$verdict" \
+    "$steps steps, $nans NaN, loss ${first} -> CPU ${last} / CUDA ${last_gpu}; abs(CUDA - CPU) / first loss: mean ${mean_rel} (< 0.01), max ${max_rel} (< 0.03)"
+else
+  fail "demo on cuda:0" "see demo_cuda.log"
+fi
+resume_check cuda:0 "$WORK/demo-cuda"
+if run nccl 120 "$BENCH" nccl; then
+  row "NCCL, one rank" "ok" "$(grep -h 'backend\|RESULT' "$RESULTS/nccl.log" | tr '\n' ' ' | cut -c1-200)"
+else
+  fail "NCCL, one rank" "$(tail -n3 "$RESULTS/nccl.log" | tr '\n' ' ' | cut -c1-300)"
+fi
+# The qwen3-8b preset: random weights drawn on the GPU, 16 GB of bf16 shards.
+if run preset 240 "$DFLOW" make-tiny-target --preset qwen3-8b --device cuda --out "$WORK/qwen3-8b"; then
+  row "make-tiny-target --preset qwen3-8b" "ok" "$(du -sh "$WORK/qwen3-8b" | cut -f1), $(ls "$WORK/qwen3-8b"/*.safetensors | wc -l) shards"
+  if run throughput 300 "$BENCH" throughput --target "$WORK/qwen3-8b" --batch 4 --seq 3072 --anchors 512 --steps 5; then
+    grep RESULT "$RESULTS/throughput.log" | while read -r _ name verdict figures; do row "qwen3-8b $name" "$verdict" "$figures"; done
+  else
+    fail "qwen3-8b throughput" "$(tail -n3 "$RESULTS/throughput.log" | tr '\n' ' ' | cut -c1-300)"
+  fi
+  # The whole graph on the recipe: 64 synthetic samples of 1024-3072 tokens.
+  graph_run() {
+    "$PY" - "$WORK/qwen3-8b.jsonl" <<'PYEOF'
+import json, random, sys
+random.seed(0)
+with open(sys.argv[1], "w") as f:
+    for _ in range(64):
+        n = random.randint(1024, 3072); p = n // 4
+        f.write(json.dumps({"input_ids": [random.randrange(151643) for _ in range(n)],
+                            "loss_mask": [0] * p + [1] * (n - p)}) + "\n")
+PYEOF
+    rm -rf "$WORK/qwen3-8b-data" "$WORK/qwen3-8b-run"
+    "$DFLOW" prepare "$WORK/qwen3-8b.jsonl" --out "$WORK/qwen3-8b-data" --max-length 3072 --vocab-size 151936 &&
+      "$DFLOW" train examples/qwen3-8b.yaml --set model.target.path="$WORK/qwen3-8b" \
+        --set data.train=["$WORK/qwen3-8b-data"] --set run.out_dir="$WORK/qwen3-8b-run" --set run.max_steps=12 \
+        --set metrics.sinks=[jsonl] --set checkpoint.every_steps=0 --set devices.target=[cuda:0] \
+        --set devices.drafter=cuda:0 --set run.log_level=warn
+  }
+  if run graph 300 graph_run; then
+    figures=$("$PY" - "$WORK/qwen3-8b-run/metrics.jsonl" <<'PYEOF'
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "step"][2:]  # after 2 warm-up steps
+tokens = sum(r["real_tokens"] for r in steps); seconds = sum(r["time"]["step_s"] for r in steps)
+print(f"{tokens / seconds:.0f} real tokens/s per GPU over steps 3-{len(steps) + 2} ({seconds / len(steps):.2f} s/step)")
+PYEOF
+)
+    row "qwen3-8b whole graph (goal 8K tok/s)" "ok" "$figures"
+  else
+    fail "qwen3-8b whole graph" "$(tail -n3 "$RESULTS/graph.log" | tr '\n' ' ' | cut -c1-300)"
+  fi
+else
+  fail "make-tiny-target --preset qwen3-8b" "see preset.log"
+fi
+say "done in $(($(date +%s) - START_S)) s; summary in $SUMMARY"
+cat "$SUMMARY"
+exit $FAILED
