@@ -99,6 +99,54 @@ std::vector<double> sum_per_slot(const torch::Tensor& rows, const torch::Tensor&
   return {sums.data_ptr<double>(), sums.data_ptr<double>() + block_size};
 }
 
+
+// Packed rows: a sample never sees another, so the rows can be laid end to
+// end as one row of B * S tokens. Every kept block then sits in that one row,
+// with no padding blocks (N is the batch's anchor count, not B times the
+// fullest row's), and attention chunks of about one sample's blocks read
+// about one sample's context. The loss is the same sum over the same blocks.
+ObjectiveOutput packed_rows_end_to_end(DFlashDrafterImpl& drafter, const torch::Tensor& embedding_weight,
+                                       const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
+                                       const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
+                                       const torch::Tensor& lengths, const AnchorBatch& anchors,
+                                       ObjectiveOptions options, const PackedDocuments& documents) {
+  const int64_t rows = input_ids.size(0), length = input_ids.size(1), tokens = rows * length;
+  if (documents.document_ids.sizes() != input_ids.sizes() || documents.position_ids.sizes() != input_ids.sizes() ||
+      anchors.anchor_positions.dim() != 2 || anchors.batch_size() != rows) {
+    throw std::invalid_argument("dflash_loss: packed documents must be [B, S] like input_ids " +
+                                c10::str(input_ids.sizes()) + ", with anchors for B rows; got " +
+                                c10::str(documents.document_ids.sizes()) + ", " +
+                                c10::str(documents.position_ids.sizes()) + " and " +
+                                c10::str(anchors.anchor_positions.sizes()));
+  }
+  const torch::Tensor row_start = torch::arange(rows, torch::kInt64).mul(length).unsqueeze(1);  // [B, 1]
+  PackedDocuments flat;
+  flat.position_ids = documents.position_ids.reshape({1, tokens});
+  // Distinct ids across rows, so that neighbouring rows' documents never merge.
+  flat.document_ids =
+      (documents.document_ids.to(torch::kCPU, torch::kInt64) + row_start.mul(length + 1)).reshape({1, tokens});
+  const torch::Tensor keep = anchors.block_keep.to(torch::kCPU, torch::kBool);
+  const torch::Tensor kept = (anchors.anchor_positions.to(torch::kCPU, torch::kInt64) + row_start).masked_select(keep);
+  AnchorBatch flat_anchors;
+  const int64_t kept_count = kept.size(0);
+  flat_anchors.anchor_positions = kept_count > 0 ? kept.view({1, kept_count}) : torch::zeros({1, 1}, torch::kInt64);
+  flat_anchors.block_keep = torch::full({1, std::max<int64_t>(kept_count, 1)}, kept_count > 0, torch::kBool);
+  if (options.attention_blocks_per_chunk <= 0) {
+    // Chunks sized as for one row of S tokens (not the B * S of the end-to-end row).
+    const DrafterSpec& spec = drafter.spec();
+    options.attention_blocks_per_chunk = blocks_per_chunk_for_budget(
+        1, spec.num_attention_heads, length, spec.block_size, options.max_attention_scores_per_chunk);
+  }
+  const auto device = lengths.device();
+  ObjectiveOutput out = dflash_loss(drafter, embedding_weight, lm_head_weight,
+                                    context_features.reshape({1, tokens, context_features.size(2)}),
+                                    input_ids.reshape({1, tokens}), loss_mask.reshape({1, tokens}),
+                                    torch::full({1}, tokens, torch::TensorOptions().dtype(torch::kInt64).device(device)),
+                                    flat_anchors, options, &flat);
+  out.real_tokens = lengths.sum().item<int64_t>();
+  return out;
+}
+
 }  // namespace
 
 ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const TargetModel& target,
@@ -114,6 +162,10 @@ ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& emb
                             const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                             const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
                             const PackedDocuments* documents) {
+  if (documents != nullptr && input_ids.dim() == 2 && input_ids.size(0) > 1) {
+    return packed_rows_end_to_end(drafter, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask,
+                                  lengths, anchors, options, *documents);
+  }
   const DrafterSpec& spec = drafter.spec();
   check_loss_inputs(spec, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask, lengths, anchors);
   const int64_t batch = input_ids.size(0), length = input_ids.size(1), block_size = spec.block_size;
