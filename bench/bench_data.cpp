@@ -2,8 +2,9 @@
 // data (log-normal lengths, 32..3072 tokens),
 //   - prepare (JSONL -> shards), open with full checksum verification, plan build;
 //   - load + collate throughput into caller memory (what pad_bucket does);
-//   - padding efficiency (real / padded tokens) of TokenBudget against FixedBatch.
-// Usage: bench_data [num_samples=20000] [seed=1]
+//   - padding efficiency (real / padded tokens) of TokenBudget, FixedBatch and
+//     Pack (several whole samples per row of max_length 3072), side by side.
+// Usage: bench_data [num_samples=20000] [seed=1] [median_tokens=350]
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,10 +36,10 @@ const std::vector<int> kBuckets{128, 256, 512, 1024, 2048, 3072};
 const std::vector<int> kFineBuckets{128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072};
 constexpr int64_t kTokensPerBatch = 16384;
 
-// Chat-like lengths: median 350 tokens, a long tail clamped at 3072.
-void write_synthetic_jsonl(const std::filesystem::path& path, int num_samples, uint64_t seed) {
+// Chat-like lengths: log-normal (sigma 1) around the median, clamped to 32..3072.
+void write_synthetic_jsonl(const std::filesystem::path& path, int num_samples, uint64_t seed, double median_tokens) {
   std::mt19937_64 rng(seed);
-  std::lognormal_distribution<double> length_draw(std::log(350.0), 1.0);
+  std::lognormal_distribution<double> length_draw(std::log(median_tokens), 1.0);
   std::uniform_int_distribution<int> token(0, 151935);
   std::ofstream out(path);
   std::string line;
@@ -90,13 +91,15 @@ void report_interleave(const EpochPlan& plan) {
 
 void bench_collate(const Dataset& dataset, const EpochPlan& plan) {
   const auto cells = static_cast<size_t>(plan.max_padded_tokens());
-  std::vector<int64_t> ids(cells);
+  std::vector<int64_t> ids(cells), positions(cells);
   std::vector<uint8_t> mask(cells);
-  std::vector<int32_t> lengths(cells);
+  std::vector<int32_t> lengths(cells), documents(cells);
+  const bool packed = plan.options().mode == BatchMode::Pack;
   for (int pass = 0; pass < 3; ++pass) {  // pass 0 may still fault pages in
     const auto start = Clock::now();
     for (const auto& batch : plan.batches()) {
-      collate_into(dataset, batch, ids.data(), mask.data(), lengths.data(), 0);
+      collate_into(dataset, batch, ids.data(), mask.data(), lengths.data(), 0, packed ? positions.data() : nullptr,
+                   packed ? documents.data() : nullptr);
     }
     const double elapsed_s = seconds_since(start);
     std::printf("  load+collate pass %d: %.3f s, %.1f M real tokens/s, %.1f M padded tokens/s, %.0f batches/s, "
@@ -113,10 +116,11 @@ void bench_collate(const Dataset& dataset, const EpochPlan& plan) {
 int main(int argc, char** argv) {
   const int num_samples = argc > 1 ? std::stoi(argv[1]) : 20000;
   const uint64_t seed = argc > 2 ? std::stoull(argv[2]) : 1;
+  const double median_tokens = argc > 3 ? std::stod(argv[3]) : 350.0;
   const auto work_dir = std::filesystem::temp_directory_path() / ("dflow-bench-data-" + std::to_string(::getpid()));
   std::filesystem::create_directories(work_dir);
 
-  write_synthetic_jsonl(work_dir / "train.jsonl", num_samples, seed);
+  write_synthetic_jsonl(work_dir / "train.jsonl", num_samples, seed, median_tokens);
   auto start = Clock::now();
   PrepareOptions prepare_options{work_dir / "train.jsonl", work_dir / "shards", 3072, TooLongPolicy::Truncate,
                                  151936, 65536, false};
@@ -142,8 +146,8 @@ int main(int argc, char** argv) {
   const auto budget_plan = build_epoch_plan(dataset, options);
   std::printf("  plan build: %.2f ms\n%s\n", seconds_since(start) * 1e3, budget_plan.summary().c_str());
 
-  std::printf("\npadding efficiency, %lld samples, %lld real tokens:\n", static_cast<long long>(dataset.size()),
-              static_cast<long long>(dataset.num_tokens()));
+  std::printf("\npadding efficiency, %lld samples, %lld real tokens, median length %.0f:\n",
+              static_cast<long long>(dataset.size()), static_cast<long long>(dataset.num_tokens()), median_tokens);
   report_plan("token_budget 16384", budget_plan);
   options.buckets = kFineBuckets;
   report_plan("token_budget x1.5 bkts", build_epoch_plan(dataset, options));
@@ -154,10 +158,24 @@ int main(int argc, char** argv) {
     report_plan(("fixed_batch " + std::to_string(batch_size)).c_str(), build_epoch_plan(dataset, options));
   }
 
+  options.mode = BatchMode::Pack;
+  options.max_length = 3072;
+  std::vector<EpochPlan> pack_plans;
+  for (const int window : {256, 1024, 4096}) {
+    options.pack_window = window;
+    start = Clock::now();
+    pack_plans.push_back(build_epoch_plan(dataset, options));
+    const double build_ms = seconds_since(start) * 1e3;
+    report_plan(("pack 16384 window " + std::to_string(window)).c_str(), pack_plans.back());
+    std::printf("  %-22s plan build %.1f ms\n", "", build_ms);
+  }
+
   report_interleave(budget_plan);
 
   std::printf("\nload+collate on one core (token_budget plan):\n");
   bench_collate(dataset, budget_plan);
+  std::printf("\nload+collate on one core (pack plan, window 4096, with positions and document ids):\n");
+  bench_collate(dataset, pack_plans.back());
   std::filesystem::remove_all(work_dir);
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <map>
 
 #include "data/data_error.hpp"
 #include "data/seeded_rng.hpp"
@@ -12,6 +13,32 @@ namespace {
 // Seed streams of the plan; changing one changes every plan.
 constexpr uint64_t kBucketShuffleStream = 0x100;  // + bucket index
 constexpr uint64_t kFixedShuffleStream = 0x200;
+constexpr uint64_t kPackShuffleStream = 0x400;
+constexpr uint64_t kPackRowShuffleStream = 0x401;
+
+// Best-fit decreasing over one window of samples: rows of at most
+// row_capacity tokens, each a list of sample ids in placement order.
+void pack_window(std::span<int64_t> window, std::span<const int32_t> lengths, int row_capacity,
+                 std::vector<std::vector<int64_t>>& rows) {
+  // Stable: equal lengths keep their shuffled order, so the result is a pure function of the shuffle.
+  std::stable_sort(window.begin(), window.end(), [&](int64_t a, int64_t b) {
+    return lengths[static_cast<size_t>(a)] > lengths[static_cast<size_t>(b)];
+  });
+  std::multimap<int, size_t> room_of_open_rows;  // tokens left -> row; equal rooms in opening order
+  for (const int64_t id : window) {
+    const int length = lengths[static_cast<size_t>(id)];
+    auto best = room_of_open_rows.lower_bound(length);  // the fullest row that still fits
+    if (best == room_of_open_rows.end()) {
+      rows.push_back({id});
+      if (row_capacity - length > 0) room_of_open_rows.emplace(row_capacity - length, rows.size() - 1);
+      continue;
+    }
+    const auto [room, row] = *best;
+    room_of_open_rows.erase(best);
+    rows[row].push_back(id);
+    if (room - length > 0) room_of_open_rows.emplace(room - length, row);
+  }
+}
 
 PlannedBatch make_batch(int epoch, int bucket_index, int padded_length, std::vector<int64_t> sample_ids,
                         std::span<const int32_t> lengths) {
@@ -26,6 +53,61 @@ PlannedBatch make_batch(int epoch, int bucket_index, int padded_length, std::vec
 }
 
 }  // namespace
+
+std::vector<PlannedBatch> packed_batches(std::span<const int32_t> lengths, const PlanOptions& options,
+                                         uint64_t data_fingerprint) {
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] > options.max_length) {
+      throw DataError(fmt::format("sample {} has {} tokens, more than data.max_length ({}), the length of a packed "
+                                  "row; raise data.max_length or re-run dflow prepare with max_length <= {}",
+                                  i, lengths[i], options.max_length, options.max_length));
+    }
+  }
+  std::vector<int64_t> samples(lengths.size());
+  for (size_t i = 0; i < samples.size(); ++i) samples[i] = static_cast<int64_t>(i);
+  SeededRng rng(derive_seed(options.seed, options.epoch, data_fingerprint, kPackShuffleStream));
+  rng.shuffle(std::span<int64_t>(samples));
+
+  std::vector<std::vector<int64_t>> rows;
+  const auto window = static_cast<size_t>(std::max(1, options.pack_window));
+  for (size_t first = 0; first < samples.size(); first += window) {
+    const size_t count = std::min(window, samples.size() - first);
+    pack_window(std::span<int64_t>(samples).subspan(first, count), lengths, options.max_length, rows);
+  }
+  // Rows of one window run from long samples to short ones: shuffle rows so that batches mix them.
+  std::vector<int64_t> row_order(rows.size());
+  for (size_t r = 0; r < row_order.size(); ++r) row_order[r] = static_cast<int64_t>(r);
+  SeededRng row_rng(derive_seed(options.seed, options.epoch, data_fingerprint, kPackRowShuffleStream));
+  row_rng.shuffle(std::span<int64_t>(row_order));
+
+  const auto rows_per_batch = static_cast<size_t>(std::max<int64_t>(1, options.tokens_per_batch / options.max_length));
+  std::vector<PlannedBatch> batches;
+  for (size_t first = 0; first < row_order.size(); first += rows_per_batch) {
+    const size_t last = std::min(row_order.size(), first + rows_per_batch);
+    PlannedBatch batch;
+    batch.epoch = options.epoch;
+    batch.row_begin.push_back(0);
+    int64_t longest_row = 0;
+    for (size_t r = first; r < last; ++r) {
+      int64_t row_tokens = 0;
+      for (const int64_t id : rows[static_cast<size_t>(row_order[r])]) {
+        batch.sample_ids.push_back(id);
+        row_tokens += lengths[static_cast<size_t>(id)];
+      }
+      batch.row_begin.push_back(static_cast<int64_t>(batch.sample_ids.size()));
+      batch.real_tokens += row_tokens;
+      longest_row = std::max(longest_row, row_tokens);
+    }
+    batch.padded_length = static_cast<int>(longest_row);
+    // The bucket of the padded row length, so per-bucket batch counts stay meaningful.
+    const auto bucket = std::lower_bound(options.buckets.begin(), options.buckets.end(), batch.padded_length);
+    batch.bucket_index = static_cast<int>(std::min<ptrdiff_t>(bucket - options.buckets.begin(),
+                                                              static_cast<ptrdiff_t>(options.buckets.size()) - 1));
+    batch.padded_tokens = batch.rows() * batch.padded_length;
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
 
 std::vector<int> bucket_of_samples(std::span<const int32_t> lengths, std::span<const int> buckets) {
   std::vector<int> bucket_of(lengths.size());

@@ -23,4 +23,13 @@ std::vector<PlannedBatch> token_budget_batches(std::span<const int32_t> lengths,
 std::vector<PlannedBatch> fixed_size_batches(std::span<const int32_t> lengths, const PlanOptions& options,
                                              uint64_t data_fingerprint);
 
+// Pack: all samples shuffled, then cut into windows of pack_window samples;
+// within a window, longest first, each sample goes to the open row it fills
+// best (best-fit decreasing, rows of max_length tokens). Rows of all windows
+// are shuffled, then cut into batches of tokens_per_batch / max_length rows
+// padded to the longest row of the batch. A sample is never split; one
+// longer than max_length is refused naming it.
+std::vector<PlannedBatch> packed_batches(std::span<const int32_t> lengths, const PlanOptions& options,
+                                         uint64_t data_fingerprint);
+
 }  // namespace dflow::data

@@ -35,7 +35,7 @@ int64_t EpochPlan::steps_per_epoch() const {
 
 int64_t EpochPlan::num_samples() const {
   int64_t samples = 0;
-  for (const auto& batch : batches_) samples += batch.rows();
+  for (const auto& batch : batches_) samples += batch.num_samples();
   return samples;
 }
 
@@ -121,10 +121,14 @@ std::string EpochPlan::summary() const {
   std::vector<std::string> per_bucket;
   const auto counts = batches_per_bucket();
   for (size_t b = 0; b < counts.size(); ++b) per_bucket.push_back(fmt::format("{}:{}", options_.buckets[b], counts[b]));
-  return fmt::format("[data] epoch {} plan ({}): {} samples in {} batches, {} steps of {} batches (world_size {} x "
+  const char* mode = options_.mode == BatchMode::TokenBudget ? "token_budget"
+                     : options_.mode == BatchMode::FixedBatch ? "fixed_batch"
+                                                              : "pack";
+  int64_t rows = 0;
+  for (const auto& batch : batches_) rows += batch.rows();
+  return fmt::format("[data] epoch {} plan ({}): {} samples in {} rows, {} batches, {} steps of {} batches (world_size {} x "
                      "grad_accum {}), padding efficiency {:.1f}% ({} real / {} padded tokens), batches per bucket {}",
-                     options_.epoch, options_.mode == BatchMode::TokenBudget ? "token_budget" : "fixed_batch",
-                     num_samples(), num_batches(), steps_per_epoch(), batches_per_step(), options_.world_size,
+                     options_.epoch, mode, num_samples(), rows, num_batches(), steps_per_epoch(), batches_per_step(), options_.world_size,
                      options_.grad_accum, 100.0 * padding_efficiency(), real_tokens(), padded_tokens(),
                      fmt::join(per_bucket, " "));
 }

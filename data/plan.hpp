@@ -16,8 +16,9 @@ class Dataset;
 enum class BatchMode {
   TokenBudget,  // bucket by length; rows * bucket length <= tokens_per_batch
   FixedBatch,   // shuffle, batch_size rows padded to the longest (how most peers batch)
+  Pack,         // several whole samples per row up to max_length; rows * max_length <= tokens_per_batch
 };
-// "token_budget" | "fixed_batch"; throws DataError naming the valid choices.
+// "token_budget" | "fixed_batch" | "pack"; throws DataError naming the valid choices.
 BatchMode parse_batch_mode(std::string_view text);
 
 struct PlanOptions {
@@ -27,6 +28,8 @@ struct PlanOptions {
   int64_t tokens_per_batch = 4096;  // TokenBudget: padded-token budget of one batch
   BatchMode mode = BatchMode::TokenBudget;
   int batch_size = 8;               // FixedBatch: rows per batch
+  int max_length = 0;               // Pack: tokens per row (data.max_length)
+  int pack_window = 4096;           // Pack: samples packed together (best-fit decreasing within each window)
   int grad_accum = 1;               // micro-batches per rank per optimizer step
   int world_size = 1;               // data-parallel ranks
 };
@@ -40,11 +43,19 @@ struct PlannedBatch {
   int micros_in_step = 0;      // that rank's micro-batches in this step (fewer in a short last step)
   int bucket_index = 0;        // into PlanOptions::buckets
   int padded_length = 0;       // tokens per row after right padding
-  std::vector<int64_t> sample_ids;  // global ids into the Dataset, row order
+  std::vector<int64_t> sample_ids;  // global ids into the Dataset, row order (one per sample, packed or not)
+  // Packed batches only: row r holds sample_ids[row_begin[r] .. row_begin[r + 1]),
+  // laid out one after another from token 0 (rows() + 1 entries). Empty: one
+  // sample per row.
+  std::vector<int64_t> row_begin;
   int64_t real_tokens = 0;
   int64_t padded_tokens = 0;   // rows * padded_length
 
-  int64_t rows() const { return static_cast<int64_t>(sample_ids.size()); }
+  bool packed() const { return !row_begin.empty(); }
+  int64_t rows() const {
+    return packed() ? static_cast<int64_t>(row_begin.size()) - 1 : static_cast<int64_t>(sample_ids.size());
+  }
+  int64_t num_samples() const { return static_cast<int64_t>(sample_ids.size()); }
   bool is_last_micro_of_step() const { return micro_in_step + 1 == micros_in_step; }
   double padding_efficiency() const;  // real_tokens / padded_tokens
 };

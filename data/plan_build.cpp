@@ -30,6 +30,20 @@ void check_plan_options(const PlanOptions& options) {
                                 "that bucket would not fit; raise data.tokens_per_batch or lower the largest bucket",
                                 options.tokens_per_batch, buckets.back()));
   }
+  if (options.mode == BatchMode::Pack) {
+    if (options.max_length < 1) {
+      throw DataError(fmt::format("data.max_length is {}; packing needs a positive row length", options.max_length));
+    }
+    if (options.tokens_per_batch < options.max_length) {
+      throw DataError(fmt::format("data.tokens_per_batch ({}) is smaller than data.max_length ({}): one packed row "
+                                  "would not fit; raise data.tokens_per_batch",
+                                  options.tokens_per_batch, options.max_length));
+    }
+    if (options.pack_window < 1) {
+      throw DataError(fmt::format("pack_window (pad_bucket.pack params) is {}; it must be at least 1",
+                                  options.pack_window));
+    }
+  }
   if (options.mode == BatchMode::FixedBatch && options.batch_size < 1) {
     throw DataError(fmt::format("batch_size (pad_bucket.fixed_batch params) is {}; it must be at least 1", options.batch_size));
   }
@@ -47,7 +61,8 @@ void check_plan_options(const PlanOptions& options) {
 BatchMode parse_batch_mode(std::string_view text) {
   if (text == "token_budget") return BatchMode::TokenBudget;
   if (text == "fixed_batch") return BatchMode::FixedBatch;
-  throw DataError(fmt::format("batch mode '{}' is not known; use 'token_budget' or 'fixed_batch'", text));
+  if (text == "pack") return BatchMode::Pack;
+  throw DataError(fmt::format("batch mode '{}' is not known; use 'token_budget', 'fixed_batch' or 'pack'", text));
 }
 
 EpochPlan build_epoch_plan(std::span<const int32_t> lengths, uint64_t data_fingerprint, const PlanOptions& options) {
@@ -56,6 +71,10 @@ EpochPlan build_epoch_plan(std::span<const int32_t> lengths, uint64_t data_finge
   if (options.mode == BatchMode::FixedBatch) {
     // Peers' baseline: the shuffle already mixes lengths, so no interleave.
     return EpochPlan(options, data_fingerprint, fixed_size_batches(lengths, options, data_fingerprint));
+  }
+  if (options.mode == BatchMode::Pack) {
+    // Rows are shuffled already and mix lengths; no buckets to interleave.
+    return EpochPlan(options, data_fingerprint, packed_batches(lengths, options, data_fingerprint));
   }
   auto grouped = token_budget_batches(lengths, options, data_fingerprint);
   const auto order =

@@ -76,11 +76,23 @@ PlannedBatch without_samples(const PlannedBatch& batch, const SampleSet& exclude
   PlannedBatch out = batch;
   if (excluded.empty()) return out;
   out.sample_ids.clear();
+  out.row_begin.clear();
   out.real_tokens = 0;
-  for (const int64_t id : batch.sample_ids) {
-    if (excluded.count(id)) continue;
-    out.sample_ids.push_back(id);
-    out.real_tokens += lengths[static_cast<size_t>(id)];
+  for (int64_t row = 0; row < batch.rows(); ++row) {
+    const auto first = static_cast<size_t>(batch.packed() ? batch.row_begin[static_cast<size_t>(row)] : row);
+    const auto last = batch.packed() ? static_cast<size_t>(batch.row_begin[static_cast<size_t>(row) + 1]) : first + 1;
+    const size_t kept_before = out.sample_ids.size();
+    for (size_t i = first; i < last; ++i) {
+      const int64_t id = batch.sample_ids[i];
+      if (excluded.count(id)) continue;
+      out.sample_ids.push_back(id);
+      out.real_tokens += lengths[static_cast<size_t>(id)];
+    }
+    // A packed row keeps its remaining samples; a row left empty is dropped.
+    if (batch.packed() && out.sample_ids.size() > kept_before) {
+      if (out.row_begin.empty()) out.row_begin.push_back(0);
+      out.row_begin.push_back(static_cast<int64_t>(out.sample_ids.size()));
+    }
   }
   out.padded_tokens = out.rows() * out.padded_length;
   return out;

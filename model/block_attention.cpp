@@ -21,10 +21,14 @@ int64_t blocks_per_chunk_for_budget(int64_t batch_size, int64_t num_heads, int64
 
 BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, const torch::Tensor& block_keep,
                                         int64_t context_length, int64_t block_size, int64_t blocks_per_chunk,
-                                        torch::Device device) {
+                                        torch::Device device, const torch::Tensor& context_begin) {
   if (anchor_positions.dim() != 2 || anchor_positions.sizes() != block_keep.sizes()) {
     throw std::invalid_argument("plan_block_attention: anchor_positions and block_keep must both be [B, N], got " +
                                 c10::str(anchor_positions.sizes()) + " and " + c10::str(block_keep.sizes()));
+  }
+  if (context_begin.defined() && context_begin.sizes() != anchor_positions.sizes()) {
+    throw std::invalid_argument("plan_block_attention: context_begin must be [B, N] like the anchors, got " +
+                                c10::str(context_begin.sizes()));
   }
   if (block_size < 1) throw std::invalid_argument("plan_block_attention: block_size must be >= 1");
   const int64_t batch = anchor_positions.size(0), num_blocks = anchor_positions.size(1);
@@ -38,6 +42,9 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
   const torch::Tensor anchors_device = anchor_positions.to(device, torch::kInt64);
   const torch::Tensor keep_device = block_keep.to(device, torch::kBool);
   const auto long_options = torch::TensorOptions().device(device).dtype(torch::kInt64);
+  const bool packed = context_begin.defined();
+  const torch::Tensor begin_cpu = packed ? context_begin.to(torch::kCPU, torch::kInt64) : torch::Tensor();
+  const torch::Tensor begin_device = packed ? context_begin.to(device, torch::kInt64) : torch::Tensor();
 
   for (int64_t first_block = 0; first_block < num_blocks; first_block += blocks_per_chunk) {
     const int64_t chunk_blocks = std::min(blocks_per_chunk, num_blocks - first_block);
@@ -45,14 +52,28 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
     // Only context strictly before the latest kept anchor of the chunk can be visible.
     const torch::Tensor kept_anchors = anchors_cpu.narrow(1, first_block, chunk_blocks)
                                            .masked_fill(keep_cpu.narrow(1, first_block, chunk_blocks).logical_not(), 0);
-    const int64_t chunk_context = std::clamp<int64_t>(kept_anchors.max().item<int64_t>(), 0, context_length);
+    const int64_t chunk_end = std::clamp<int64_t>(kept_anchors.max().item<int64_t>(), 0, context_length);
+    // Packed rows: nothing before the earliest document start of the chunk's kept blocks is visible.
+    int64_t chunk_first = 0;
+    if (packed) {
+      const torch::Tensor kept_begins =
+          begin_cpu.narrow(1, first_block, chunk_blocks)
+              .masked_fill(keep_cpu.narrow(1, first_block, chunk_blocks).logical_not(), context_length);
+      chunk_first = std::clamp<int64_t>(kept_begins.min().item<int64_t>(), 0, chunk_end);
+    }
+    const int64_t chunk_context = chunk_end - chunk_first;
 
     const torch::Tensor slot_anchor =
         anchors_device.narrow(1, first_block, chunk_blocks).repeat_interleave(block_size, 1);  // [B, Q]
     const torch::Tensor slot_keep = keep_device.narrow(1, first_block, chunk_blocks).repeat_interleave(block_size, 1);
-    const torch::Tensor context_visible =
-        (torch::arange(chunk_context, long_options).view({1, 1, chunk_context}) < slot_anchor.unsqueeze(-1)) &
-        slot_keep.unsqueeze(-1);  // [B, Q, C]
+    const torch::Tensor context_position =
+        torch::arange(chunk_first, chunk_end, long_options).view({1, 1, chunk_context});
+    torch::Tensor context_visible = (context_position < slot_anchor.unsqueeze(-1)) & slot_keep.unsqueeze(-1);  // [B, Q, C]
+    if (packed) {
+      const torch::Tensor slot_begin =
+          begin_device.narrow(1, first_block, chunk_blocks).repeat_interleave(block_size, 1);  // [B, Q]
+      context_visible = context_visible & (context_position >= slot_begin.unsqueeze(-1));
+    }
     const torch::Tensor slot_block = torch::arange(num_queries, long_options).floor_divide(block_size);  // [Q]
     // Own block, both directions. Padding rows keep it too so that softmax
     // stays finite; their outputs are zeroed through row_has_keys.
@@ -62,6 +83,7 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
     BlockAttentionChunk chunk;
     chunk.first_query = first_block * block_size;
     chunk.num_queries = num_queries;
+    chunk.context_first = chunk_first;
     chunk.context_length = chunk_context;
     chunk.visible = torch::cat({context_visible, own_block}, -1).unsqueeze(1);  // [B, 1, Q, C + Q]
     chunk.row_has_keys = slot_keep.view({batch, 1, num_queries, 1});
@@ -83,9 +105,9 @@ torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft
   for (const BlockAttentionChunk& chunk : plan.chunks) {
     const torch::Tensor chunk_q = q.narrow(2, chunk.first_query, chunk.num_queries);
     const torch::Tensor chunk_k = torch::cat(
-        {context_k.narrow(2, 0, chunk.context_length), draft_k.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
+        {context_k.narrow(2, chunk.context_first, chunk.context_length), draft_k.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
     const torch::Tensor chunk_v = torch::cat(
-        {context_v.narrow(2, 0, chunk.context_length), draft_v.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
+        {context_v.narrow(2, chunk.context_first, chunk.context_length), draft_v.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
     const torch::Tensor attended = grouped_attention(chunk_q, chunk_k, chunk_v, chunk.visible, /*causal=*/false);
     outputs.push_back(attended.masked_fill(chunk.row_has_keys.logical_not(), 0.0));  // [B, H, Q, D]
   }

@@ -14,7 +14,8 @@ namespace dflow::model {
 struct BlockAttentionChunk {
   int64_t first_query = 0;     // first draft slot of the chunk (block-aligned)
   int64_t num_queries = 0;     // draft slots in the chunk (whole blocks)
-  int64_t context_length = 0;  // keys from context positions [0, context_length)
+  int64_t context_first = 0;   // keys from context positions [context_first, context_first + context_length)
+  int64_t context_length = 0;
   torch::Tensor visible;       // [B, 1, num_queries, context_length + num_queries] bool
   torch::Tensor row_has_keys;  // [B, 1, num_queries, 1] bool; false for padding blocks
 };
@@ -29,10 +30,13 @@ struct BlockAttentionPlan {
 // copy of the anchors sizes the chunks). A kept block j sees context c iff
 // c < anchor_j and c < context_length. A padding block (keep false) sees
 // nothing: its rows come out as exact zeros (no NaN forward or backward).
-// blocks_per_chunk <= 0 puts all blocks in one chunk.
+// blocks_per_chunk <= 0 puts all blocks in one chunk. Packed rows:
+// context_begin [B, N] int64 is the first context position of each block's
+// document; block j then sees context c iff context_begin_j <= c < anchor_j,
+// and a chunk reads keys from its blocks' earliest document start on.
 BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, const torch::Tensor& block_keep,
                                         int64_t context_length, int64_t block_size, int64_t blocks_per_chunk,
-                                        torch::Device device);
+                                        torch::Device device, const torch::Tensor& context_begin = {});
 
 // Blocks per chunk: attention scores within max_scores_per_chunk elements,
 // and at most S / Bs blocks so the mostly-masked draft-to-draft part never

@@ -113,9 +113,12 @@ torch::Tensor DFlashDrafterImpl::project_features(const torch::Tensor& context_f
 }
 
 std::vector<ContextKV> DFlashDrafterImpl::context_kv(const torch::Tensor& context, int64_t first_position) {
-  const auto positions = torch::arange(first_position, first_position + context.size(1),
-                                       torch::TensorOptions().device(context.device()).dtype(torch::kInt64));
-  const RotaryTables rotary = rotary_tables(positions, spec_.head_dim, spec_.rope_theta, context.scalar_type());
+  return context_kv(context, torch::arange(first_position, first_position + context.size(1),
+                                           torch::TensorOptions().device(context.device()).dtype(torch::kInt64)));
+}
+
+std::vector<ContextKV> DFlashDrafterImpl::context_kv(const torch::Tensor& context, const torch::Tensor& positions) {
+  const RotaryTables rotary = rotary_tables(positions.to(context.device(), torch::kInt64), spec_.head_dim, spec_.rope_theta, context.scalar_type());
   std::vector<ContextKV> per_layer;
   for (size_t i = 0; i < layers->size(); ++i) {
     per_layer.push_back(layers->ptr<DraftLayerImpl>(i)->self_attn->project_context(context, rotary));
@@ -127,6 +130,17 @@ torch::Tensor DFlashDrafterImpl::forward(const torch::Tensor& context_features, 
                                          const torch::Tensor& block_positions, const BlockAttentionPlan& plan) {
   return forward_with_context_kv(context_kv(project_features(context_features), 0), block_embeddings, block_positions,
                                  plan);
+}
+
+torch::Tensor DFlashDrafterImpl::forward(const torch::Tensor& context_features, const torch::Tensor& context_positions,
+                                         const torch::Tensor& block_embeddings, const torch::Tensor& block_positions,
+                                         const BlockAttentionPlan& plan) {
+  if (context_positions.dim() != 2 || context_positions.sizes() != context_features.sizes().slice(0, 2)) {
+    throw std::invalid_argument("DFlashDrafter: context positions must be [B, S] like the context features " +
+                                c10::str(context_features.sizes()) + ", got " + c10::str(context_positions.sizes()));
+  }
+  return forward_with_context_kv(context_kv(project_features(context_features), context_positions), block_embeddings,
+                                 block_positions, plan);
 }
 
 torch::Tensor DFlashDrafterImpl::forward_with_context_kv(const std::vector<ContextKV>& context_kv_per_layer,

@@ -123,6 +123,11 @@ class DFlashDrafterImpl : public torch::nn::Module {
   // Context entries sit at positions 0 .. S-1.
   torch::Tensor forward(const torch::Tensor& context_features, const torch::Tensor& block_embeddings,
                         const torch::Tensor& block_positions, const BlockAttentionPlan& plan);
+  // Packed rows: context entry t sits at context_positions [B, S] (its
+  // position within its own sample), block positions likewise.
+  torch::Tensor forward(const torch::Tensor& context_features, const torch::Tensor& context_positions,
+                        const torch::Tensor& block_embeddings, const torch::Tensor& block_positions,
+                        const BlockAttentionPlan& plan);
 
   // The same pass over context K/V projected earlier (a drafting cache).
   torch::Tensor forward_with_context_kv(const std::vector<ContextKV>& context_kv_per_layer,
@@ -131,6 +136,8 @@ class DFlashDrafterImpl : public torch::nn::Module {
   // Per-layer context K/V for context [B, T, H] (from project_features) at
   // positions first_position .. first_position + T - 1.
   std::vector<ContextKV> context_kv(const torch::Tensor& context, int64_t first_position);
+  // The same at explicit positions [T] or [B, T].
+  std::vector<ContextKV> context_kv(const torch::Tensor& context, const torch::Tensor& positions);
 
   torch::nn::Linear fc{nullptr};
   RMSNorm hidden_norm{nullptr};

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "model/chunked_cross_entropy.hpp"
@@ -21,7 +22,8 @@ double default_loss_decay_gamma(int64_t block_size) {
 
 DraftBlocks build_draft_blocks(const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                                const torch::Tensor& lengths, const AnchorBatch& anchors, int64_t block_size,
-                               int64_t mask_token_id, double loss_decay_gamma, torch::Device device) {
+                               int64_t mask_token_id, double loss_decay_gamma, torch::Device device,
+                               const DocumentBounds* bounds) {
   const int64_t batch = input_ids.size(0), length = input_ids.size(1), blocks = anchors.blocks_per_sample();
   const auto long_options = torch::TensorOptions().device(device).dtype(torch::kInt64);
   const torch::Tensor ids = input_ids.to(device, torch::kInt64);
@@ -32,9 +34,20 @@ DraftBlocks build_draft_blocks(const torch::Tensor& input_ids, const torch::Tens
   const torch::Tensor slot = torch::arange(block_size, long_options).view({1, 1, block_size});
 
   DraftBlocks out;
-  out.block_positions = anchor.unsqueeze(-1) + slot;  // [B, N, Bs]
-  const torch::Tensor in_sample = out.block_positions < real_lengths;
-  const torch::Tensor gather_index = out.block_positions.clamp_max(length - 1).view({batch, blocks * block_size});
+  const torch::Tensor row_positions = anchor.unsqueeze(-1) + slot;  // [B, N, Bs]: where each slot's label sits in the row
+  torch::Tensor in_sample;
+  if (bounds != nullptr) {
+    // Packed: the anchor's own sample bounds the labels; RoPE positions are within that sample.
+    const torch::Tensor safe_anchor = anchor.clamp(0, length - 1);
+    const torch::Tensor sample_begin = bounds->begin.to(device).gather(1, safe_anchor).unsqueeze(-1);  // [B, N, 1]
+    const torch::Tensor sample_end = bounds->end.to(device).gather(1, safe_anchor).unsqueeze(-1);
+    in_sample = (row_positions < sample_end) & (row_positions < real_lengths);
+    out.block_positions = row_positions - sample_begin;
+  } else {
+    in_sample = row_positions < real_lengths;
+    out.block_positions = row_positions;
+  }
+  const torch::Tensor gather_index = row_positions.clamp_max(length - 1).view({batch, blocks * block_size});
   // Same-position labels: slot k predicts token[a + k], no extra shift.
   out.labels = ids.gather(1, gather_index).view({batch, blocks, block_size}).masked_fill(in_sample.logical_not(), 0);
   const torch::Tensor label_in_response = response.gather(1, gather_index).view({batch, blocks, block_size});
@@ -86,6 +99,54 @@ std::vector<double> sum_per_slot(const torch::Tensor& rows, const torch::Tensor&
   return {sums.data_ptr<double>(), sums.data_ptr<double>() + block_size};
 }
 
+
+// Packed rows: a sample never sees another, so the rows can be laid end to
+// end as one row of B * S tokens. Every kept block then sits in that one row,
+// with no padding blocks (N is the batch's anchor count, not B times the
+// fullest row's), and attention chunks of about one sample's blocks read
+// about one sample's context. The loss is the same sum over the same blocks.
+ObjectiveOutput packed_rows_end_to_end(DFlashDrafterImpl& drafter, const torch::Tensor& embedding_weight,
+                                       const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
+                                       const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
+                                       const torch::Tensor& lengths, const AnchorBatch& anchors,
+                                       ObjectiveOptions options, const PackedDocuments& documents) {
+  const int64_t rows = input_ids.size(0), length = input_ids.size(1), tokens = rows * length;
+  if (documents.document_ids.sizes() != input_ids.sizes() || documents.position_ids.sizes() != input_ids.sizes() ||
+      anchors.anchor_positions.dim() != 2 || anchors.batch_size() != rows) {
+    throw std::invalid_argument("dflash_loss: packed documents must be [B, S] like input_ids " +
+                                c10::str(input_ids.sizes()) + ", with anchors for B rows; got " +
+                                c10::str(documents.document_ids.sizes()) + ", " +
+                                c10::str(documents.position_ids.sizes()) + " and " +
+                                c10::str(anchors.anchor_positions.sizes()));
+  }
+  const torch::Tensor row_start = torch::arange(rows, torch::kInt64).mul(length).unsqueeze(1);  // [B, 1]
+  PackedDocuments flat;
+  flat.position_ids = documents.position_ids.reshape({1, tokens});
+  // Distinct ids across rows, so that neighbouring rows' documents never merge.
+  flat.document_ids =
+      (documents.document_ids.to(torch::kCPU, torch::kInt64) + row_start.mul(length + 1)).reshape({1, tokens});
+  const torch::Tensor keep = anchors.block_keep.to(torch::kCPU, torch::kBool);
+  const torch::Tensor kept = (anchors.anchor_positions.to(torch::kCPU, torch::kInt64) + row_start).masked_select(keep);
+  AnchorBatch flat_anchors;
+  const int64_t kept_count = kept.size(0);
+  flat_anchors.anchor_positions = kept_count > 0 ? kept.view({1, kept_count}) : torch::zeros({1, 1}, torch::kInt64);
+  flat_anchors.block_keep = torch::full({1, std::max<int64_t>(kept_count, 1)}, kept_count > 0, torch::kBool);
+  if (options.attention_blocks_per_chunk <= 0) {
+    // Chunks sized as for one row of S tokens (not the B * S of the end-to-end row).
+    const DrafterSpec& spec = drafter.spec();
+    options.attention_blocks_per_chunk = blocks_per_chunk_for_budget(
+        1, spec.num_attention_heads, length, spec.block_size, options.max_attention_scores_per_chunk);
+  }
+  const auto device = lengths.device();
+  ObjectiveOutput out = dflash_loss(drafter, embedding_weight, lm_head_weight,
+                                    context_features.reshape({1, tokens, context_features.size(2)}),
+                                    input_ids.reshape({1, tokens}), loss_mask.reshape({1, tokens}),
+                                    torch::full({1}, tokens, torch::TensorOptions().dtype(torch::kInt64).device(device)),
+                                    flat_anchors, options, &flat);
+  out.real_tokens = lengths.sum().item<int64_t>();
+  return out;
+}
+
 }  // namespace
 
 ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const TargetModel& target,
@@ -99,14 +160,30 @@ ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const TargetModel& targe
 ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& embedding_weight,
                             const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                             const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
-                            const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options) {
+                            const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
+                            const PackedDocuments* documents) {
+  if (documents != nullptr && input_ids.dim() == 2 && input_ids.size(0) > 1) {
+    return packed_rows_end_to_end(drafter, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask,
+                                  lengths, anchors, options, *documents);
+  }
   const DrafterSpec& spec = drafter.spec();
   check_loss_inputs(spec, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask, lengths, anchors);
   const int64_t batch = input_ids.size(0), length = input_ids.size(1), block_size = spec.block_size;
   const torch::Device device = drafter.fc->weight.device();
   const double gamma = options.loss_decay_gamma > 0.0 ? options.loss_decay_gamma : default_loss_decay_gamma(block_size);
+  std::optional<DocumentBounds> bounds;
+  torch::Tensor context_begin;  // [B, N]: first context position of each block's sample (packed rows)
+  if (documents != nullptr) {
+    if (documents->document_ids.sizes() != input_ids.sizes() || documents->position_ids.sizes() != input_ids.sizes()) {
+      throw std::invalid_argument("dflash_loss: packed documents must be [B, S] like input_ids " +
+                                  c10::str(input_ids.sizes()) + ", got " + c10::str(documents->document_ids.sizes()) +
+                                  " and " + c10::str(documents->position_ids.sizes()));
+    }
+    bounds = document_bounds(documents->document_ids);
+    context_begin = bounds->begin.gather(1, anchors.anchor_positions.to(torch::kCPU, torch::kInt64).clamp(0, length - 1));
+  }
   const DraftBlocks blocks = build_draft_blocks(input_ids, loss_mask, lengths, anchors, block_size, spec.mask_token_id,
-                                                gamma, device);
+                                                gamma, device, bounds ? &*bounds : nullptr);
   const int64_t draft_slots = anchors.blocks_per_sample() * block_size;
 
   const torch::Tensor block_embeddings =
@@ -116,10 +193,14 @@ ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& emb
           ? options.attention_blocks_per_chunk
           : blocks_per_chunk_for_budget(batch, spec.num_attention_heads, length, block_size,
                                         options.max_attention_scores_per_chunk);
-  const BlockAttentionPlan plan =
-      plan_block_attention(anchors.anchor_positions, anchors.block_keep, length, block_size, blocks_per_chunk, device);
-  const torch::Tensor hidden = drafter.forward(context_features.to(device), block_embeddings,
-                                               blocks.block_positions.view({batch, draft_slots}), plan);  // [B, N*Bs, H]
+  const BlockAttentionPlan plan = plan_block_attention(anchors.anchor_positions, anchors.block_keep, length, block_size,
+                                                       blocks_per_chunk, device, context_begin);
+  const torch::Tensor draft_positions = blocks.block_positions.view({batch, draft_slots});
+  const torch::Tensor hidden =
+      documents != nullptr
+          ? drafter.forward(context_features.to(device), documents->position_ids.to(device, torch::kInt64),
+                            block_embeddings, draft_positions, plan)
+          : drafter.forward(context_features.to(device), block_embeddings, draft_positions, plan);  // [B, N*Bs, H]
 
   // Only label-bearing slots reach the LM head.
   const torch::Tensor rows = blocks.valid.reshape({-1}).nonzero().squeeze(1);  // [P]

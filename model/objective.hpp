@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/anchors.hpp"
+#include "model/documents.hpp"
 #include "model/drafter.hpp"
 #include "model/target.hpp"
 
@@ -33,9 +34,12 @@ struct DraftBlocks {
   torch::Tensor weights;          // [B, N, Bs] float: valid * exp(-(k - 1) / gamma)
 };
 
+// Packed rows (bounds from document_bounds): block positions are within the
+// anchor's sample (a - sample start + k) and labels stop at the sample's end.
 DraftBlocks build_draft_blocks(const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                                const torch::Tensor& lengths, const AnchorBatch& anchors, int64_t block_size,
-                               int64_t mask_token_id, double loss_decay_gamma, torch::Device device);
+                               int64_t mask_token_id, double loss_decay_gamma, torch::Device device,
+                               const DocumentBounds* bounds = nullptr);
 
 struct ObjectiveOutput {
   // weighted_ce_sum / weight_sum, differentiable; exactly 0 (still
@@ -65,9 +69,14 @@ ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const TargetModel& targe
                             const ObjectiveOptions& options);
 
 // The same with the frozen embedding [V, H] and LM head [V, H] given directly.
+// Packed rows (documents given; anchors from sample_packed_anchors): each
+// block sees context of its own sample strictly before its anchor, at the
+// sample's own positions, and its labels never cross the sample's end, so
+// the loss is that of the samples run one per row with the same anchors.
 ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& embedding_weight,
                             const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                             const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
-                            const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options);
+                            const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
+                            const PackedDocuments* documents = nullptr);
 
 }  // namespace dflow::model

@@ -2,6 +2,7 @@
 #include "model/target.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace dflow::model {
@@ -36,7 +37,8 @@ KVCache TargetModel::new_cache(int64_t batch_size, int64_t capacity_tokens) cons
 }
 
 torch::Tensor TargetModel::decoder_layer(int64_t layer_index, const torch::Tensor& hidden, const RotaryTables& rotary,
-                                         KVCache* cache, int64_t cache_start) const {
+                                         KVCache* cache, int64_t cache_start,
+                                         const DocumentAttention* documents) const {
   const TargetLayerWeights& w = layers_[static_cast<size_t>(layer_index)];
   const int64_t batch = hidden.size(0), length = hidden.size(1), head_dim = config_.head_dim;
   auto project_heads = [&](const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
@@ -69,7 +71,8 @@ torch::Tensor TargetModel::decoder_layer(int64_t layer_index, const torch::Tenso
     }
     if (cache_start > 0 && length == 1) causal = false;  // one new query sees everything cached
   }
-  const torch::Tensor attended = grouped_attention(q, k, v, visible_mask, causal);  // [B, heads, S, D]
+  const torch::Tensor attended = documents != nullptr ? document_causal_attention(q, k, v, *documents)
+                                                     : grouped_attention(q, k, v, visible_mask, causal);  // [B, heads, S, D]
   const torch::Tensor merged = attended.transpose(1, 2).reshape({batch, length, config_.num_attention_heads * head_dim});
   const torch::Tensor after_attention = hidden + at::linear(merged, w.o_proj, w.o_bias);
   const torch::Tensor y = rms_norm(after_attention, w.post_attention_layernorm, config_.rms_norm_eps);
@@ -77,7 +80,7 @@ torch::Tensor TargetModel::decoder_layer(int64_t layer_index, const torch::Tenso
 }
 
 TargetOutput TargetModel::run(const torch::Tensor& input_ids, KVCache* cache, const std::vector<int64_t>& layer_ids,
-                              bool want_logits) const {
+                              bool want_logits, const PackedDocuments* documents) const {
   torch::NoGradGuard no_grad;
   if (input_ids.dim() != 2 || input_ids.scalar_type() != torch::kInt64) {
     throw std::invalid_argument("TargetModel: input_ids must be int64 [B, S], got " +
@@ -96,7 +99,21 @@ TargetOutput TargetModel::run(const torch::Tensor& input_ids, KVCache* cache, co
                             std::to_string(cache->capacity_) + " cannot take " + c10::str(input_ids.sizes()) +
                             " tokens after " + std::to_string(start));
   }
-  const auto positions = torch::arange(start, start + length, torch::TensorOptions().device(device_).dtype(torch::kInt64));
+  std::optional<DocumentAttention> document_attention;
+  torch::Tensor positions;
+  if (documents != nullptr) {
+    if (cache != nullptr || documents->position_ids.sizes() != input_ids.sizes() ||
+        documents->document_ids.sizes() != input_ids.sizes()) {
+      throw std::invalid_argument("TargetModel: packed documents need position_ids and document_ids shaped like "
+                                  "input_ids " + c10::str(input_ids.sizes()) + " and no KV cache, got " +
+                                  c10::str(documents->position_ids.sizes()) + " and " +
+                                  c10::str(documents->document_ids.sizes()));
+    }
+    positions = documents->position_ids.to(device_, torch::kInt64);  // [B, S]: restart at 0 per document
+    document_attention = prepare_document_attention(documents->document_ids, device_, dtype_);
+  } else {
+    positions = torch::arange(start, start + length, torch::TensorOptions().device(device_).dtype(torch::kInt64));
+  }
   const RotaryTables rotary = rotary_tables(positions, config_.head_dim, config_.rope_theta, dtype_);
 
   // Without logits and without a cache (which needs every layer), stop at the deepest requested layer.
@@ -108,7 +125,7 @@ TargetOutput TargetModel::run(const torch::Tensor& input_ids, KVCache* cache, co
   output.hidden_states.resize(layer_ids.size());
   torch::Tensor hidden = torch::embedding(embed_tokens_, input_ids.to(device_));  // [B, S, H]
   for (int64_t layer = 0; layer <= last_layer; ++layer) {
-    hidden = decoder_layer(layer, hidden, rotary, cache, start);
+    hidden = decoder_layer(layer, hidden, rotary, cache, start, document_attention ? &*document_attention : nullptr);
     for (size_t i = 0; i < layer_ids.size(); ++i) {
       if (layer_ids[i] == layer) output.hidden_states[i] = hidden;
     }
@@ -126,6 +143,17 @@ TargetOutput TargetModel::forward(const torch::Tensor& input_ids, const std::vec
 TargetOutput TargetModel::forward_cached(KVCache& cache, const torch::Tensor& new_input_ids,
                                          const std::vector<int64_t>& layer_ids, bool want_logits) const {
   return run(new_input_ids, &cache, layer_ids, want_logits);
+}
+
+TargetOutput TargetModel::forward(const torch::Tensor& input_ids, const PackedDocuments& documents,
+                                  const std::vector<int64_t>& layer_ids, bool want_logits) const {
+  return run(input_ids, nullptr, layer_ids, want_logits, &documents);
+}
+
+torch::Tensor TargetModel::context_features(const torch::Tensor& input_ids, const PackedDocuments& documents,
+                                            const std::vector<int64_t>& layer_ids) const {
+  if (layer_ids.empty()) throw std::invalid_argument("TargetModel::context_features: no layer ids");
+  return torch::cat(forward(input_ids, documents, layer_ids, /*want_logits=*/false).hidden_states, -1);
 }
 
 torch::Tensor TargetModel::context_features(const torch::Tensor& input_ids, const std::vector<int64_t>& layer_ids) const {

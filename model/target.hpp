@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "model/documents.hpp"
 #include "model/hf_config.hpp"
 #include "model/layers.hpp"
 
@@ -74,8 +75,16 @@ class TargetModel {
   TargetOutput forward(const torch::Tensor& input_ids, const std::vector<int64_t>& layer_ids,
                        bool want_logits) const;
 
+  // Packed rows (model/documents.hpp): each token attends only to earlier
+  // tokens of its own document, at RoPE positions documents.position_ids.
+  // A sample's states equal those of the sample alone in a row.
+  TargetOutput forward(const torch::Tensor& input_ids, const PackedDocuments& documents,
+                       const std::vector<int64_t>& layer_ids, bool want_logits) const;
+
   // cat(features of layer_ids, -1): [B, S, n * H].
   torch::Tensor context_features(const torch::Tensor& input_ids, const std::vector<int64_t>& layer_ids) const;
+  torch::Tensor context_features(const torch::Tensor& input_ids, const PackedDocuments& documents,
+                                 const std::vector<int64_t>& layer_ids) const;
 
   // Incremental decoding: prefill, then one or more tokens per call; logits
   // equal those of a full forward over the whole sequence.
@@ -99,9 +108,10 @@ class TargetModel {
 
  private:
   TargetOutput run(const torch::Tensor& input_ids, KVCache* cache, const std::vector<int64_t>& layer_ids,
-                   bool want_logits) const;
+                   bool want_logits, const PackedDocuments* documents = nullptr) const;
   torch::Tensor decoder_layer(int64_t layer_index, const torch::Tensor& hidden, const RotaryTables& rotary,
-                              KVCache* cache, int64_t cache_start) const;
+                              KVCache* cache, int64_t cache_start,
+                              const DocumentAttention* documents = nullptr) const;
 
   HFConfig config_;
   torch::Device device_ = torch::kCPU;

@@ -47,6 +47,21 @@ class DrafterStep final : public graph::FunctionBody {
     if (keep.size() == ids.size()) return out;
     out.batch.plan = data::without_samples(in.batch.plan, quarantined, run_.dataset.lengths());
     out.batch.excluded_rows += static_cast<int64_t>(ids.size() - keep.size());
+    if (in.batch.packed()) {
+      // A packed row keeps its other samples: the quarantined ones stay as
+      // documents of their own (nothing else attends to them) without a loss.
+      out.batch.loss_mask = in.batch.loss_mask.clone();
+      const auto& plan = in.batch.plan;
+      auto documents = in.batch.document_ids.to(torch::kInt64);
+      for (int64_t row = 0; row < plan.rows(); ++row) {
+        for (auto i = plan.row_begin[static_cast<size_t>(row)]; i < plan.row_begin[static_cast<size_t>(row) + 1]; ++i) {
+          if (!quarantined.count(ids[static_cast<size_t>(i)])) continue;
+          const int64_t document = i - plan.row_begin[static_cast<size_t>(row)];
+          out.batch.loss_mask[row].masked_fill_(documents[row].eq(document), 0);
+        }
+      }
+      return out;
+    }
     auto rows = torch::tensor(keep, torch::kInt64);
     out.batch.input_ids = in.batch.input_ids.index_select(0, rows);
     out.batch.loss_mask = in.batch.loss_mask.index_select(0, rows);
@@ -74,12 +89,17 @@ class DrafterStep final : public graph::FunctionBody {
     anchor_options.seed = run_.config.run.seed;
     anchor_options.epoch = position.epoch;
     anchor_options.batch_index = batch.plan.index_in_epoch;
-    auto anchors = model::sample_anchors(batch.loss_mask, batch.lengths, anchor_options);
+    // Packed rows: anchors per sample, and each sample's blocks see only that sample.
+    auto anchors = batch.packed()
+                       ? model::sample_packed_anchors(batch.loss_mask, batch.lengths, batch.document_ids, anchor_options)
+                       : model::sample_anchors(batch.loss_mask, batch.lengths, anchor_options);
 
     const auto device = run_.drafter_device;
+    const model::PackedDocuments documents{batch.packed() ? batch.position_ids.to(device) : torch::Tensor(),
+                                           batch.document_ids};
     auto result = model::dflash_loss(*state.drafter, embedding_, lm_head_, features.features,
                                      batch.input_ids.to(device), batch.loss_mask.to(device), batch.lengths.to(device),
-                                     anchors, run_.objective);
+                                     anchors, run_.objective, batch.packed() ? &documents : nullptr);
     torch::Tensor weighted_ce = result.loss_sum;  // sum(w * CE), differentiable
     double weighted_ce_sum = result.weighted_ce_sum;
     if (auto* f = run_.fault("spike", name_, position.global_step)) {
@@ -106,9 +126,9 @@ class DrafterStep final : public graph::FunctionBody {
       s.bucket_weight_sum.at(b) = result.weight_sum;
       s.bucket_real_tokens.at(b) = batch.plan.real_tokens;
     }
-    s.sample_ids = batch.plan.sample_ids;
-    auto lengths = batch.lengths.to(torch::kCPU);
-    for (int64_t r = 0; r < lengths.size(0); ++r) s.sample_lengths.push_back(lengths[r].item<int64_t>());
+    s.sample_ids = batch.plan.sample_ids;  // per sample, packed or not
+    const auto dataset_lengths = run_.dataset.lengths();
+    for (const int64_t id : batch.plan.sample_ids) s.sample_lengths.push_back(dataset_lengths[static_cast<size_t>(id)]);
     return s;
   }
 

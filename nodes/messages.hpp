@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/plan.hpp"
+#include "model/documents.hpp"
 #include "nodes/model_token.hpp"
 #include "nodes/progress.hpp"
 #include "nodes/step_record.hpp"
@@ -29,8 +30,13 @@ struct PaddedBatch {
   StepPosition position;
   torch::Tensor input_ids;  // [B, S] int64, CPU (pinned when a target is on CUDA)
   torch::Tensor loss_mask;  // [B, S] uint8
-  torch::Tensor lengths;    // [B] int64
+  torch::Tensor lengths;    // [B] int64: real tokens per row
   int64_t excluded_rows = 0;  // planned rows dropped as quarantined (by the loader)
+  // Packed batches (pad_bucket.pack) only, else undefined: several samples per row.
+  torch::Tensor position_ids;  // [B, S] int64: position within the token's sample
+  torch::Tensor document_ids;  // [B, S] int32: the token's sample within its row (padding: one more)
+  bool packed() const { return document_ids.defined(); }
+  model::PackedDocuments documents() const { return {position_ids, document_ids}; }
 };
 
 // "FeatureBatch": the target's fused context features for one micro-batch.

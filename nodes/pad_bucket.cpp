@@ -1,10 +1,11 @@
-// pad_bucket.token_budget and pad_bucket.fixed_batch: a planned batch's rows
-// collated from the memory-mapped shards straight into padded tensors (one
-// copy; pinned host memory when a target worker is on CUDA). The declared
-// kind is also the run's batching policy: the run context builds the epoch
-// plans in the matching data::BatchMode (token-budget length buckets, or a
-// fixed number of rows padded to the longest, as most peers batch), and a
-// resume with another kind is refused.
+// pad_bucket.token_budget, pad_bucket.fixed_batch and pad_bucket.pack: a
+// planned batch's rows collated from the memory-mapped shards straight into
+// padded tensors (one copy; pinned host memory when a target worker is on
+// CUDA). The declared kind is also the run's batching policy: the run context
+// builds the epoch plans in the matching data::BatchMode (token-budget length
+// buckets, a fixed number of rows padded to the longest as most peers batch,
+// or several whole samples packed per row with per-token positions and
+// document ids), and a resume with another kind is refused.
 #include "nodes/pad_bucket.hpp"
 
 #include "data/collate.hpp"
@@ -18,6 +19,13 @@ FixedBatchParams read_fixed_batch_params(config::YamlSection& params) {
   FixedBatchParams p;
   params.read("batch_size", p.batch_size);
   params.require(p.batch_size >= 1, "batch_size", "must be >= 1 (rows per micro-batch)");
+  return p;
+}
+
+PackParams read_pack_params(config::YamlSection& params) {
+  PackParams p;
+  params.read("pack_window", p.pack_window);
+  params.require(p.pack_window >= 1, "pack_window", "must be >= 1 (samples packed together, longest first)");
   return p;
 }
 
@@ -37,9 +45,15 @@ class PadBucket final : public graph::FunctionBody {
     PaddedBatch padded{loaded.plan, loaded.position, torch::empty({rows, length}, options.dtype(torch::kInt64)),
                        torch::empty({rows, length}, options.dtype(torch::kUInt8)),
                        torch::empty({rows}, options.dtype(torch::kInt32)), loaded.excluded_rows};
+    if (loaded.plan.packed()) {
+      padded.position_ids = torch::empty({rows, length}, options.dtype(torch::kInt64));
+      padded.document_ids = torch::empty({rows, length}, options.dtype(torch::kInt32));
+    }
     with_batch_context(loaded.plan, loaded.position, [&] {
       data::collate_into(run_.dataset, loaded.plan, padded.input_ids.data_ptr<int64_t>(),
-                         padded.loss_mask.data_ptr<uint8_t>(), padded.lengths.data_ptr<int32_t>(), run_.pad_token_id);
+                         padded.loss_mask.data_ptr<uint8_t>(), padded.lengths.data_ptr<int32_t>(), run_.pad_token_id,
+                         padded.packed() ? padded.position_ids.data_ptr<int64_t>() : nullptr,
+                         padded.packed() ? padded.document_ids.data_ptr<int32_t>() : nullptr);
     });
     padded.lengths = padded.lengths.to(torch::kInt64);  // [B]: a few bytes
     out.emit(graph::make_message(message.seq, message.cost, std::move(padded)));
@@ -72,6 +86,10 @@ void register_pad_bucket(graph::NodeRegistry& registry) {
   register_kind(registry, "pad_bucket.fixed_batch",
                 "params.batch_size rows per batch padded to the longest (the common baseline, for comparison)",
                 [](config::YamlSection& params) { read_fixed_batch_params(params); });
+  register_kind(registry, "pad_bucket.pack",
+                "several whole samples per row up to data.max_length (best-fit decreasing over params.pack_window "
+                "samples), rows x max_length <= data.tokens_per_batch; per-sample attention and positions",
+                [](config::YamlSection& params) { read_pack_params(params); });
 }
 
 }  // namespace dflow::nodes

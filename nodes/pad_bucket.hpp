@@ -11,4 +11,10 @@ struct FixedBatchParams {
 };
 FixedBatchParams read_fixed_batch_params(config::YamlSection& params);
 
+// pad_bucket.pack params: {pack_window: samples packed together}.
+struct PackParams {
+  int pack_window = 4096;
+};
+PackParams read_pack_params(config::YamlSection& params);
+
 }  // namespace dflow::nodes

@@ -16,7 +16,9 @@ namespace {
 }  // namespace
 
 std::string Batching::signature() const {
-  return mode == data::BatchMode::FixedBatch ? type + " {batch_size: " + std::to_string(batch_size) + "}" : type;
+  if (mode == data::BatchMode::FixedBatch) return type + " {batch_size: " + std::to_string(batch_size) + "}";
+  if (mode == data::BatchMode::Pack) return type + " {pack_window: " + std::to_string(pack_window) + "}";
+  return type;
 }
 
 Batching batching_of(const config::PipelineConfig& pipeline) {
@@ -26,11 +28,13 @@ Batching batching_of(const config::PipelineConfig& pipeline) {
     if (n.type.rfind("pad_bucket.", 0) != 0) continue;
     b.node = n.name;
     b.type = n.type;
-    b.mode = n.type == "pad_bucket.fixed_batch" ? data::BatchMode::FixedBatch : data::BatchMode::TokenBudget;
-    if (b.mode == data::BatchMode::FixedBatch) {
-      config::YamlSection params(n.params, "pipeline.nodes[" + std::to_string(i) + "].params", pipeline.origins);
-      b.batch_size = read_fixed_batch_params(params).batch_size;
-    }
+    b.mode = n.type == "pad_bucket.fixed_batch" ? data::BatchMode::FixedBatch
+             : n.type == "pad_bucket.pack"      ? data::BatchMode::Pack
+                                                : data::BatchMode::TokenBudget;
+    if (b.mode == data::BatchMode::TokenBudget) continue;
+    config::YamlSection params(n.params, "pipeline.nodes[" + std::to_string(i) + "].params", pipeline.origins);
+    if (b.mode == data::BatchMode::FixedBatch) b.batch_size = read_fixed_batch_params(params).batch_size;
+    if (b.mode == data::BatchMode::Pack) b.pack_window = read_pack_params(params).pack_window;
   }
   return b;
 }
@@ -90,6 +94,8 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
     o.tokens_per_batch = config.data.tokens_per_batch;
     o.mode = batching.mode;
     o.batch_size = batching.batch_size;
+    o.max_length = config.data.max_length;
+    o.pack_window = batching.pack_window;
     o.grad_accum = config.train.grad_accum;
     o.world_size = options.world_size;
     return o;

@@ -52,7 +52,9 @@ struct Batching {
   std::string type = "pad_bucket.token_budget";
   data::BatchMode mode = data::BatchMode::TokenBudget;
   int batch_size = 8;  // pad_bucket.fixed_batch: params.batch_size
-  // "pad_bucket.fixed_batch {batch_size: 8}": what the resume check compares.
+  int pack_window = 4096;  // pad_bucket.pack: params.pack_window
+  // "pad_bucket.fixed_batch {batch_size: 8}", "pad_bucket.pack {pack_window: 4096}":
+  // what the resume check compares.
   std::string signature() const;
 };
 // Throws ConfigError naming pipeline.nodes[i].params for bad params.

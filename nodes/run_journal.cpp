@@ -41,6 +41,10 @@ void RunJournal::step_completed(int64_t global_step) {
 
 void RunJournal::record_written(nlohmann::json record) {
   std::lock_guard lock(summary_mutex_);
+  if (record.value("kind", "") == "step") {
+    summary_.real_tokens += record.value("real_tokens", int64_t{0});
+    summary_.padded_tokens += record.value("padded_tokens", int64_t{0});
+  }
   summary_.last_record = std::move(record);
 }
 

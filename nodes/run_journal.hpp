@@ -24,6 +24,8 @@ struct RunSummary {
   std::string last_checkpoint;
   int64_t checkpoints_written = 0;
   std::vector<nlohmann::json> alarms;  // drain alarms raised
+  int64_t real_tokens = 0;    // over the step records of this invocation
+  int64_t padded_tokens = 0;
 };
 
 class RunJournal {

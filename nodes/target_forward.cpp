@@ -31,7 +31,9 @@ class TargetForward final : public graph::FunctionBody {
         return;
       }
       auto ids = batch.input_ids.to(target_.device(), non_blocking);
-      features = target_.context_features(ids, run_.feature_layer_ids)
+      // Packed rows: each sample attends only to itself, at its own positions.
+      features = (batch.packed() ? target_.context_features(ids, batch.documents(), run_.feature_layer_ids)
+                                 : target_.context_features(ids, run_.feature_layer_ids))
                      .to(run_.drafter_device, run_.drafter_dtype, non_blocking);  // the drafter's fc reads them in its dtype
     });
     FeatureBatch result{std::move(batch), std::move(features), replica_};

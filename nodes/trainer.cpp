@@ -106,6 +106,9 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   result.alarms = summary.alarms;
   result.last_eval = summary.last_eval;
   result.best_eval = summary.best_eval;
+  result.batching = run.batching.signature();
+  result.real_tokens = summary.real_tokens;
+  result.padded_tokens = summary.padded_tokens;
   return result;
 }
 
@@ -126,6 +129,10 @@ std::string summarize(const TrainResult& r) {
       out << "; best " << r.best_eval["mean_tau"].get<double>() << " at step " << r.best_eval["global_step"]
           << " (checkpoints/best)";
   }
+  if (r.padded_tokens > 0)
+    out << std::setprecision(1) << "\n  batching " << r.batching << ": padding efficiency "
+        << 100.0 * static_cast<double>(r.real_tokens) / static_cast<double>(r.padded_tokens) << "% (" << r.real_tokens
+        << " real of " << r.padded_tokens << " padded tokens)";
   out << "\n  metrics: " << r.metrics_path;
   out << "\n  checkpoint: " << (r.last_checkpoint.empty() ? "(none written by this invocation)" : r.last_checkpoint);
   if (!r.telemetry.is_null()) out << "\n" << report::summary_table(r.telemetry);

@@ -20,6 +20,9 @@ struct TrainResult {
   std::vector<nlohmann::json> alarms;   // drain alarms raised during the run
   nlohmann::json last_eval;    // the eval node's latest and best records (empty without one)
   nlohmann::json best_eval;
+  std::string batching;        // the pad_bucket node's kind and params
+  int64_t real_tokens = 0;     // over this invocation's steps
+  int64_t padded_tokens = 0;
 };
 
 // Sets the thread counts from run.threads / run.torch_threads, builds and runs

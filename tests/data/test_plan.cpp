@@ -245,7 +245,7 @@ TEST_CASE("Plan.RefusesOptionsThatCannotWork") {
   CHECK_THROWS_WITH_AS(build_epoch_plan(lengths, kFingerprint, options), doctest::Contains("increasing"), DataError);
   CHECK_THROWS_WITH_AS(build_epoch_plan(std::vector<int32_t>{}, kFingerprint, budget_options()),
                        doctest::Contains("no samples"), DataError);
-  CHECK_THROWS_WITH_AS(parse_batch_mode("fixed"), doctest::Contains("'token_budget' or 'fixed_batch'"), DataError);
+  CHECK_THROWS_WITH_AS(parse_batch_mode("fixed"), doctest::Contains("'token_budget', 'fixed_batch' or 'pack'"), DataError);
 }
 
 TEST_CASE("Plan.BatchMeasuresAreCarriedByEachBatch") {

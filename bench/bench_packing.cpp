@@ -1,0 +1,94 @@
+// Training throughput with packing against token-budget buckets: the same
+// data, model and config through the whole declared graph, one run each in
+// one process, differing only in the pipeline's pad node
+// (pad_bucket.token_budget vs pad_bucket.pack). Real (unpadded) tokens per
+// second over the steps' own time (sum of step_s: model loading excluded).
+//
+// The two alternate ROUNDS times (so that load from other processes hits
+// both alike); the table gives each one's median round.
+//
+//   build/bench/bench_packing [EPOCHS] [ROUNDS]   (default 1 and 3; run from
+//   the repo root after `build/dflow train` has created runs/demo/target and
+//   runs/demo/data)
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/config.hpp"
+#include "config/log.hpp"
+#include "nodes/trainer.hpp"
+
+using namespace dflow;
+
+namespace {
+
+struct Measured {
+  int64_t steps = 0, real_tokens = 0, padded_tokens = 0;
+  double step_s = 0;
+  double tokens_per_s() const { return step_s > 0 ? static_cast<double>(real_tokens) / step_s : 0.0; }
+  double efficiency() const { return padded_tokens > 0 ? static_cast<double>(real_tokens) / padded_tokens : 0.0; }
+};
+
+Measured train_with(const std::string& pad_type, const std::filesystem::path& out_dir, int epochs) {
+  auto config = config::load_config("", {"run.out_dir=" + out_dir.string(), "metrics.sinks=[jsonl]",
+                                         "checkpoint.every_steps=0", "run.log_level=warn",
+                                         "train.epochs=" + std::to_string(epochs)});
+  for (auto& n : config.pipeline.nodes) {
+    if (n.name == "pad") n.type = pad_type;
+  }
+  // No periodic evaluation: only training steps are timed.
+  auto& p = config.pipeline;
+  std::erase_if(p.nodes, [](const auto& n) { return n.type == "eval.tau"; });
+  std::erase_if(p.edges, [](const auto& e) { return e.to.rfind("eval", 0) == 0; });
+  torch::set_num_threads(config.run.torch_threads);
+  const auto result = nodes::run_training(config, {});
+  Measured m;
+  std::ifstream in(result.metrics_path);
+  for (std::string line; std::getline(in, line);) {
+    auto r = nlohmann::json::parse(line);
+    if (r.value("kind", "") != "step") continue;
+    m.steps += 1;
+    m.real_tokens += r["real_tokens"].get<int64_t>();
+    m.padded_tokens += r["padded_tokens"].get<int64_t>();
+    m.step_s += r["time"]["step_s"].get<double>();
+  }
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int epochs = argc > 1 ? std::atoi(argv[1]) : 1;
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
+  const auto base = std::filesystem::temp_directory_path() / "dflow-bench-packing";
+  log::set_level("warn");
+  std::vector<Measured> budget_rounds, packed_rounds;
+  for (int round = 0; round < rounds; ++round) {
+    std::filesystem::remove_all(base);
+    budget_rounds.push_back(train_with("pad_bucket.token_budget", base / "token_budget", epochs));
+    packed_rounds.push_back(train_with("pad_bucket.pack", base / "pack", epochs));
+    std::printf("round %d: real tok/s token_budget %.0f, pack %.0f\n", round, budget_rounds.back().tokens_per_s(),
+                packed_rounds.back().tokens_per_s());
+  }
+  auto median = [](std::vector<Measured> all) {
+    std::sort(all.begin(), all.end(), [](const Measured& a, const Measured& b) { return a.tokens_per_s() < b.tokens_per_s(); });
+    return all[all.size() / 2];
+  };
+  const Measured budget = median(budget_rounds), packed = median(packed_rounds);
+  std::printf("%-24s %6s %12s %12s %10s %12s\n", "batching", "steps", "real tokens", "padded", "padding", "real tok/s");
+  for (const auto& [name, m] : {std::pair{"pad_bucket.token_budget", budget}, std::pair{"pad_bucket.pack", packed}}) {
+    std::printf("%-24s %6lld %12lld %12lld %9.1f%% %12.0f\n", name, static_cast<long long>(m.steps),
+                static_cast<long long>(m.real_tokens), static_cast<long long>(m.padded_tokens), 100 * m.efficiency(),
+                m.tokens_per_s());
+  }
+  std::printf("real tokens/s, pack / token_budget (medians of %d rounds): %.3f\n", rounds,
+              packed.tokens_per_s() / budget.tokens_per_s());
+  std::filesystem::remove_all(base);
+  return 0;
+}

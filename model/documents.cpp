@@ -1,0 +1,146 @@
+#include "model/documents.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "model/layers.hpp"
+
+namespace dflow::model {
+
+namespace {
+
+void check_documents(const torch::Tensor& document_ids) {
+  if (document_ids.dim() != 2) {
+    throw std::invalid_argument("packed documents: document_ids must be [B, S], got " +
+                                c10::str(document_ids.sizes()));
+  }
+}
+
+}  // namespace
+
+DocumentAttention prepare_document_attention(const torch::Tensor& document_ids, torch::Device device,
+                                             torch::Dtype dtype) {
+  check_documents(document_ids);
+  DocumentAttention out;
+  const bool flash_dtype = dtype == torch::kBFloat16 || dtype == torch::kFloat16;
+  if (device.is_cuda() && flash_dtype) {
+    // Each document of each row is one sequence of the flattened [B * S] tokens.
+    const torch::Tensor ids = document_ids.to(torch::kCPU, torch::kInt64).contiguous();
+    const int64_t rows = ids.size(0), length = ids.size(1);
+    const int64_t* id = ids.data_ptr<int64_t>();
+    std::vector<int32_t> starts;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t t = 0; t < length; ++t) {
+        if (t == 0 || id[r * length + t] != id[r * length + t - 1]) starts.push_back(static_cast<int32_t>(r * length + t));
+      }
+    }
+    starts.push_back(static_cast<int32_t>(rows * length));
+    for (size_t i = 1; i < starts.size(); ++i)
+      out.max_document_length = std::max<int64_t>(out.max_document_length, starts[i] - starts[i - 1]);
+    out.cu_seqlens = torch::tensor(starts, torch::kInt32).to(device);
+    return out;
+  }
+  const torch::Tensor ids = document_ids.to(device, torch::kInt64);
+  const int64_t length = ids.size(1);
+  const auto long_options = torch::TensorOptions().device(device).dtype(torch::kInt64);
+  const torch::Tensor causal = torch::arange(length, long_options).unsqueeze(0) <=
+                               torch::arange(length, long_options).unsqueeze(1);  // [S, S]: key <= query
+  out.visible = (ids.unsqueeze(2) == ids.unsqueeze(1)).logical_and(causal).unsqueeze(1);  // [B, 1, S, S]
+  return out;
+}
+
+torch::Tensor document_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                        const DocumentAttention& documents) {
+  if (!documents.varlen()) return grouped_attention(q, k, v, documents.visible, /*causal=*/false);
+  // Flash attention's variable-length kernel: [total, heads, D], grouped KV heads natively.
+  const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2), head_dim = q.size(3);
+  auto flat = [&](const torch::Tensor& x) { return x.transpose(1, 2).reshape({batch * length, x.size(1), head_dim}); };
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const auto result = at::_flash_attention_forward(flat(q), flat(k), flat(v), documents.cu_seqlens,
+                                                   documents.cu_seqlens, documents.max_document_length,
+                                                   documents.max_document_length, /*dropout_p=*/0.0,
+                                                   /*is_causal=*/true, /*return_debug_mask=*/false, scale);
+  return std::get<0>(result).view({batch, length, heads, head_dim}).transpose(1, 2);
+}
+
+DocumentBounds document_bounds(const torch::Tensor& document_ids) {
+  check_documents(document_ids);
+  const torch::Tensor ids = document_ids.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t rows = ids.size(0), length = ids.size(1);
+  DocumentBounds bounds{torch::empty({rows, length}, torch::kInt64), torch::empty({rows, length}, torch::kInt64)};
+  const int64_t* id = ids.data_ptr<int64_t>();
+  int64_t* begin = bounds.begin.data_ptr<int64_t>();
+  int64_t* end = bounds.end.data_ptr<int64_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = r * length;
+    int64_t first = 0;
+    while (first < length) {
+      int64_t last = first + 1;
+      while (last < length && id[row + last] == id[row + first]) ++last;
+      std::fill(begin + row + first, begin + row + last, first);
+      std::fill(end + row + first, end + row + last, last);
+      first = last;
+    }
+  }
+  return bounds;
+}
+
+AnchorBatch sample_packed_anchors(const torch::Tensor& loss_mask, const torch::Tensor& lengths,
+                                  const torch::Tensor& document_ids, const AnchorSamplingOptions& options) {
+  if (loss_mask.dim() != 2 || loss_mask.sizes() != document_ids.sizes() || lengths.dim() != 1 ||
+      lengths.size(0) != loss_mask.size(0)) {
+    throw std::invalid_argument("sample_packed_anchors: need loss_mask and document_ids [B, S] and lengths [B], got " +
+                                c10::str(loss_mask.sizes()) + ", " + c10::str(document_ids.sizes()) + " and " +
+                                c10::str(lengths.sizes()));
+  }
+  if (options.anchors_per_sequence < 1) {
+    throw std::invalid_argument("sample_packed_anchors: anchors_per_sequence must be >= 1, got " +
+                                std::to_string(options.anchors_per_sequence));
+  }
+  const int64_t rows = loss_mask.size(0);
+  const DocumentBounds bounds = document_bounds(document_ids);
+  const torch::Tensor lengths_cpu = lengths.to(torch::kCPU, torch::kInt64);
+  const torch::Tensor mask_cpu = loss_mask.to(torch::kCPU);
+  std::vector<std::vector<int64_t>> chosen(static_cast<size_t>(rows));
+  const auto document_end = bounds.end.accessor<int64_t, 2>();
+  int64_t sample_index = 0;  // among the batch's samples, in row order
+  int64_t blocks_per_sample = 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t real_length = lengths_cpu[r].item<int64_t>();
+    auto& row_anchors = chosen[static_cast<size_t>(r)];
+    for (int64_t first = 0; first < real_length;) {
+      const int64_t last = document_end[r][first];
+      // The unpacked rule on the sample alone, shifted to where it sits in the row.
+      std::vector<int64_t> candidates = anchor_candidates(mask_cpu[r].narrow(0, first, last - first), last - first);
+      const auto take = std::min<size_t>(candidates.size(), static_cast<size_t>(options.anchors_per_sequence));
+      AnchorRng rng(options.seed, options.epoch, options.batch_index, sample_index);
+      for (size_t i = 0; i < take; ++i) {
+        const size_t j = i + static_cast<size_t>(rng.below(candidates.size() - i));
+        std::swap(candidates[i], candidates[j]);
+      }
+      candidates.resize(take);
+      std::sort(candidates.begin(), candidates.end());
+      for (const int64_t a : candidates) row_anchors.push_back(first + a);
+      ++sample_index;
+      first = last;
+    }
+    blocks_per_sample = std::max<int64_t>(blocks_per_sample, static_cast<int64_t>(row_anchors.size()));
+  }
+  AnchorBatch anchors;
+  anchors.anchor_positions = torch::zeros({rows, blocks_per_sample}, torch::kInt64);
+  anchors.block_keep = torch::zeros({rows, blocks_per_sample}, torch::kBool);
+  auto positions = anchors.anchor_positions.accessor<int64_t, 2>();
+  auto keep = anchors.block_keep.accessor<bool, 2>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto& row_anchors = chosen[static_cast<size_t>(r)];
+    for (size_t i = 0; i < row_anchors.size(); ++i) {
+      positions[r][static_cast<int64_t>(i)] = row_anchors[i];
+      keep[r][static_cast<int64_t>(i)] = true;
+    }
+  }
+  return anchors;
+}
+
+}  // namespace dflow::model

@@ -1,0 +1,59 @@
+// Packed rows: several samples ("documents") laid out one after another in a
+// row (data/collate.hpp). A token attends only to earlier tokens of its own
+// document, RoPE positions restart at 0 per document, and DFlash anchors,
+// context and labels stay inside the anchor's document, so a packed sample is
+// computed as it would be alone in a row.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "model/anchors.hpp"
+
+namespace dflow::model {
+
+struct PackedDocuments {
+  torch::Tensor position_ids;  // [B, S] int64: position within the token's document, from 0
+  torch::Tensor document_ids;  // [B, S] int32/int64: the token's document within its row, increasing;
+                               // padding after a row's samples is one more document
+};
+
+// Per-document causal attention, prepared once per forward and shared by
+// every layer. CUDA with half/bfloat16: cumulative document lengths over the
+// flattened rows for flash attention's variable-length kernel (no mask is
+// built). Elsewhere: a [B, 1, S, S] bool mask (same document, key <= query)
+// for scaled_dot_product_attention.
+struct DocumentAttention {
+  torch::Tensor visible;        // [B, 1, S, S] bool, mask path
+  torch::Tensor cu_seqlens;     // [D + 1] int32, varlen path: document starts over B * S tokens
+  int64_t max_document_length = 0;
+  bool varlen() const { return cu_seqlens.defined(); }
+};
+DocumentAttention prepare_document_attention(const torch::Tensor& document_ids, torch::Device device,
+                                             torch::Dtype dtype);
+
+// q [B, H, S, D], k/v [B, KVH, S, D] -> [B, H, S, D], each token attending to
+// the tokens of its own document up to itself.
+torch::Tensor document_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                        const DocumentAttention& documents);
+
+// Per token: the first position of its document in the row and one past its
+// last, [B, S] int64 on CPU.
+struct DocumentBounds {
+  torch::Tensor begin;
+  torch::Tensor end;
+};
+DocumentBounds document_bounds(const torch::Tensor& document_ids);
+
+// Anchors of packed rows: each sample of a row draws its anchors as
+// sample_anchors draws them for a row of its own (strictly inside the
+// sample's response), with the RNG stream of its index among the batch's
+// samples in row order, so the same samples unpacked, one per row in that
+// order, draw the same anchors. lengths [B]: real tokens per row (the
+// documents from there on are padding). A row's anchors are in increasing
+// order; N = the most anchors of any row.
+AnchorBatch sample_packed_anchors(const torch::Tensor& loss_mask, const torch::Tensor& lengths,
+                                  const torch::Tensor& document_ids, const AnchorSamplingOptions& options);
+
+}  // namespace dflow::model

@@ -1,0 +1,236 @@
+// Packed rows: several samples per row must compute exactly what the samples
+// compute alone (target features, anchors, loss, gradients), and no token of
+// one sample may reach another sample's loss.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "model/documents.hpp"
+#include "model/objective.hpp"
+#include "model_fixtures.hpp"
+
+using namespace dflow::model;
+
+namespace {
+
+// Three samples; unpacked one per row (padded to 20), packed as rows
+// [s0 s1 | pad] and [s2 | pad], both 22 tokens wide.
+struct PackedRig {
+  const std::vector<int64_t> sample_lengths{13, 9, 20};
+  const std::vector<std::vector<int64_t>> rows{{0, 1}, {2}};
+  static constexpr int64_t kPackedLength = 22;
+  std::vector<torch::Tensor> tokens, masks;  // per sample
+  torch::Tensor unpacked_ids, unpacked_mask, unpacked_lengths;
+  torch::Tensor packed_ids, packed_mask, packed_lengths;
+  PackedDocuments documents;
+
+  explicit PackedRig(uint64_t seed = 5) {
+    torch::manual_seed(static_cast<int64_t>(seed));
+    for (const int64_t length : sample_lengths) {
+      tokens.push_back(torch::randint(0, 500, {length}, torch::kInt64));
+      auto mask = torch::ones({length}, torch::kUInt8);
+      mask.narrow(0, 0, length / 3).zero_();  // the prompt
+      masks.push_back(mask);
+    }
+    build();
+  }
+
+  // (Re)lays out the tensors from tokens / masks.
+  void build() {
+    const auto count = static_cast<int64_t>(sample_lengths.size());
+    unpacked_ids = torch::zeros({count, 20}, torch::kInt64);
+    unpacked_mask = torch::zeros({count, 20}, torch::kUInt8);
+    unpacked_lengths = torch::tensor(sample_lengths, torch::kInt64);
+    for (int64_t s = 0; s < count; ++s) {
+      unpacked_ids[s].narrow(0, 0, sample_lengths[s]).copy_(tokens[s]);
+      unpacked_mask[s].narrow(0, 0, sample_lengths[s]).copy_(masks[s]);
+    }
+    const auto row_count = static_cast<int64_t>(rows.size());
+    packed_ids = torch::zeros({row_count, kPackedLength}, torch::kInt64);
+    packed_mask = torch::zeros({row_count, kPackedLength}, torch::kUInt8);
+    documents.position_ids = torch::zeros({row_count, kPackedLength}, torch::kInt64);
+    documents.document_ids = torch::zeros({row_count, kPackedLength}, torch::kInt32);
+    std::vector<int64_t> row_lengths;
+    for (int64_t r = 0; r < row_count; ++r) {
+      int64_t used = 0, document = 0;
+      for (const int64_t s : rows[static_cast<size_t>(r)]) {
+        const int64_t length = sample_lengths[s];
+        packed_ids[r].narrow(0, used, length).copy_(tokens[s]);
+        packed_mask[r].narrow(0, used, length).copy_(masks[s]);
+        documents.position_ids[r].narrow(0, used, length).copy_(torch::arange(length));
+        documents.document_ids[r].narrow(0, used, length).fill_(document++);
+        used += length;
+      }
+      documents.position_ids[r].narrow(0, used, kPackedLength - used).copy_(torch::arange(kPackedLength - used));
+      documents.document_ids[r].narrow(0, used, kPackedLength - used).fill_(document);
+      row_lengths.push_back(used);
+    }
+    packed_lengths = torch::tensor(row_lengths, torch::kInt64);
+  }
+
+  // Where sample s sits in the packed batch: (row, first token).
+  std::pair<int64_t, int64_t> place(int64_t sample) const {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      int64_t used = 0;
+      for (const int64_t s : rows[r]) {
+        if (s == sample) return {static_cast<int64_t>(r), used};
+        used += sample_lengths[s];
+      }
+    }
+    return {-1, -1};
+  }
+};
+
+const TargetModel& tiny_target() {
+  static const TargetModel target = TargetModel::load(dflow::model::testing::tiny_target_dir());
+  return target;
+}
+
+DFlashDrafter make_drafter() {
+  DrafterOptions options;
+  options.num_layers = 2;
+  options.block_size = 8;
+  options.num_target_features = 2;
+  DFlashDrafter drafter(make_drafter_spec(tiny_target().config(), options), 3);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(9);
+  for (auto& p : drafter->parameters()) p.add_(torch::randn_like(p) * 0.1);  // away from the near-identity init
+  return drafter;
+}
+
+AnchorSamplingOptions anchor_options() {
+  AnchorSamplingOptions options;
+  options.anchors_per_sequence = 5;  // fewer than the candidates: which ones are drawn matters
+  options.seed = 77;
+  options.epoch = 1;
+  options.batch_index = 4;
+  return options;
+}
+
+double max_relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  const double scale = std::max(b.abs().max().item<double>(), 1e-30);
+  return (a - b).abs().max().item<double>() / scale;
+}
+
+struct LossAndGradients {
+  double loss = 0;
+  std::vector<torch::Tensor> gradients;
+};
+
+LossAndGradients run_loss(DFlashDrafterImpl& drafter, const torch::Tensor& features, const torch::Tensor& ids,
+                          const torch::Tensor& mask, const torch::Tensor& lengths, const AnchorBatch& anchors,
+                          const PackedDocuments* documents, int64_t blocks_per_chunk = 0) {
+  drafter.zero_grad();
+  ObjectiveOptions options;
+  options.attention_blocks_per_chunk = blocks_per_chunk;
+  const auto& target = tiny_target();
+  auto out = dflash_loss(drafter, target.embedding_weight(), target.lm_head_weight(), features, ids, mask, lengths,
+                         anchors, options, documents);
+  out.loss.backward();
+  LossAndGradients result{out.loss.item<double>(), {}};
+  for (const auto& p : drafter.parameters()) result.gradients.push_back(p.grad().clone());
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("Pack.TargetFeaturesOfAPackedSampleEqualTheSampleAlone") {
+  torch::set_num_threads(1);
+  PackedRig rig;
+  const auto& target = tiny_target();
+  const std::vector<int64_t> layers{0, 2, 3};
+  const auto alone = target.context_features(rig.unpacked_ids, layers);
+  const auto packed = target.context_features(rig.packed_ids, rig.documents, layers);
+  for (int64_t s = 0; s < 3; ++s) {
+    const auto [row, first] = rig.place(s);
+    const auto length = rig.sample_lengths[static_cast<size_t>(s)];
+    CAPTURE(s);
+    CHECK(max_relative_difference(packed[row].narrow(0, first, length), alone[s].narrow(0, 0, length)) < 1e-5);
+  }
+  // Without the document layout, sample 1 would see sample 0: the test can tell.
+  const auto leaky = target.context_features(rig.packed_ids, layers);
+  CHECK(max_relative_difference(leaky[0].narrow(0, 13, 9), alone[1].narrow(0, 0, 9)) > 1e-3);
+}
+
+TEST_CASE("Pack.AnchorsArePerSampleAndMatchTheSamplesUnpacked") {
+  PackedRig rig;
+  const auto packed = sample_packed_anchors(rig.packed_mask, rig.packed_lengths, rig.documents.document_ids,
+                                            anchor_options());
+  const auto alone = sample_anchors(rig.unpacked_mask, rig.unpacked_lengths, anchor_options());
+  std::vector<int64_t> from_packed, from_alone;
+  for (int64_t r = 0; r < packed.batch_size(); ++r)
+    for (int64_t j = 0; j < packed.blocks_per_sample(); ++j)
+      if (packed.block_keep[r][j].item<bool>()) from_packed.push_back(packed.anchor_positions[r][j].item<int64_t>());
+  for (int64_t s = 0; s < 3; ++s) {
+    const auto [row, first] = rig.place(s);
+    for (int64_t j = 0; j < alone.blocks_per_sample(); ++j)
+      if (alone.block_keep[s][j].item<bool>()) from_alone.push_back(first + alone.anchor_positions[s][j].item<int64_t>());
+  }
+  CHECK(from_packed == from_alone);
+  CHECK(packed.num_anchors() == 15);
+  // Strictly inside one sample's response: never on a sample's last token.
+  const auto bounds = document_bounds(rig.documents.document_ids);
+  for (int64_t r = 0; r < packed.batch_size(); ++r)
+    for (int64_t j = 0; j < packed.blocks_per_sample(); ++j) {
+      if (!packed.block_keep[r][j].item<bool>()) continue;
+      const int64_t a = packed.anchor_positions[r][j].item<int64_t>();
+      CHECK(a + 1 < bounds.end[r][a].item<int64_t>());
+      CHECK(rig.packed_mask[r][a].item<int>() == 1);
+      CHECK(rig.packed_mask[r][a + 1].item<int>() == 1);
+    }
+}
+
+TEST_CASE("Pack.LossAndGradientsEqualTheSamplesRunUnpacked") {
+  torch::set_num_threads(1);
+  PackedRig rig;
+  auto drafter = make_drafter();
+  const auto& target = tiny_target();
+  const auto& layers = drafter->spec().target_layer_ids;
+  const auto alone_features = target.context_features(rig.unpacked_ids, layers);
+  const auto packed_features = target.context_features(rig.packed_ids, rig.documents, layers);
+  const auto alone_anchors = sample_anchors(rig.unpacked_mask, rig.unpacked_lengths, anchor_options());
+  const auto packed_anchors = sample_packed_anchors(rig.packed_mask, rig.packed_lengths, rig.documents.document_ids,
+                                                    anchor_options());
+  const auto alone = run_loss(*drafter, alone_features, rig.unpacked_ids, rig.unpacked_mask, rig.unpacked_lengths,
+                              alone_anchors, nullptr);
+  for (const int64_t blocks_per_chunk : {0, 2, 3}) {
+    CAPTURE(blocks_per_chunk);
+    const auto packed = run_loss(*drafter, packed_features, rig.packed_ids, rig.packed_mask, rig.packed_lengths,
+                                 packed_anchors, &rig.documents, blocks_per_chunk);
+    CHECK(alone.loss > 0.1);
+    CHECK(std::abs(packed.loss - alone.loss) <= 1e-5 * std::abs(alone.loss));
+    REQUIRE(packed.gradients.size() == alone.gradients.size());
+    for (size_t i = 0; i < alone.gradients.size(); ++i) {
+      CAPTURE(i);
+      CHECK(max_relative_difference(packed.gradients[i], alone.gradients[i]) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("Pack.ATokenOfOneSampleCannotChangeAnotherSamplesLoss") {
+  torch::set_num_threads(1);
+  auto drafter = make_drafter();
+  const auto& target = tiny_target();
+  const auto& layers = drafter->spec().target_layer_ids;
+  // Only sample 1 (the second of row 0) carries a loss.
+  auto loss_of = [&](PackedRig& rig) {
+    rig.masks[0].zero_();
+    rig.masks[2].zero_();
+    rig.build();
+    const auto features = target.context_features(rig.packed_ids, rig.documents, layers);
+    const auto anchors = sample_packed_anchors(rig.packed_mask, rig.packed_lengths, rig.documents.document_ids,
+                                               anchor_options());
+    return run_loss(*drafter, features, rig.packed_ids, rig.packed_mask, rig.packed_lengths, anchors, &rig.documents, 2);
+  };
+  PackedRig rig;
+  const auto reference = loss_of(rig);
+  PackedRig neighbour_changed;
+  neighbour_changed.tokens[0][11] = (neighbour_changed.tokens[0][11].item<int64_t>() + 1) % 500;  // sample 0, just before sample 1
+  neighbour_changed.tokens[2][3] = (neighbour_changed.tokens[2][3].item<int64_t>() + 7) % 500;
+  const auto after = loss_of(neighbour_changed);
+  CHECK(after.loss == reference.loss);  // bit-identical
+  for (size_t i = 0; i < reference.gradients.size(); ++i) CHECK(torch::equal(after.gradients[i], reference.gradients[i]));
+  PackedRig own_changed;  // a token of sample 1 itself does change it: the check above can fail
+  own_changed.tokens[1][2] = (own_changed.tokens[1][2].item<int64_t>() + 1) % 500;
+  CHECK(loss_of(own_changed).loss != reference.loss);
+}
