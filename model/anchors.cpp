@@ -57,31 +57,39 @@ AnchorBatch sample_anchors(const torch::Tensor& loss_mask, const torch::Tensor& 
   const torch::Tensor lengths_cpu = lengths.to(torch::kCPU, torch::kInt64);
   const torch::Tensor loss_mask_cpu = loss_mask.to(torch::kCPU);
   std::vector<std::vector<int64_t>> chosen(static_cast<size_t>(batch));
-  int64_t blocks_per_sample = 1;
   for (int64_t b = 0; b < batch; ++b) {
-    std::vector<int64_t> candidates = anchor_candidates(loss_mask_cpu[b], lengths_cpu[b].item<int64_t>());
-    const auto take = std::min<size_t>(candidates.size(), static_cast<size_t>(options.anchors_per_sequence));
-    // Partial Fisher-Yates: the first `take` entries are a uniform sample without replacement.
     AnchorRng rng(options.seed, options.epoch, options.batch_index, b);
-    for (size_t i = 0; i < take; ++i) {
-      const size_t j = i + static_cast<size_t>(rng.below(candidates.size() - i));
-      std::swap(candidates[i], candidates[j]);
-    }
-    candidates.resize(take);
-    std::sort(candidates.begin(), candidates.end());
-    blocks_per_sample = std::max<int64_t>(blocks_per_sample, static_cast<int64_t>(take));
-    chosen[static_cast<size_t>(b)] = std::move(candidates);
+    chosen[static_cast<size_t>(b)] = draw_anchors(anchor_candidates(loss_mask_cpu[b], lengths_cpu[b].item<int64_t>()),
+                                                  options.anchors_per_sequence, rng);
   }
+  return anchor_batch(chosen);
+}
 
+std::vector<int64_t> draw_anchors(std::vector<int64_t> candidates, int64_t anchors_per_sequence, AnchorRng& rng) {
+  const auto take = std::min<size_t>(candidates.size(), static_cast<size_t>(anchors_per_sequence));
+  // Partial Fisher-Yates: the first `take` entries are a uniform sample without replacement.
+  for (size_t i = 0; i < take; ++i) {
+    const size_t j = i + static_cast<size_t>(rng.below(candidates.size() - i));
+    std::swap(candidates[i], candidates[j]);
+  }
+  candidates.resize(take);
+  std::sort(candidates.begin(), candidates.end());
+  return candidates;
+}
+
+AnchorBatch anchor_batch(const std::vector<std::vector<int64_t>>& rows) {
+  int64_t blocks_per_sample = 1;
+  for (const auto& row : rows) blocks_per_sample = std::max<int64_t>(blocks_per_sample, static_cast<int64_t>(row.size()));
+  const auto batch = static_cast<int64_t>(rows.size());
   AnchorBatch anchors;
   anchors.anchor_positions = torch::zeros({batch, blocks_per_sample}, torch::kInt64);
   anchors.block_keep = torch::zeros({batch, blocks_per_sample}, torch::kBool);
   auto positions = anchors.anchor_positions.accessor<int64_t, 2>();
   auto keep = anchors.block_keep.accessor<bool, 2>();
   for (int64_t b = 0; b < batch; ++b) {
-    const auto& sample = chosen[static_cast<size_t>(b)];
-    for (size_t i = 0; i < sample.size(); ++i) {
-      positions[b][static_cast<int64_t>(i)] = sample[i];
+    const auto& row = rows[static_cast<size_t>(b)];
+    for (size_t i = 0; i < row.size(); ++i) {
+      positions[b][static_cast<int64_t>(i)] = row[i];
       keep[b][static_cast<int64_t>(i)] = true;
     }
   }

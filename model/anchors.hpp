@@ -36,6 +36,16 @@ std::vector<int64_t> anchor_candidates(const torch::Tensor& loss_mask_row, int64
 AnchorBatch sample_anchors(const torch::Tensor& loss_mask, const torch::Tensor& lengths,
                            const AnchorSamplingOptions& options);
 
+class AnchorRng;
+
+// Up to `anchors_per_sequence` of `candidates` drawn without replacement
+// (partial Fisher-Yates with `rng`), sorted.
+std::vector<int64_t> draw_anchors(std::vector<int64_t> candidates, int64_t anchors_per_sequence, AnchorRng& rng);
+
+// One row of blocks per entry of `rows` (anchor positions, sorted), filled
+// with padding blocks up to the longest row (at least one block).
+AnchorBatch anchor_batch(const std::vector<std::vector<int64_t>>& rows);
+
 // The RNG behind sample_anchors: splitmix64 seeded from the four keys.
 class AnchorRng {
  public:

@@ -106,41 +106,21 @@ AnchorBatch sample_packed_anchors(const torch::Tensor& loss_mask, const torch::T
   std::vector<std::vector<int64_t>> chosen(static_cast<size_t>(rows));
   const auto document_end = bounds.end.accessor<int64_t, 2>();
   int64_t sample_index = 0;  // among the batch's samples, in row order
-  int64_t blocks_per_sample = 1;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t real_length = lengths_cpu[r].item<int64_t>();
     auto& row_anchors = chosen[static_cast<size_t>(r)];
     for (int64_t first = 0; first < real_length;) {
       const int64_t last = document_end[r][first];
       // The unpacked rule on the sample alone, shifted to where it sits in the row.
-      std::vector<int64_t> candidates = anchor_candidates(mask_cpu[r].narrow(0, first, last - first), last - first);
-      const auto take = std::min<size_t>(candidates.size(), static_cast<size_t>(options.anchors_per_sequence));
       AnchorRng rng(options.seed, options.epoch, options.batch_index, sample_index);
-      for (size_t i = 0; i < take; ++i) {
-        const size_t j = i + static_cast<size_t>(rng.below(candidates.size() - i));
-        std::swap(candidates[i], candidates[j]);
-      }
-      candidates.resize(take);
-      std::sort(candidates.begin(), candidates.end());
-      for (const int64_t a : candidates) row_anchors.push_back(first + a);
+      const auto drawn = draw_anchors(anchor_candidates(mask_cpu[r].narrow(0, first, last - first), last - first),
+                                      options.anchors_per_sequence, rng);
+      for (const int64_t a : drawn) row_anchors.push_back(first + a);
       ++sample_index;
       first = last;
     }
-    blocks_per_sample = std::max<int64_t>(blocks_per_sample, static_cast<int64_t>(row_anchors.size()));
   }
-  AnchorBatch anchors;
-  anchors.anchor_positions = torch::zeros({rows, blocks_per_sample}, torch::kInt64);
-  anchors.block_keep = torch::zeros({rows, blocks_per_sample}, torch::kBool);
-  auto positions = anchors.anchor_positions.accessor<int64_t, 2>();
-  auto keep = anchors.block_keep.accessor<bool, 2>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const auto& row_anchors = chosen[static_cast<size_t>(r)];
-    for (size_t i = 0; i < row_anchors.size(); ++i) {
-      positions[r][static_cast<int64_t>(i)] = row_anchors[i];
-      keep[r][static_cast<int64_t>(i)] = true;
-    }
-  }
-  return anchors;
+  return anchor_batch(chosen);
 }
 
 }  // namespace dflow::model
