@@ -24,15 +24,37 @@ void check_options(const PrepareOptions& options) {
   }
 }
 
-void count_written(PrepareReport& report, const ParsedSample& sample) {
+}  // namespace
+
+void count_written(PrepareReport& report, std::span<const int32_t> input_ids, std::span<const uint8_t> loss_mask,
+                   bool truncated) {
   report.samples_written += 1;
-  report.truncated += sample.truncated ? 1 : 0;
-  report.tokens_written += static_cast<int64_t>(sample.input_ids.size());
-  report.response_tokens_written +=
-      std::accumulate(sample.loss_mask.begin(), sample.loss_mask.end(), int64_t{0});
+  report.truncated += truncated ? 1 : 0;
+  report.tokens_written += static_cast<int64_t>(input_ids.size());
+  report.response_tokens_written += std::accumulate(loss_mask.begin(), loss_mask.end(), int64_t{0});
 }
 
-}  // namespace
+void for_each_sample_line(std::istream& input, const std::filesystem::path& path, PrepareReport& report,
+                          const std::function<std::optional<Rejection>(const std::string&, int64_t)>& parse,
+                          const std::function<void()>& accept) {
+  std::string line;
+  for (int64_t line_number = 1; std::getline(input, line); ++line_number) {
+    if (is_blank(line)) {
+      report.blank_lines += 1;
+      continue;
+    }
+    report.lines_read += 1;
+    if (auto rejection = parse(line, line_number)) {
+      report.rejected_by_reason[static_cast<size_t>(rejection->reason)] += 1;
+      report.rejections.push_back(std::move(*rejection));
+      continue;
+    }
+    accept();
+  }
+  if (input.bad()) {
+    throw DataError(fmt::format("{}: read error after {} lines", path.string(), report.lines_read + report.blank_lines));
+  }
+}
 
 int64_t PrepareReport::rejected() const {
   return std::accumulate(rejected_by_reason.begin(), rejected_by_reason.end(), int64_t{0});
@@ -75,25 +97,13 @@ PrepareReport prepare_jsonl(const PrepareOptions& options) {
                                                          options.overwrite});
   const SampleRules rules{options.max_length, options.too_long, options.vocab_size};
   ParsedSample sample;
-  std::string line;
-  for (int64_t line_number = 1; std::getline(input, line); ++line_number) {
-    if (is_blank(line)) {
-      report.blank_lines += 1;
-      continue;
-    }
-    report.lines_read += 1;
-    if (auto rejection = parse_jsonl_sample(line, line_number, rules, sample)) {
-      report.rejected_by_reason[static_cast<size_t>(rejection->reason)] += 1;
-      report.rejections.push_back(std::move(*rejection));
-      continue;
-    }
-    writer.add(sample.input_ids, sample.loss_mask);
-    count_written(report, sample);
-  }
-  if (input.bad()) {
-    throw DataError(fmt::format("{}: read error after {} lines", options.input_path.string(),
-                                report.lines_read + report.blank_lines));
-  }
+  for_each_sample_line(
+      input, options.input_path, report,
+      [&](const std::string& line, int64_t line_number) { return parse_jsonl_sample(line, line_number, rules, sample); },
+      [&] {
+        writer.add(sample.input_ids, sample.loss_mask);
+        count_written(report, sample.input_ids, sample.loss_mask, sample.truncated);
+      });
   if (report.samples_written == 0) {
     throw DataError(fmt::format("{}: no sample accepted, nothing written to {}\n{}", options.input_path.string(),
                                 options.out_dir.string(), report.summary()));

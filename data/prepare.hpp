@@ -5,6 +5,10 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <istream>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +44,17 @@ struct PrepareReport {
   // Counts on one line, then up to `max_listed` rejections, one per line.
   std::string summary(size_t max_listed = 20) const;
 };
+
+// The line loop every prepare shares (token ids here, conversations in
+// text/): blank lines are counted and skipped; every other line goes to
+// `parse`, which returns its rejection (recorded in the report) or nullopt,
+// and then `accept` writes the sample. A read error throws naming `path`.
+void for_each_sample_line(std::istream& input, const std::filesystem::path& path, PrepareReport& report,
+                          const std::function<std::optional<Rejection>(const std::string& line, int64_t line_number)>& parse,
+                          const std::function<void()>& accept);
+// Counts one written sample into the report.
+void count_written(PrepareReport& report, std::span<const int32_t> input_ids, std::span<const uint8_t> loss_mask,
+                   bool truncated);
 
 // Throws DataError when the input cannot be read, the output cannot be
 // written, or no line is accepted (the message then carries the summary).

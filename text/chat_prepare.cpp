@@ -20,10 +20,6 @@ using data::RejectReason;
 using data::Rejection;
 using nlohmann::json;
 
-bool is_blank(std::string_view line) {
-  return std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
-}
-
 // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." -> "parse error at column 5: ..."
 std::string parse_error_text(std::string message) {
   if (const auto end = message.find("] "); !message.empty() && message.front() == '[' && end != std::string::npos) {
@@ -106,30 +102,19 @@ data::PrepareReport prepare_chats(const ChatPrepareOptions& options) {
     if (!jsonl) throw data::DataError(fmt::format("{}: cannot write", options.out_jsonl.string()));
   }
   ChatSample sample;
-  std::vector<int32_t> ids;
-  std::string line;
-  for (int64_t line_number = 1; std::getline(input, line); ++line_number) {
-    if (is_blank(line)) {
-      report.blank_lines += 1;
-      continue;
-    }
-    report.lines_read += 1;
-    bool truncated = false;
-    if (auto rejection = encode_line(line, line_number, *tokenizer, chat_template, options, sample, truncated)) {
-      report.rejected_by_reason[static_cast<size_t>(rejection->reason)] += 1;
-      report.rejections.push_back(std::move(*rejection));
-      continue;
-    }
-    writer.add(sample.input_ids, sample.loss_mask);
-    if (jsonl.is_open()) {
-      jsonl << json{{"input_ids", sample.input_ids}, {"loss_mask", sample.loss_mask}}.dump() << "\n";
-    }
-    report.samples_written += 1;
-    report.truncated += truncated ? 1 : 0;
-    report.tokens_written += static_cast<int64_t>(sample.input_ids.size());
-    report.response_tokens_written += std::accumulate(sample.loss_mask.begin(), sample.loss_mask.end(), int64_t{0});
-  }
-  if (input.bad()) throw data::DataError(fmt::format("{}: read error", options.input_path.string()));
+  bool truncated = false;
+  data::for_each_sample_line(
+      input, options.input_path, report,
+      [&](const std::string& line, int64_t line_number) {
+        truncated = false;
+        return encode_line(line, line_number, *tokenizer, chat_template, options, sample, truncated);
+      },
+      [&] {
+        writer.add(sample.input_ids, sample.loss_mask);
+        if (jsonl.is_open())
+          jsonl << json{{"input_ids", sample.input_ids}, {"loss_mask", sample.loss_mask}}.dump() << "\n";
+        data::count_written(report, sample.input_ids, sample.loss_mask, truncated);
+      });
   if (report.samples_written == 0) {
     throw data::DataError(fmt::format("{}: no conversation accepted, nothing written to {}\n{}",
                                       options.input_path.string(), options.out_dir.string(), report.summary()));
