@@ -2,7 +2,7 @@
 // the step all-reduce do this in every multi-rank run): every caller gets the
 // same plan a single thread would, each plan is built once, and a plan held
 // by a caller stays valid after the cache has moved on. Run under
-// ThreadSanitizer by tools/tsan_check.sh.
+// ThreadSanitizer by tools/sanitize.sh thread.
 #include <doctest/doctest.h>
 
 #include <atomic>

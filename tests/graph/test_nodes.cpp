@@ -9,6 +9,7 @@
 #include "config/errors.hpp"
 #include "graph/builtin_nodes.hpp"
 #include "graph/description.hpp"
+#include "time_scale.hpp"
 
 namespace dflow::graph::testing {
 
@@ -21,8 +22,11 @@ void raise_max(A& max, V value) {
   }
 }
 
+// Simulated work, stretched under sanitizers so that it still outweighs the
+// runtime's own (instrumented) cost as it does in a normal build.
 void sleep_us(int64_t us) {
-  if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+  const auto stretched = static_cast<int64_t>(static_cast<double>(us) * dflow::testing::time_scale());
+  if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(stretched));
 }
 
 // Counts a body as running for its whole call (checked after run() returns).

@@ -69,7 +69,7 @@ TEST_CASE("Cli.Train.exception_in_target_forward_names_node_and_batch") {
   CHECK(o.output.find("node 'target'") != std::string::npos);
   CHECK(o.output.find("batch 15 of epoch 0 (step 16") != std::string::npos);  // the batch
   CHECK(o.output.find("injected fault") != std::string::npos);
-  CHECK(seconds < 60);
+  CHECK(seconds < 60 * testing::time_scale());
   // The last good checkpoint is intact, and nothing partial looks valid.
   auto kept = train::list_checkpoints(dir / "checkpoints");
   REQUIRE_FALSE(kept.empty());
@@ -90,7 +90,7 @@ TEST_CASE("Cli.Train.sigkill_while_writing_a_checkpoint_keeps_latest_valid") {
   REQUIRE(pid > 0);
   // Wait until step-10 is half written (its temporary directory exists).
   bool half_written = false;
-  for (int i = 0; i < 1200 && !half_written; ++i) {
+  for (int i = 0; i < testing::scaled(1200) && !half_written; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (fs::exists(dir / "checkpoints"))
       for (const auto& e : fs::directory_iterator(dir / "checkpoints"))
@@ -153,7 +153,7 @@ TEST_CASE("Cli.Train.live_view_answers_during_the_run") {
   int pid = 0;
   std::ifstream(dir / "pid") >> pid;
   std::string metrics;
-  for (int i = 0; i < 300 && metrics.find("dflow_global_step") == std::string::npos; ++i) {
+  for (int i = 0; i < testing::scaled(300) && metrics.find("dflow_global_step") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     FILE* pipe = ::popen(("curl -s http://" + address + "/metrics").c_str(), "r");
     metrics.clear();

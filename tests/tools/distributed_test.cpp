@@ -144,7 +144,7 @@ TEST_CASE("Dist.Failure.a_killed_rank_makes_the_other_exit_naming_it") {
                           "; wait $!; echo $? > " + (dir / ("exit" + r)).string() + ") &";
     REQUIRE(std::system(command.c_str()) == 0);
     int pid = 0;
-    for (int i = 0; i < 100 && pid == 0; ++i) {
+    for (int i = 0; i < testing::scaled(100) && pid == 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       std::ifstream(dir / ("pid" + r)) >> pid;
     }
@@ -154,7 +154,7 @@ TEST_CASE("Dist.Failure.a_killed_rank_makes_the_other_exit_naming_it") {
   const int rank0 = start(0), rank1 = start(1);
   // Wait (at most 60 s) until 4 steps are recorded (step-3 saved), then kill rank 1.
   size_t records = 0;
-  for (int i = 0; i < 600 && records < 4; ++i) {
+  for (int i = 0; i < testing::scaled(600) && records < 4; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     records = testing::step_records(dir).size();
   }
@@ -162,7 +162,7 @@ TEST_CASE("Dist.Failure.a_killed_rank_makes_the_other_exit_naming_it") {
   REQUIRE(records >= 4);
   // Rank 0 must exit non-zero on its own, within the timeout (10 s) plus margin.
   int exit_code = -1;
-  for (int i = 0; i < 300 && exit_code < 0; ++i) {
+  for (int i = 0; i < testing::scaled(300) && exit_code < 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::ifstream(dir / "exit0") >> exit_code;
   }

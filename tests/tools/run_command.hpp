@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <string>
 
+#include "time_scale.hpp"
+
 namespace dflow::testing {
 
 struct Outcome {
@@ -15,11 +17,12 @@ struct Outcome {
 };
 
 // `limit_s` > 0: the command is killed (SIGKILL) after that many seconds, so
-// a hang fails the test instead of stalling the suite.
+// a hang fails the test instead of stalling the suite (stretched by
+// time_scale()).
 inline Outcome run_command(const std::string& command, int limit_s = 0) {
   Outcome o;
   const std::string line =
-      (limit_s > 0 ? "timeout -s KILL " + std::to_string(limit_s) + " " : std::string()) + command + " 2>&1";
+      (limit_s > 0 ? "timeout -s KILL " + std::to_string(scaled(limit_s)) + " " : std::string()) + command + " 2>&1";
   FILE* pipe = ::popen(line.c_str(), "r");
   REQUIRE(pipe != nullptr);
   char buffer[4096];
