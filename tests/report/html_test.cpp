@@ -31,7 +31,8 @@ TEST_CASE("Report.Html.DrawsEveryDeclaredNodeAndEdgeAndNeedsNoNetwork") {
     const std::string html = render_html(load_run(dir));
     CHECK(count(html, "class=\"node\"") == 10);
     CHECK(count(html, "class=\"edge\"") == 11);
-    for (const auto& e : test::default_graph(2)["edges"]) {
+    const auto graph = test::default_graph(2);  // a loop over a member of a temporary reads freed memory
+    for (const auto& e : graph["edges"]) {
       std::string name = e["name"];
       name = std::regex_replace(name, std::regex(">"), "&gt;");
       CHECK_MESSAGE(count(html, "data-edge=\"" + name + "\"") == 1, name);
