@@ -1,0 +1,41 @@
+// safetensors headers (model/safetensors_header.cpp, the torch-free part of
+// SafetensorsFile): the input is the whole file. Only std::runtime_error may
+// come out; every accepted entry must lie inside the data section and span
+// exactly shape * dtype bytes, which is what SafetensorsFile::tensor relies
+// on when it hands out a tensor over the mapped bytes (touched here, so ASan
+// sees any read outside the input).
+#include <cstdlib>
+#include <vector>
+
+#include "fuzz/fuzz_common.hpp"
+#include "model/safetensors_header.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace dflow::model;
+  // A heap copy of exactly `size` bytes: reads past the end are ASan reports.
+  std::vector<uint8_t> file(data, data + size);
+  SafetensorsHeader header;
+  try {
+    header = parse_safetensors_header("fuzz.safetensors", file.data(), file.size());
+  } catch (const std::runtime_error&) {
+    return 0;
+  }
+  if (header.data_section_offset_bytes > size) std::abort();
+  const uint64_t data_size = size - header.data_section_offset_bytes;
+  volatile uint8_t sink = 0;
+  for (const auto& [name, entry] : header.entries) {
+    if (entry.data_begin_bytes > entry.data_end_bytes || entry.data_end_bytes > data_size) std::abort();
+    // The element count the shape says, as a tensor of that shape would hold
+    // it (with a guard against the product overflowing, which must not pass).
+    unsigned __int128 numel = 1;
+    for (const int64_t dim : entry.shape) {
+      if (dim < 0) std::abort();
+      numel *= static_cast<uint64_t>(dim);
+      if (numel > (static_cast<unsigned __int128>(1) << 64)) numel = static_cast<unsigned __int128>(1) << 64;
+    }
+    if (numel * entry.element_bytes != entry.data_end_bytes - entry.data_begin_bytes) std::abort();
+    const uint8_t* bytes = file.data() + header.data_section_offset_bytes + entry.data_begin_bytes;
+    for (uint64_t i = 0; i < entry.data_end_bytes - entry.data_begin_bytes; ++i) sink = sink ^ bytes[i];
+  }
+  return 0;
+}
