@@ -1,7 +1,9 @@
 // safetensors header validation, torch-free (see safetensors_header.hpp).
 #include "model/safetensors_header.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace dflow::model {
@@ -37,21 +39,24 @@ SafetensorsHeaderEntry parse_entry(const std::filesystem::path& path, const std:
   const auto& shape = value["shape"];
   const auto& offsets = value["data_offsets"];
   if (!shape.is_array()) throw entry_error("shape is not an array");
-  bool has_zero_dim = false;
   for (const auto& dim : shape) {
     if (!dim.is_number_integer() || dim.get<int64_t>() < 0) {
       throw entry_error("shape " + shape.dump() + " has a dimension that is not a non-negative integer");
     }
     entry.shape.push_back(dim.get<int64_t>());
-    has_zero_dim = has_zero_dim || dim.get<int64_t>() == 0;
   }
   // The element count and byte size must not wrap around 2^64: a shape such
   // as [2^62, 4] would otherwise "need" 0 bytes, pass the span check with
-  // empty offsets, and make tensor() allocate (or map) 2^64 elements.
-  uint64_t numel = has_zero_dim ? 0 : 1;
-  for (const int64_t dim : has_zero_dim ? std::vector<int64_t>{} : entry.shape) {
-    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dim), &numel)) {
-      throw entry_error("shape " + shape.dump() + " has more than 2^64 elements");
+  // empty offsets, and make tensor() allocate (or map) 2^64 elements. The
+  // bound is torch's: its strides are products of the dimensions (a 0 counted
+  // as 1) and must fit in int64, so [2^62, 2^62, 0] is refused too.
+  uint64_t numel = 1;
+  uint64_t stride_bound = 1;
+  for (const int64_t dim : entry.shape) {
+    numel *= static_cast<uint64_t>(dim);  // cannot wrap: bounded by stride_bound
+    if (__builtin_mul_overflow(stride_bound, static_cast<uint64_t>(std::max<int64_t>(dim, 1)), &stride_bound) ||
+        stride_bound > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      throw entry_error("shape " + shape.dump() + " is too large: the product of its dimensions exceeds 2^63 - 1");
     }
   }
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||

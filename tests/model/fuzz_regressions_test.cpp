@@ -54,16 +54,19 @@ TEST_CASE("Model.SafetensorsFuzz.ShapeWhoseSizeWrapsAroundIsRefused") {
   const auto path = dir.path() / "wrap.safetensors";
   write_raw(path, R"({"w": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", 0);
   auto message = open_error(path);
-  CHECK_MESSAGE(message.find("tensor 'w': shape [4611686018427387904,4] has more than 2^64 elements") !=
-                    std::string::npos,
+  CHECK_MESSAGE(message.find("tensor 'w': shape [4611686018427387904,4] is too large: the product of its "
+                             "dimensions exceeds 2^63 - 1") != std::string::npos,
                 message);
   // Elements fit, bytes do not: 2^62 F32 values are 2^64 bytes.
   write_raw(path, R"({"w": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 0]}})", 0);
   message = open_error(path);
   CHECK_MESSAGE(message.find("of dtype F32 needs more than 2^64 bytes") != std::string::npos, message);
-  // A zero dimension makes any other size harmless.
-  write_raw(path, R"({"w": {"dtype": "F32", "shape": [4611686018427387904, 4611686018427387904, 0], )"
+  // torch's bound: strides (products of the dimensions, a 0 counted as 1)
+  // must fit in int64, even when a dimension is 0 and there are no elements.
+  write_raw(path, R"({"w": {"dtype": "F32", "shape": [0, 4611686018427387904, 4611686018427387904], )"
                   R"("data_offsets": [0, 0]}})", 0);
+  CHECK(open_error(path).find("is too large") != std::string::npos);
+  write_raw(path, R"({"w": {"dtype": "F32", "shape": [0, 2147483648, 2147483648], "data_offsets": [0, 0]}})", 0);
   SafetensorsFile file(path);
   CHECK(file.tensor("w").numel() == 0);
 }
