@@ -3,7 +3,7 @@
 // come out; every accepted entry must lie inside the data section and span
 // exactly shape * dtype bytes, which is what SafetensorsFile::tensor relies
 // on when it hands out a tensor over the mapped bytes (touched here, so ASan
-// sees any read outside the input).
+// sees any read outside the input), and the shape must be one torch accepts.
 #include <cstdlib>
 #include <vector>
 
@@ -25,13 +25,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   volatile uint8_t sink = 0;
   for (const auto& [name, entry] : header.entries) {
     if (entry.data_begin_bytes > entry.data_end_bytes || entry.data_end_bytes > data_size) std::abort();
-    // The element count the shape says, as a tensor of that shape would hold
-    // it (with a guard against the product overflowing, which must not pass).
-    unsigned __int128 numel = 1;
+    // The element count the shape says, and torch's bound on a shape (its
+    // strides, products of the dimensions with 0 counted as 1, fit in int64):
+    // a header that passes must give a tensor torch can make.
+    unsigned __int128 numel = 1, strides = 1;
     for (const int64_t dim : entry.shape) {
       if (dim < 0) std::abort();
       numel *= static_cast<uint64_t>(dim);
-      if (numel > (static_cast<unsigned __int128>(1) << 64)) numel = static_cast<unsigned __int128>(1) << 64;
+      strides *= static_cast<uint64_t>(dim > 0 ? dim : 1);
+      if (strides > static_cast<unsigned __int128>(INT64_MAX)) std::abort();
     }
     if (numel * entry.element_bytes != entry.data_end_bytes - entry.data_begin_bytes) std::abort();
     const uint8_t* bytes = file.data() + header.data_section_offset_bytes + entry.data_begin_bytes;
