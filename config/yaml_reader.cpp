@@ -33,7 +33,7 @@ SourceMark YamlSection::mark_of(const std::string& key) const {
   if (has(key)) {
     // Point at the key itself for unknown keys; at the value otherwise.
     for (auto it = node_.begin(); it != node_.end(); ++it)
-      if (it->first.as<std::string>() == key) return mark_for(it->first, key_path(key), *origins_);
+      if (it->first.IsScalar() && it->first.Scalar() == key) return mark_for(it->first, key_path(key), *origins_);
   }
   return mark_for(node_, path_, *origins_);
 }
@@ -60,7 +60,13 @@ std::string YamlSection::suggestion(const std::string& key) const {
 void YamlSection::finish() const {
   if (!node_ || !node_.IsMap()) return;
   for (auto it = node_.begin(); it != node_.end(); ++it) {
-    auto key = it->first.as<std::string>();
+    // YAML allows a list or a mapping as a key (`[a]: 1`, `? {a: 1}`); no
+    // dflow key is one, and yaml-cpp's as<std::string>() would throw without a mark.
+    if (!it->first.IsScalar()) {
+      const std::string got = it->first.IsSequence() ? "a list" : it->first.IsMap() ? "a mapping" : "nothing";
+      throw ConfigError(mark_for(it->first, path_, *origins_), path_, "expected a key name, got " + got);
+    }
+    const std::string& key = it->first.Scalar();
     if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
     throw ConfigError(mark_for(it->first, key_path(key), *origins_), "",
                       "unknown key '" + key_path(key) + "'" + suggestion(key));

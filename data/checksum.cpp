@@ -75,12 +75,14 @@ uint64_t xxhash64(const void* bytes, size_t size_bytes, uint64_t seed) {
     h = seed + kPrime5;
   }
   h += static_cast<uint64_t>(size_bytes);
-  while (p + 8 <= end) {
+  // Compared as distances: for an empty input p and end may be null, and
+  // null + 8 is undefined behaviour.
+  while (end - p >= 8) {
     h ^= round(0, read64(p));
     h = std::rotl(h, 27) * kPrime1 + kPrime4;
     p += 8;
   }
-  if (p + 4 <= end) {
+  if (end - p >= 4) {
     h ^= static_cast<uint64_t>(read32(p)) * kPrime1;
     h = std::rotl(h, 23) * kPrime2 + kPrime3;
     p += 4;

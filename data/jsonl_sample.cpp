@@ -125,7 +125,8 @@ std::optional<Rejection> parse_jsonl_sample(std::string_view line, int64_t line_
   json document;
   try {
     document = json::parse(line);
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {
+    // parse_error, and out_of_range 406 for a number too large for a double (1E400)
     return reject(line_number, RejectReason::BadJson, without_exception_tag(error.what()));
   }
   const json* ids = nullptr;

@@ -39,6 +39,15 @@ void check_header(const std::filesystem::path& path, const format::IndexHeader& 
     refuse(path, offsetof(format::IndexHeader, header_bytes),
            fmt::format("header size {} bytes, expected {}", header.header_bytes, sizeof header));
   }
+  // Counts the file cannot hold are refused before any size is computed from
+  // them: num_samples * 12 wraps around 2^64 for a large enough count and could
+  // then pass the size check below.
+  if (header.num_shards > file_bytes / sizeof(format::ShardEntry) ||
+      header.num_samples > file_bytes / (sizeof(int32_t) + sizeof(uint64_t))) {
+    refuse(path, offsetof(format::IndexHeader, num_shards),
+           fmt::format("header says {} shards and {} samples, more than the file's {} bytes can hold",
+                       header.num_shards, header.num_samples, file_bytes));
+  }
   const uint64_t expected_body = format::index_body_bytes(header.num_shards, header.num_samples);
   if (header.body_bytes != expected_body) {
     refuse(path, offsetof(format::IndexHeader, body_bytes),
@@ -59,7 +68,7 @@ void check_header(const std::filesystem::path& path, const format::IndexHeader& 
 template <typename T>
 const unsigned char* copy_array(const unsigned char* p, std::vector<T>& out, uint64_t count) {
   out.resize(count);
-  std::memcpy(out.data(), p, count * sizeof(T));
+  if (count != 0) std::memcpy(out.data(), p, count * sizeof(T));  // an empty vector's data() may be null
   return p + count * sizeof(T);
 }
 
@@ -68,7 +77,8 @@ void check_consistency(const std::filesystem::path& path, const ShardIndex& inde
   for (size_t s = 0; s < index.shards.size(); ++s) {
     const auto& shard = index.shards[s];
     const uint64_t entry_offset = sizeof header + s * sizeof(format::ShardEntry);
-    if (shard.first_sample != next_sample || shard.first_sample + shard.num_samples > index.lengths.size()) {
+    // (num_samples compared with what is left, not first_sample + num_samples: that sum can wrap)
+    if (shard.first_sample != next_sample || shard.num_samples > index.lengths.size() - next_sample) {
       refuse(path, entry_offset, fmt::format("shard {} covers samples that do not follow the previous shard", s));
     }
     uint64_t tokens = 0;
@@ -106,11 +116,16 @@ int64_t ShardIndex::num_tokens() const {
 void write_shard_index(const std::filesystem::path& path, const ShardIndex& index) {
   std::vector<unsigned char> body(format::index_body_bytes(index.shards.size(), index.lengths.size()), 0);
   unsigned char* p = body.data();
-  std::memcpy(p, index.shards.data(), index.shards.size() * sizeof(format::ShardEntry));
+  // memcpy with a null pointer is undefined even for zero bytes, and an empty
+  // dataset's vectors (and body) may have null data().
+  auto put = [&p](const void* from, size_t bytes) {
+    if (bytes != 0) std::memcpy(p, from, bytes);
+  };
+  put(index.shards.data(), index.shards.size() * sizeof(format::ShardEntry));
   p += index.shards.size() * sizeof(format::ShardEntry);
-  std::memcpy(p, index.lengths.data(), index.lengths.size() * sizeof(int32_t));
+  put(index.lengths.data(), index.lengths.size() * sizeof(int32_t));
   p += format::align8(index.lengths.size() * sizeof(int32_t));
-  std::memcpy(p, index.record_checksums.data(), index.record_checksums.size() * sizeof(uint64_t));
+  put(index.record_checksums.data(), index.record_checksums.size() * sizeof(uint64_t));
 
   format::IndexHeader header{};
   std::memcpy(header.magic, format::kIndexMagic, sizeof header.magic);

@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "model/safetensors_header.hpp"
+
 namespace dflow::model {
 
 static_assert(std::endian::native == std::endian::little,
@@ -32,7 +34,7 @@ constexpr DtypeName kDtypeNames[] = {
 };
 
 std::runtime_error file_error(const std::filesystem::path& path, const std::string& what) {
-  return std::runtime_error("safetensors file '" + path.string() + "': " + what);
+  return safetensors_file_error(path, what);
 }
 
 }  // namespace
@@ -41,8 +43,8 @@ torch::Dtype safetensors_dtype_to_torch(const std::string& dtype_name) {
   for (const auto& entry : kDtypeNames) {
     if (dtype_name == entry.name) return entry.dtype;
   }
-  throw std::runtime_error("unknown safetensors dtype '" + dtype_name +
-                           "' (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
+  throw std::runtime_error("unknown safetensors dtype '" + dtype_name + "' (supported: " +
+                           kSafetensorsDtypeList + ")");
 }
 
 std::string torch_dtype_to_safetensors(torch::Dtype dtype) {
@@ -92,94 +94,21 @@ class FileMapping {
   uint64_t size_bytes_ = 0;
 };
 
-namespace {
-
-SafetensorsEntry parse_entry(const std::filesystem::path& path, const std::string& name,
-                             const nlohmann::json& value, uint64_t data_size_bytes) {
-  auto entry_error = [&](const std::string& what) {
-    return file_error(path, "tensor '" + name + "': " + what);
-  };
-  if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") ||
-      !value.contains("data_offsets")) {
-    throw entry_error("header entry must be an object with dtype, shape and data_offsets");
-  }
-  SafetensorsEntry entry;
-  entry.name = name;
-  if (!value["dtype"].is_string()) throw entry_error("dtype is not a string");
-  entry.dtype_name = value["dtype"].get<std::string>();
-  try {
-    entry.dtype = safetensors_dtype_to_torch(entry.dtype_name);
-  } catch (const std::runtime_error& e) {
-    throw entry_error(e.what());
-  }
-  const auto& shape = value["shape"];
-  const auto& offsets = value["data_offsets"];
-  if (!shape.is_array()) throw entry_error("shape is not an array");
-  uint64_t numel = 1;
-  for (const auto& dim : shape) {
-    if (!dim.is_number_integer() || dim.get<int64_t>() < 0) {
-      throw entry_error("shape " + shape.dump() + " has a dimension that is not a non-negative integer");
-    }
-    entry.shape.push_back(dim.get<int64_t>());
-    numel *= dim.get<uint64_t>();
-  }
-  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-      !offsets[1].is_number_unsigned()) {
-    throw entry_error("data_offsets must be two non-negative integers, got " + offsets.dump());
-  }
-  entry.data_begin_bytes = offsets[0].get<uint64_t>();
-  entry.data_end_bytes = offsets[1].get<uint64_t>();
-  if (entry.data_begin_bytes > entry.data_end_bytes || entry.data_end_bytes > data_size_bytes) {
-    throw entry_error("data_offsets " + offsets.dump() + " fall outside the file's data section of " +
-                      std::to_string(data_size_bytes) + " bytes (file truncated or header corrupt)");
-  }
-  const uint64_t expected_bytes = numel * c10::elementSize(entry.dtype);
-  const uint64_t span_bytes = entry.data_end_bytes - entry.data_begin_bytes;
-  if (span_bytes != expected_bytes) {
-    throw entry_error("data_offsets " + offsets.dump() + " span " + std::to_string(span_bytes) +
-                      " bytes but shape " + shape.dump() + " of dtype " + entry.dtype_name +
-                      " needs " + std::to_string(expected_bytes) + " bytes");
-  }
-  return entry;
-}
-
-}  // namespace
-
 SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
     : path_(path), mapping_(std::make_shared<FileMapping>(path)) {
-  const uint64_t file_size_bytes = mapping_->size_bytes();
-  if (file_size_bytes < 8) {
-    throw file_error(path, "truncated: " + std::to_string(file_size_bytes) +
-                               " bytes, shorter than the 8-byte header length");
-  }
-  uint64_t header_size_bytes = 0;
-  std::memcpy(&header_size_bytes, mapping_->data(), 8);
-  if (header_size_bytes > file_size_bytes - 8) {
-    throw file_error(path, "truncated: header length " + std::to_string(header_size_bytes) +
-                               " needs " + std::to_string(8 + header_size_bytes) +
-                               " bytes but the file has " + std::to_string(file_size_bytes));
-  }
-  data_section_offset_bytes_ = 8 + header_size_bytes;
-  const uint64_t data_size_bytes = file_size_bytes - data_section_offset_bytes_;
-
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(reinterpret_cast<const char*>(mapping_->data()) + 8,
-                                   reinterpret_cast<const char*>(mapping_->data()) + 8 + header_size_bytes);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw file_error(path, std::string("header is not valid JSON: ") + e.what());
-  }
-  if (!header.is_object()) throw file_error(path, "header is not a JSON object");
-  for (const auto& [name, value] : header.items()) {
-    if (name == "__metadata__") {
-      if (!value.is_object()) throw file_error(path, "__metadata__ is not an object");
-      for (const auto& [key, text] : value.items()) {
-        if (!text.is_string()) throw file_error(path, "__metadata__ value of '" + key + "' is not a string");
-        metadata_[key] = text.get<std::string>();
-      }
-      continue;
-    }
-    entries_.emplace(name, parse_entry(path, name, value, data_size_bytes));
+  // The header is checked without torch (safetensors_header.cpp, fuzzed on its own).
+  SafetensorsHeader header = parse_safetensors_header(path, mapping_->data(), mapping_->size_bytes());
+  data_section_offset_bytes_ = header.data_section_offset_bytes;
+  metadata_ = std::move(header.metadata);
+  for (auto& [name, parsed] : header.entries) {
+    SafetensorsEntry entry;
+    entry.name = name;
+    entry.dtype_name = std::move(parsed.dtype_name);
+    entry.dtype = safetensors_dtype_to_torch(entry.dtype_name);
+    entry.shape = std::move(parsed.shape);
+    entry.data_begin_bytes = parsed.data_begin_bytes;
+    entry.data_end_bytes = parsed.data_end_bytes;
+    entries_.emplace(name, std::move(entry));
   }
 }
 

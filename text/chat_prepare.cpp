@@ -43,7 +43,8 @@ std::optional<Rejection> encode_line(const std::string& line, int64_t line_numbe
   json document;
   try {
     document = json::parse(line);
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {
+    // parse_error, and out_of_range 406 for a number too large for a double (1E400)
     return Rejection{line_number, RejectReason::BadJson, parse_error_text(error.what())};
   }
   Conversation conversation;

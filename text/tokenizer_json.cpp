@@ -105,6 +105,10 @@ void read_model(const json& model, Tokenizer::Spec& spec) {
   spec.ignore_merges = flag(model, "ignore_merges", false);
   const json& vocab = model.value("vocab", json::object());
   for (const auto& [token, id_value] : vocab.items()) {
+    // get<int64_t>() of a float out of range is undefined behaviour: integers only.
+    if (!id_value.is_number_integer()) {
+      refuse(spec.file, fmt::format("vocab id {} of token {} is not an integer", id_value.dump(), json(token).dump()));
+    }
     const int64_t id = id_value.get<int64_t>();
     if (id < 0 || id > (int64_t{1} << 30)) refuse(spec.file, fmt::format("vocab id {} is out of range", id));
     if (static_cast<size_t>(id) >= spec.vocab.size()) spec.vocab.resize(static_cast<size_t>(id) + 1);
@@ -131,8 +135,16 @@ void read_model(const json& model, Tokenizer::Spec& spec) {
 void read_added_tokens(const json& list, Tokenizer::Spec& spec) {
   for (const json& node : list) {
     AddedToken token;
-    token.id = node.at("id").get<int32_t>();
     token.content = node.at("content").get<std::string>();
+    // get<int32_t>() would wrap 2^32 + 300 to 300 (and a float out of range is
+    // undefined behaviour): an integer in the vocabulary's range, or refused.
+    const json& id = node.at("id");
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (int64_t{1} << 30) ||
+        (id.is_number_unsigned() && id.get<uint64_t>() > (uint64_t{1} << 30))) {
+      refuse(spec.file, fmt::format("added token {} has id {}, not an integer in [0, 2^30]",
+                                    json(token.content).dump(), id.dump()));
+    }
+    token.id = id.get<int32_t>();
     token.special = flag(node, "special", false);
     token.normalized = flag(node, "normalized", !token.special);
     for (const char* key : {"lstrip", "rstrip", "single_word"}) {

@@ -30,6 +30,7 @@ DEB_PACKAGES=(
   chromium              # renders the HTML run report in tests (headless)
   curl                  # tests query the live view
   python3-venv          # the venv that holds the torch wheel
+  clang libclang-rt-14-dev llvm  # tools/fuzz.sh: libFuzzer targets (clang 14, its sanitizer runtimes, llvm-symbolizer)
 )
 
 say() { printf '[setup] %s\n' "$*"; }

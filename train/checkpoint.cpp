@@ -11,6 +11,7 @@
 
 #include "data/checksum.hpp"
 #include "model/safetensors.hpp"
+#include "train/checkpoint_manifest.hpp"
 
 namespace dflow::train {
 
@@ -166,7 +167,7 @@ fs::path write_best_checkpoint(const fs::path& checkpoints_dir, const Checkpoint
 std::optional<nlohmann::json> best_checkpoint_eval(const fs::path& checkpoints_dir) {
   if (!fs::exists(checkpoints_dir / "best")) return std::nullopt;
   const fs::path dir = resolve_pointer(checkpoints_dir, "best");
-  const auto manifest = nlohmann::json::parse(read_file(dir / kManifest));
+  const auto manifest = parse_checkpoint_manifest(read_file(dir / kManifest), dir / kManifest).json;
   if (!manifest.contains("eval")) return std::nullopt;
   return manifest["eval"];
 }
@@ -193,16 +194,12 @@ fs::path resolve_checkpoint(const fs::path& checkpoints_dir, const std::string& 
 }
 
 LoadedCheckpoint read_checkpoint(const fs::path& dir) {
-  nlohmann::json manifest;
-  try {
-    manifest = nlohmann::json::parse(read_file(dir / kManifest));
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error("checkpoint: " + (dir / kManifest).string() + " does not parse: " + e.what());
-  }
-  for (const auto& [file, info] : manifest.at("files").items()) {
-    std::string bytes = read_file(dir / file);
-    if (bytes.size() != info.at("bytes").get<size_t>() || checksum_hex(bytes) != info.at("xxhash64").get<std::string>())
-      throw std::runtime_error("checkpoint: " + (dir / file).string() + " does not match its checksum in the manifest");
+  // The manifest is parsed and checked without torch (checkpoint_manifest.cpp, fuzzed on its own).
+  const CheckpointManifest manifest = parse_checkpoint_manifest(read_file(dir / kManifest), dir / kManifest);
+  for (const auto& file : manifest.files) {
+    std::string bytes = read_file(dir / file.name);
+    if (bytes.size() != file.bytes || checksum_hex(bytes) != file.xxhash64)
+      throw std::runtime_error("checkpoint: " + (dir / file.name).string() + " does not match its checksum in the manifest");
   }
   LoadedCheckpoint out;
   out.dir = dir;
