@@ -65,6 +65,11 @@ void RunJournal::alarm_raised(nlohmann::json alarm) {
   summary_.alarms.push_back(std::move(alarm));
 }
 
+void RunJournal::checkpoint_failed(int64_t global_step, const std::string& message) {
+  std::lock_guard lock(summary_mutex_);
+  summary_.checkpoint_failures.push_back({{"global_step", global_step}, {"message", message}});
+}
+
 RunSummary RunJournal::summary() const {
   std::lock_guard lock(summary_mutex_);
   return summary_;

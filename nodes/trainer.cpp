@@ -104,6 +104,13 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
                                {"total_steps", result.total_steps}, {"telemetry", result.telemetry}};
   result.findings = report::analyze(report::pipeline_model(graph_json, &result.telemetry), {last}).summary;
   result.alarms = summary.alarms;
+  result.checkpoint_failures = summary.checkpoint_failures;
+  // on_write_error continue trains on past a failed checkpoint, but a run
+  // whose last checkpoint is not saved has not kept its result: it fails.
+  if (!summary.checkpoint_failures.empty() &&
+      summary.checkpoint_failures.back().value("global_step", int64_t{0}) == summary.completed_steps)
+    throw std::runtime_error("the run trained to step " + std::to_string(summary.completed_steps) +
+                             " but its final " + summary.checkpoint_failures.back().value("message", std::string()));
   result.last_eval = summary.last_eval;
   result.best_eval = summary.best_eval;
   result.batching = run.batching.signature();
@@ -140,6 +147,8 @@ std::string summarize(const TrainResult& r) {
     out << "\nwhere the graph waited:";
     for (const auto& line : r.findings) out << "\n  - " << line;
   }
+  for (const auto& failure : r.checkpoint_failures)
+    out << "\n  ! " << failure.value("message", "");
   for (const auto& alarm : r.alarms)
     out << "\n  ! drain alarm at step " << alarm.value("global_step", int64_t{0}) << ": " << alarm.value("message", "");
   return out.str();
