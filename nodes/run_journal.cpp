@@ -1,10 +1,36 @@
 #include "nodes/run_journal.hpp"
 
 #include <algorithm>
+#include <filesystem>
+#include <iterator>
+
+#include "config/log.hpp"
 
 #include "report/live_server.hpp"
 
 namespace dflow::nodes {
+
+namespace {
+
+// A run killed while writing a record can leave half a line at the end of
+// metrics.jsonl; a resumed run appending to it would glue its first record to
+// that half and make a line no reader can parse. The half line goes (its
+// step is recomputed after the checkpoint anyway).
+void drop_partial_last_line(const fs::path& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec || size == 0) return;
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.empty() || text.back() == '\n') return;
+  const size_t keep = text.find_last_of('\n') == std::string::npos ? 0 : text.find_last_of('\n') + 1;
+  fs::resize_file(path, keep, ec);
+  if (ec) throw std::runtime_error("cannot repair the partial last line of " + path.string() + ": " + ec.message());
+  log::warn("train", log::str("metrics.jsonl ended in a partial record (", text.size() - keep,
+                              " bytes, a run killed while writing it); removed before appending"));
+}
+
+}  // namespace
 
 RunJournal::RunJournal(const RunContext& run) : run_(run) {
   const auto& sinks = run.config.metrics.sinks;
@@ -17,6 +43,7 @@ RunJournal::RunJournal(const RunContext& run) : run_(run) {
     tensorboard_ = std::make_unique<report::TensorBoardSink>(report::TensorBoardOptions{
         .dir = run.out_dir / "tensorboard", .resume_step = run.resumed_from.empty() ? -1 : run.start.completed_steps});
   const auto path = run.out_dir / "metrics.jsonl";
+  if (!run.resumed_from.empty()) drop_partial_last_line(path);
   metrics_jsonl_.open(path, std::ios::out | (run.resumed_from.empty() ? std::ios::trunc : std::ios::app));
   if (!metrics_jsonl_) throw std::runtime_error("cannot write " + path.string());
 }
