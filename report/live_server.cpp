@@ -6,7 +6,9 @@
 #include <charconv>
 #include <chrono>
 #include <deque>
+#include <memory>
 #include <mutex>
+#include <utility>
 #include <stdexcept>
 #include <thread>
 
@@ -61,6 +63,11 @@ struct LiveServer::State {
   nlohmann::json graph;
   int64_t graph_version = 0;
   nlohmann::json last_step;
+  // The page as last rendered, and for which (records published, graph
+  // version): however many clients ask, it is rendered at most once per
+  // record, so that viewers never cost the run more than that.
+  std::shared_ptr<const std::string> page_cache;
+  std::pair<int64_t, int64_t> page_cache_key{-1, -1};
 
   // The newest step records, enough for the analysis's drain window.
   std::vector<nlohmann::json> recent_steps() {
@@ -98,11 +105,14 @@ struct LiveServer::State {
     return analyze(pipeline, snap.steps, options.report.analysis).to_json();
   }
 
-  std::string page() {
+  std::shared_ptr<const std::string> page() {
     Page page;
     Snapshot snap;
+    std::pair<int64_t, int64_t> key;
     {
       std::lock_guard lock(mutex);
+      key = {published, graph_version};
+      if (page_cache && key == page_cache_key) return page_cache;
       snap = snapshot_locked();
       for (const auto& e : slim) page.records.push_back(e.record);
       for (const auto& e : marks) page.events.push_back(e.record);
@@ -112,7 +122,10 @@ struct LiveServer::State {
     page.graph_version = snap.graph_version;
     page.title = options.report.title.empty() ? "live run" : options.report.title;
     page.run_dir = options.run_dir;
-    return render_page(page, options.report);
+    auto rendered = std::make_shared<const std::string>(render_page(page, options.report));
+    std::lock_guard lock(mutex);
+    if (key.first >= page_cache_key.first && key.second >= page_cache_key.second) page_cache = rendered, page_cache_key = key;
+    return rendered;
   }
 
   // Full records after the cursor (at most a page of them; "next" says where
@@ -144,7 +157,8 @@ struct LiveServer::State {
 
   void routes() {
     server.Get("/", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(page(), "text/html; charset=utf-8");
+      const auto rendered = page();
+      res.set_content(*rendered, "text/html; charset=utf-8");
     });
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       nlohmann::json step;
