@@ -34,7 +34,10 @@ void refuse_existing_checkpoints(const config::Config& config, const RunOptions&
 
 void start_fresh(const RunContext& run) {
   if (run.options.rank != 0) return;
-  fs::remove_all(run.checkpoints_dir);
+  // What the checkpoints directory holds, not the directory: it may be a
+  // mount point (its own volume), which cannot be removed.
+  if (fs::is_directory(run.checkpoints_dir))
+    for (const auto& entry : fs::directory_iterator(run.checkpoints_dir)) fs::remove_all(entry.path());
   fs::remove(run.quarantine_path);
 }
 
