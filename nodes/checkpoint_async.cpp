@@ -40,8 +40,10 @@ class CheckpointAsync final : public graph::FunctionBody {
       saved = run_.options.dist->all_agree(saved, "agreement on checkpoint step-" + std::to_string(step));
     }
     if (!saved) {
-      const std::string message = "checkpoint step-" + std::to_string(step) + " was not saved: " +
-                                  (failure.empty() ? "rank 0 reported a failed write" : failure) + "; " + kept();
+      const std::string message = (failure.empty() ? "checkpoint step-" + std::to_string(step) +
+                                                         " was not saved: rank 0 reported a failed write"
+                                                   : failure) +
+                                  "; " + kept();
       if (run_.config.checkpoint.on_write_error != "continue")
         throw std::runtime_error(message + " (checkpoint.on_write_error: halt)");
       if (run_.options.rank != 0) return;

@@ -131,7 +131,7 @@ fs::path write_checkpoint_directory(const fs::path& checkpoints_dir, const std::
     // the pointers are untouched.
     std::error_code ignored;
     fs::remove_all(tmp_dir, ignored);
-    throw std::runtime_error("checkpoint " + name + " in " + checkpoints_dir.string() + " was not written: " + e.what());
+    throw std::runtime_error("checkpoint " + name + " was not saved in " + checkpoints_dir.string() + ": " + e.what());
   }
 }
 
