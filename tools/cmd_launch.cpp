@@ -41,6 +41,7 @@ struct Rank {
   bool stopped = false;  // by a signal, now
   int stop_signal = 0;   // the signal that stopped it last (0: never stopped)
   std::chrono::steady_clock::time_point stopped_at{};
+  bool hung_killed = false;  // killed here for staying stopped too long
 };
 
 pid_t spawn_rank(int rank, int world_size, int port, const std::vector<std::string>& args) {
@@ -120,6 +121,21 @@ int launch(int world_size, const std::vector<std::string>& train_args, double ti
     if (first_failed >= 0)
       for (auto& r : ranks)
         if (r.running && r.stopped) ::kill(r.pid, SIGKILL);
+    // One stopped longer than the timeout (plus a margin) is hung: the others
+    // may be unable to tell (rank 0 serves the rendezvous store, and a store
+    // that never answers blocks them), so it is failed here.
+    if (first_failed < 0)
+      for (int h = 0; h < world_size; ++h) {
+        auto& r = ranks[h];
+        if (!r.running || !r.stopped || r.hung_killed ||
+            std::chrono::duration<double>(clock::now() - r.stopped_at).count() <= timeout_s + 5)
+          continue;
+        hung += "rank " + std::to_string(h) + " hung (stopped by signal SIG" + sigabbrev_np(r.stop_signal) +
+                " for more than distributed.timeout_s + 5 s; killed); ";
+        std::cerr << "[launch] rank " << h << " has been stopped for more than distributed.timeout_s + 5 s: killing it\n";
+        r.hung_killed = true;
+        ::kill(r.pid, SIGKILL);
+      }
     // After a failure, the others have the collective timeout to notice.
     const double since_failure = first_failed < 0 ? 0 : std::chrono::duration<double>(clock::now() - failed_at).count();
     if (first_failed >= 0 && !terminated && since_failure > timeout_s + 10) signal_all(SIGTERM), terminated = true;
