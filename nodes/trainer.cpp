@@ -15,6 +15,7 @@
 #include "report/summary_table.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
+#include "train/checkpoint_cleanup.hpp"
 
 namespace dflow::nodes {
 
@@ -55,6 +56,7 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   auto state = std::make_unique<TrainableState>(run, resume ? &*resume : nullptr);
   resume.reset();  // the checkpoint's tensors are in the state now
   if (run.resumed_from.empty()) start_fresh(run);
+  else if (options.rank == 0) train::remove_stale_temporaries(run.checkpoints_dir);  // a killed writer's leftovers
   fs::create_directories(run.out_dir);
   RunJournal journal(run);
   std::optional<train::CheckpointState> untrained;

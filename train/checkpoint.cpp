@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "data/checksum.hpp"
+#include "train/checkpoint_cleanup.hpp"
 #include "model/safetensors.hpp"
 
 namespace dflow::train {
@@ -88,22 +89,6 @@ namespace {
 fs::path write_checkpoint_files(const fs::path& checkpoints_dir, const fs::path& final_dir, const fs::path& tmp_dir,
                                 const CheckpointState& state, const nlohmann::json& extra_manifest,
                                 const std::function<void()>& mid_write);
-
-// Temporary and half-removed directories that another process left (one
-// killed while writing or pruning): never checkpoints, only space taken.
-// This process's own (another writer thread's, say best-step-N) are kept.
-void remove_stale_temporaries(const fs::path& checkpoints_dir) {
-  static const std::regex pattern("\\..*\\.(tmp|del)-([0-9]+)");
-  const std::string own = std::to_string(::getpid());
-  std::error_code ec;
-  std::vector<fs::path> stale;
-  for (const auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
-    std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, pattern) && m[2] != own) stale.push_back(entry.path());
-  }
-  for (const auto& dir : stale) fs::remove_all(dir, ec);
-}
 
 // Removes a checkpoint directory so that no crash leaves a half-removed one
 // that still looks complete: renamed out of the way first (atomic), then deleted.
@@ -202,6 +187,19 @@ fs::path resolve_pointer(const fs::path& checkpoints_dir, const std::string& poi
 }
 
 }  // namespace
+
+void remove_stale_temporaries(const fs::path& checkpoints_dir) {
+  static const std::regex pattern("\\..*\\.(tmp|del)-([0-9]+)");
+  const std::string own = std::to_string(::getpid());
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, m, pattern) && m[2] != own) stale.push_back(entry.path());
+  }
+  for (const auto& dir : stale) fs::remove_all(dir, ec);
+}
 
 fs::path write_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state, int keep,
                           const std::function<void()>& mid_write) {
