@@ -30,6 +30,29 @@ void drop_partial_last_line(const fs::path& path) {
                               " bytes, a run killed while writing it); removed before appending"));
 }
 
+// The record of the checkpoint's step, which the checkpoint carries (its
+// state.json): appended when metrics.jsonl lacks it (the run was killed after
+// writing the checkpoint but before writing that record).
+void restore_checkpoint_record(const fs::path& metrics, const fs::path& checkpoint) {
+  std::ifstream state_in(checkpoint / "state.json");
+  const auto state = nlohmann::json::parse(state_in, nullptr, false);
+  if (state.is_discarded() || !state.contains("step_record")) return;
+  const auto& saved = state["step_record"];
+  const int64_t step = saved.value("global_step", int64_t{-1});
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"kind\":\"step\"") == std::string::npos) continue;
+    const auto r = nlohmann::json::parse(line, nullptr, false);
+    if (!r.is_discarded() && r.value("global_step", int64_t{-1}) == step) return;
+  }
+  in.close();
+  std::ofstream out(metrics, std::ios::app);
+  out << saved.dump() << "\n";
+  if (!out.flush()) throw std::runtime_error("cannot write " + metrics.string());
+  log::warn("train", log::str("metrics.jsonl lacked the record of step ", step,
+                              " (the run ended between saving that checkpoint and writing it); restored from ", checkpoint.string()));
+}
+
 }  // namespace
 
 RunJournal::RunJournal(const RunContext& run) : run_(run) {
@@ -43,7 +66,10 @@ RunJournal::RunJournal(const RunContext& run) : run_(run) {
     tensorboard_ = std::make_unique<report::TensorBoardSink>(report::TensorBoardOptions{
         .dir = run.out_dir / "tensorboard", .resume_step = run.resumed_from.empty() ? -1 : run.start.completed_steps});
   const auto path = run.out_dir / "metrics.jsonl";
-  if (!run.resumed_from.empty()) drop_partial_last_line(path);
+  if (!run.resumed_from.empty()) {
+    drop_partial_last_line(path);
+    if (jsonl_) restore_checkpoint_record(path, run.resumed_from);
+  }
   metrics_jsonl_.open(path, std::ios::out | (run.resumed_from.empty() ? std::ios::trunc : std::ios::app));
   if (!metrics_jsonl_) throw std::runtime_error("cannot write " + path.string());
 }
