@@ -46,7 +46,7 @@ verdict=$([ "$status" = 0 ] && echo "all passed" || echo "FAILED (exit $status)"
     elif (.drill | startswith("rank_")) then
       "| 2 ranks, rank \(.victim_rank) gets \(.signal) | distributed.timeout_s \(.timeout_s) | launcher exit \(.launcher_exit) after \(.exit_after_s * 10 | round / 10) s, naming rank \(.victim_rank) |"
     elif .drill == "live_view_load" then
-      "| live view under load | \(.clients) clients polling /, /metrics, /graph.json, /records.json every 50-100 ms, \(.load_s) s x \(.pairs) | \(.requests) requests (\(.requests_per_s | round)/s), \(.failed) failed; median step \(.median_step_s_quiet * 1000 | round) ms quiet vs \(.median_step_s_loaded * 1000 | round) ms loaded: throughput ratio \(.throughput_ratio * 1000 | round / 1000); POST/PUT/DELETE/PATCH 4xx, path escapes 4xx, records unchanged |"
+      "| live view under load | \(.clients) clients polling /, /metrics, /graph.json, /records.json (from its cursor, as the page does) every 50-100 ms, \(.load_s) s x \(.pairs) | \(.requests) requests (\(.requests_per_s | round)/s), \(.failed) failed; median step \(.median_step_s_quiet * 1000 | round) ms quiet vs \(.median_step_s_loaded * 1000 | round) ms loaded: throughput ratio \(.throughput_ratio * 1000 | round / 1000); POST/PUT/DELETE/PATCH 4xx, path escapes 4xx, records unchanged |"
     else empty end' "$figures"
 } > RELIABILITY-drills.md
 cat RELIABILITY-drills.md
