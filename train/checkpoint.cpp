@@ -175,6 +175,11 @@ void write_pointer(const fs::path& checkpoints_dir, const std::string& pointer, 
 
 fs::path resolve_pointer(const fs::path& checkpoints_dir, const std::string& pointer) {
   const fs::path file = checkpoints_dir / pointer;
+  // A run killed between renaming its newest checkpoint into place and
+  // moving `latest` to it leaves no pointer yet (the first checkpoint) but a
+  // complete checkpoint: that one is the latest.
+  if (!fs::exists(file) && pointer == "latest")
+    if (auto complete = list_checkpoints(checkpoints_dir); !complete.empty()) return complete.back();
   if (!fs::exists(file))
     throw std::runtime_error("checkpoint: no '" + pointer + "' in " + checkpoints_dir.string() +
                              (pointer == "latest" ? ": nothing to resume" : ": no evaluation has written one"));

@@ -196,7 +196,7 @@ int64_t check_checkpoints_dir(const fs::path& dir) {
     CHECK(ckpt.filename().string().find(".tmp") == std::string::npos);
     CHECK_NOTHROW(train::read_checkpoint(ckpt));
   }
-  if (!fs::exists(checkpoints / "latest")) return -1;
+  if (!fs::exists(checkpoints / "latest") && train::list_checkpoints(checkpoints).empty()) return -1;
   fs::path latest;
   REQUIRE_NOTHROW(latest = train::resolve_checkpoint(checkpoints, "latest"));
   train::LoadedCheckpoint loaded;
