@@ -80,6 +80,12 @@ struct GuardConfig {
 struct CheckpointConfig {
   int every_steps = 200;  // 0: only at the end
   int keep = 3;
+  // A checkpoint that cannot be written (a full disk): `halt` stops the run
+  // with the error; `continue` records it (an alarm record, a warning) and
+  // trains on, trying again at the next checkpoint (the run still fails at
+  // the end if its last checkpoint is not saved). Either way the previous
+  // checkpoints and `latest` are untouched.
+  std::string on_write_error = "halt";  // halt | continue
 };
 
 // Periodic evaluation by an `eval.tau` node: speculative decoding of

@@ -92,7 +92,8 @@ std::string to_yaml(const Config& c) {
       << c.guard.cliff_steps << YAML::Key << "snapshot_every" << YAML::Value << c.guard.snapshot_every << YAML::Key
       << "max_rollbacks" << YAML::Value << c.guard.max_rollbacks << YAML::EndMap;
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
-      << c.checkpoint.every_steps << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep << YAML::EndMap;
+      << c.checkpoint.every_steps << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep << YAML::Key
+      << "on_write_error" << YAML::Value << c.checkpoint.on_write_error << YAML::EndMap;
   out << YAML::Key << "eval" << YAML::Value << YAML::BeginMap << YAML::Key << "every_steps" << YAML::Value
       << c.eval.every_steps << YAML::Key << "prompts" << YAML::Value << c.eval.prompts << YAML::Key << "max_prompts"
       << YAML::Value << c.eval.max_prompts << YAML::Key << "max_new_tokens" << YAML::Value << c.eval.max_new_tokens

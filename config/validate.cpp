@@ -129,8 +129,9 @@ GuardConfig read_guard(YamlSection s) {
 
 CheckpointConfig read_checkpoint(YamlSection s) {
   CheckpointConfig c;
-  s.read("every_steps", c.every_steps).read("keep", c.keep);
+  s.read("every_steps", c.every_steps).read("keep", c.keep).read("on_write_error", c.on_write_error);
   s.finish();
+  require_one_of(s, "on_write_error", c.on_write_error, {"halt", "continue"});
   s.require(c.every_steps >= 0, "every_steps", "must be >= 0 (0: only at the end)");
   s.require(c.keep >= 1, "keep", "must be >= 1");
   return c;

@@ -3,6 +3,9 @@
 // while the files are written, and a snapshot is immutable, so a slow disk
 // can delay checkpoints (the edge backs up) but never change training.
 // With several ranks, rank 0 writes and all ranks agree that it succeeded.
+// A write that fails (a full disk) leaves the previous checkpoints and
+// `latest` as they were; checkpoint.on_write_error says whether the run stops
+// (halt) or records it and trains on (continue: the next checkpoint tries again).
 #include "config/log.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_support.hpp"
@@ -28,24 +31,46 @@ class CheckpointAsync final : public graph::FunctionBody {
                                       [&] { inject_node_faults(run_, name_, step - 1); });  // after step index step-1
       } catch (const std::exception& e) {
         failure = e.what();
-        if (!run_.options.dist) throw;
       }
     }
+    bool saved = failure.empty();
     if (run_.options.dist) {
-      // Rank 0 writes; every rank learns whether it succeeded, so that no
-      // rank trains on past a checkpoint the run does not have.
-      const bool saved = run_.options.dist->all_agree(failure.empty(), "agreement on checkpoint step-" + std::to_string(step));
-      if (!saved)
-        throw std::runtime_error("checkpoint step-" + std::to_string(step) + " was not saved: " +
-                                 (failure.empty() ? "rank 0 reported a failed write" : failure));
-      if (run_.options.rank != 0) return;
+      // Rank 0 writes; every rank learns whether it succeeded, so that all
+      // ranks stop (or train on) alike.
+      saved = run_.options.dist->all_agree(saved, "agreement on checkpoint step-" + std::to_string(step));
     }
+    if (!saved) {
+      const std::string message = (failure.empty() ? "checkpoint step-" + std::to_string(step) +
+                                                         " was not saved: rank 0 reported a failed write"
+                                                   : failure) +
+                                  "; " + kept();
+      if (run_.config.checkpoint.on_write_error != "continue")
+        throw std::runtime_error(message + " (checkpoint.on_write_error: halt)");
+      if (run_.options.rank != 0) return;
+      log::warn("checkpoint", message + "; training goes on (checkpoint.on_write_error: continue), the next checkpoint tries again");
+      const nlohmann::json alarm = {{"kind", "alarm"}, {"alarm", "checkpoint_not_saved"}, {"global_step", step},
+                                    {"message", message}};
+      journal_.write(alarm);
+      journal_.checkpoint_failed(step, message);
+      return;
+    }
+    if (run_.options.rank != 0) return;
     journal_.checkpoint_written(dir.string());
     journal_.publish_live({{"kind", "checkpoint"}, {"global_step", step}, {"path", dir.string()}});
     log::info("checkpoint", log::str("wrote ", dir.string()));
   }
 
  private:
+  // What is still saved, for the error: "latest is step-40 (intact)".
+  std::string kept() const {
+    try {
+      return "latest is " + train::resolve_checkpoint(run_.checkpoints_dir, "latest").filename().string() +
+             " (intact)";
+    } catch (const std::exception&) {
+      return "no earlier checkpoint in " + run_.checkpoints_dir.string();
+    }
+  }
+
   const RunContext& run_;
   RunJournal& journal_;
   std::string name_;

@@ -125,9 +125,19 @@ class EvalTau final : public graph::FunctionBody {
                            {"prompts_file", run_.config.eval.prompts}};
     std::string best_note;
     if (improved) {
-      best_tau_ = report.mean_tau;
-      auto dir = train::write_best_checkpoint(run_.checkpoints_dir, snapshot, eval);
-      best_note = ", best so far: " + dir.string();
+      // A best checkpoint that cannot be written follows checkpoint.on_write_error.
+      try {
+        auto dir = train::write_best_checkpoint(run_.checkpoints_dir, snapshot, eval);
+        best_tau_ = report.mean_tau;
+        best_note = ", best so far: " + dir.string();
+      } catch (const std::exception& e) {
+        if (run_.config.checkpoint.on_write_error != "continue")
+          throw std::runtime_error(std::string(e.what()) + " (checkpoint.on_write_error: halt)");
+        best_note = ", best so far but not saved: " + std::string(e.what());
+        log::warn("eval", std::string(e.what()) + "; training goes on (checkpoint.on_write_error: continue)");
+        journal_.write({{"kind", "alarm"}, {"alarm", "checkpoint_not_saved"}, {"global_step", snapshot.global_step},
+                        {"checkpoint", "best"}, {"message", e.what()}});
+      }
     }
     nlohmann::json record = eval;
     record["kind"] = "eval";

@@ -94,8 +94,14 @@ class OptimizerStep final : public graph::FunctionBody {
     StepRecord record = make_step_record(run_, step.position, totals, loss, grad_norm, lr, guard);
     record.guard.evidence = std::move(evidence);
     record.time = timing(state, step);
-    if (at_cadence(run_.config.checkpoint.every_steps, state))
-      out.emit("snapshot", graph::make_message(message.seq, 0, Snapshot{state.snapshot(run_)}));
+    if (at_cadence(run_.config.checkpoint.every_steps, state)) {
+      // The checkpoint carries its step's record: written beside training, it
+      // may be saved before that record reaches metrics.jsonl, and a crash
+      // between the two would lose the record for good (a resume starts after it).
+      Snapshot snapshot{state.snapshot(run_)};
+      snapshot.state.run_state["step_record"] = record.to_json();
+      out.emit("snapshot", graph::make_message(message.seq, 0, std::move(snapshot)));
+    }
     if (out.connected("eval") && at_cadence(run_.config.eval.every_steps, state))
       out.emit("eval", graph::make_message(message.seq, 0, Snapshot{state.snapshot(run_)}));
     out.emit("record", graph::make_message(message.seq, 0, std::move(record)));

@@ -24,6 +24,7 @@ struct RunSummary {
   std::string last_checkpoint;
   int64_t checkpoints_written = 0;
   std::vector<nlohmann::json> alarms;  // drain alarms raised
+  std::vector<nlohmann::json> checkpoint_failures;  // {"global_step", "message"}: writes that failed (on_write_error: continue)
   int64_t real_tokens = 0;    // over the step records of this invocation
   int64_t padded_tokens = 0;
 };
@@ -42,6 +43,7 @@ class RunJournal {
   void eval_done(nlohmann::json record, bool best);
   void checkpoint_written(const std::string& dir);
   void alarm_raised(nlohmann::json alarm);
+  void checkpoint_failed(int64_t global_step, const std::string& message);
   RunSummary summary() const;
 
   // Set by the source when the plan has no batch left for this invocation:

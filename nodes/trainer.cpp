@@ -15,6 +15,7 @@
 #include "report/summary_table.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
+#include "train/checkpoint_cleanup.hpp"
 
 namespace dflow::nodes {
 
@@ -34,7 +35,10 @@ void refuse_existing_checkpoints(const config::Config& config, const RunOptions&
 
 void start_fresh(const RunContext& run) {
   if (run.options.rank != 0) return;
-  fs::remove_all(run.checkpoints_dir);
+  // What the checkpoints directory holds, not the directory: it may be a
+  // mount point (its own volume), which cannot be removed.
+  if (fs::is_directory(run.checkpoints_dir))
+    for (const auto& entry : fs::directory_iterator(run.checkpoints_dir)) fs::remove_all(entry.path());
   fs::remove(run.quarantine_path);
 }
 
@@ -52,6 +56,7 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   auto state = std::make_unique<TrainableState>(run, resume ? &*resume : nullptr);
   resume.reset();  // the checkpoint's tensors are in the state now
   if (run.resumed_from.empty()) start_fresh(run);
+  else if (options.rank == 0) train::remove_stale_temporaries(run.checkpoints_dir);  // a killed writer's leftovers
   fs::create_directories(run.out_dir);
   RunJournal journal(run);
   std::optional<train::CheckpointState> untrained;
@@ -104,6 +109,13 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
                                {"total_steps", result.total_steps}, {"telemetry", result.telemetry}};
   result.findings = report::analyze(report::pipeline_model(graph_json, &result.telemetry), {last}).summary;
   result.alarms = summary.alarms;
+  result.checkpoint_failures = summary.checkpoint_failures;
+  // on_write_error continue trains on past a failed checkpoint, but a run
+  // whose last checkpoint is not saved has not kept its result: it fails.
+  if (!summary.checkpoint_failures.empty() &&
+      summary.checkpoint_failures.back().value("global_step", int64_t{0}) == summary.completed_steps)
+    throw std::runtime_error("the run trained to step " + std::to_string(summary.completed_steps) +
+                             " but its final " + summary.checkpoint_failures.back().value("message", std::string()));
   result.last_eval = summary.last_eval;
   result.best_eval = summary.best_eval;
   result.batching = run.batching.signature();
@@ -140,6 +152,8 @@ std::string summarize(const TrainResult& r) {
     out << "\nwhere the graph waited:";
     for (const auto& line : r.findings) out << "\n  - " << line;
   }
+  for (const auto& failure : r.checkpoint_failures)
+    out << "\n  ! " << failure.value("message", "");
   for (const auto& alarm : r.alarms)
     out << "\n  ! drain alarm at step " << alarm.value("global_step", int64_t{0}) << ": " << alarm.value("message", "");
   return out.str();

@@ -18,6 +18,7 @@ struct TrainResult {
   nlohmann::json telemetry;    // the graph's telemetry at the end
   std::vector<std::string> findings;    // where the graph waited, in words (report::analyze)
   std::vector<nlohmann::json> alarms;   // drain alarms raised during the run
+  std::vector<nlohmann::json> checkpoint_failures;  // checkpoints not saved (on_write_error: continue)
   nlohmann::json last_eval;    // the eval node's latest and best records (empty without one)
   nlohmann::json best_eval;
   std::string batching;        // the pad_bucket node's kind and params

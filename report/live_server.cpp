@@ -6,7 +6,9 @@
 #include <charconv>
 #include <chrono>
 #include <deque>
+#include <memory>
 #include <mutex>
+#include <utility>
 #include <stdexcept>
 #include <thread>
 
@@ -61,6 +63,16 @@ struct LiveServer::State {
   nlohmann::json graph;
   int64_t graph_version = 0;
   nlohmann::json last_step;
+  // The page as last rendered, and for which (records published, graph
+  // version) and when: however many clients ask, it is rendered at most once
+  // per record and per second (the page then fetches newer records itself),
+  // so that viewers never cost the run more than that. The same for the
+  // Prometheus text (once per record) and the graph's JSON (once per graph).
+  std::shared_ptr<const std::string> page_cache;
+  std::pair<int64_t, int64_t> page_cache_key{-1, -1};
+  std::chrono::steady_clock::time_point page_rendered_at{};
+  std::shared_ptr<const std::string> metrics_cache, graph_text = std::make_shared<const std::string>("null");
+  int64_t metrics_cache_at = -1;
 
   // The newest step records, enough for the analysis's drain window.
   std::vector<nlohmann::json> recent_steps() {
@@ -98,11 +110,16 @@ struct LiveServer::State {
     return analyze(pipeline, snap.steps, options.report.analysis).to_json();
   }
 
-  std::string page() {
+  std::shared_ptr<const std::string> page() {
     Page page;
     Snapshot snap;
+    std::pair<int64_t, int64_t> key;
     {
       std::lock_guard lock(mutex);
+      key = {published, graph_version};
+      if (page_cache && key.second == page_cache_key.second &&
+          (key.first == page_cache_key.first || std::chrono::steady_clock::now() - page_rendered_at < std::chrono::seconds(1)))
+        return page_cache;
       snap = snapshot_locked();
       for (const auto& e : slim) page.records.push_back(e.record);
       for (const auto& e : marks) page.events.push_back(e.record);
@@ -112,7 +129,11 @@ struct LiveServer::State {
     page.graph_version = snap.graph_version;
     page.title = options.report.title.empty() ? "live run" : options.report.title;
     page.run_dir = options.run_dir;
-    return render_page(page, options.report);
+    auto rendered = std::make_shared<const std::string>(render_page(page, options.report));
+    std::lock_guard lock(mutex);
+    if (key.first >= page_cache_key.first && key.second >= page_cache_key.second)
+      page_cache = rendered, page_cache_key = key, page_rendered_at = std::chrono::steady_clock::now();
+    return rendered;
   }
 
   // Full records after the cursor (at most a page of them; "next" says where
@@ -144,20 +165,37 @@ struct LiveServer::State {
 
   void routes() {
     server.Get("/", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(page(), "text/html; charset=utf-8");
+      const auto rendered = page();
+      res.set_content(*rendered, "text/html; charset=utf-8");
     });
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       nlohmann::json step;
+      int64_t at = 0;
       {
         std::lock_guard lock(mutex);
+        if (metrics_cache && metrics_cache_at == published) {
+          const auto cached = metrics_cache;
+          res.set_content(*cached, "text/plain; version=0.0.4; charset=utf-8");
+          return;
+        }
         step = last_step;
+        at = published;
       }
       const nlohmann::json telemetry = step.contains("telemetry") ? step["telemetry"] : nlohmann::json();
-      res.set_content(to_prometheus(step, telemetry), "text/plain; version=0.0.4; charset=utf-8");
+      auto text = std::make_shared<const std::string>(to_prometheus(step, telemetry));
+      {
+        std::lock_guard lock(mutex);
+        if (at >= metrics_cache_at) metrics_cache = text, metrics_cache_at = at;
+      }
+      res.set_content(*text, "text/plain; version=0.0.4; charset=utf-8");
     });
     server.Get("/graph.json", [this](const httplib::Request&, httplib::Response& res) {
-      std::lock_guard lock(mutex);
-      res.set_content(graph.dump(), "application/json");
+      std::shared_ptr<const std::string> text;
+      {
+        std::lock_guard lock(mutex);
+        text = graph_text;
+      }
+      res.set_content(*text, "application/json");
     });
     server.Get("/records.json", [this](const httplib::Request& req, httplib::Response& res) {
       int64_t since = 0;
@@ -261,6 +299,7 @@ void LiveServer::set_graph(const nlohmann::json& graph) {
   std::lock_guard lock(state_->mutex);
   if (graph == state_->graph) return;
   state_->graph = graph;
+  state_->graph_text = std::make_shared<const std::string>(graph.dump());
   ++state_->graph_version;
 }
 

@@ -1,8 +1,10 @@
 #pragma once
 // The live view of a running training: `dflow train --serve 127.0.0.1:PORT`.
 // The run publishes each record (thread-safe) and the declared graph; the
-// server answers on its own threads, never blocking the run for longer than
-// a copy under a mutex:
+// server answers on its own threads (3), never blocking the run for longer
+// than a copy under a mutex, and renders the page at most once per published
+// record however many clients poll it. Read-only: GET only, these routes only
+// (anything else is a 4xx), no files served:
 //   /               the report page, re-fetching its data every refresh_ms
 //   /metrics        Prometheus text of the newest step record and telemetry
 //   /graph.json     the declared graph as set_graph() gave it (null before)

@@ -3,7 +3,9 @@
 // WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free MASTER_PORT).
 // Forwards SIGINT/SIGTERM to them; when one fails, the others get
 // distributed.timeout_s to notice and exit, then are terminated; exits 1
-// naming the rank that failed first.
+// naming the rank that failed first. A rank that is stopped (SIGSTOP: hung
+// as far as the others can tell) is named as the cause when the others then
+// fail, and is killed once they have (a stopped process notices nothing).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +38,10 @@ struct Rank {
   pid_t pid = -1;
   bool running = true;
   int status = 0;
+  bool stopped = false;  // by a signal, now
+  int stop_signal = 0;   // the signal that stopped it last (0: never stopped)
+  std::chrono::steady_clock::time_point stopped_at{};
+  bool hung_killed = false;  // killed here for staying stopped too long
 };
 
 pid_t spawn_rank(int rank, int world_size, int port, const std::vector<std::string>& args) {
@@ -72,23 +78,64 @@ int launch(int world_size, const std::vector<std::string>& train_args, double ti
   int first_failed = -1;
   clock::time_point failed_at{};
   bool terminated = false, killed = false;
+  std::string hung;  // "rank 1 hung (...); " for ranks stopped when the first failed
   auto signal_all = [&](int signal) {
     for (auto& r : ranks)
-      if (r.running) ::kill(r.pid, signal);
+      if (r.running) {
+        ::kill(r.pid, signal);
+        if (r.stopped && signal != SIGKILL) ::kill(r.pid, SIGCONT);  // else the signal waits until it continues
+      }
   };
   for (int running = world_size; running > 0;) {
     if (int s = g_forward_signal.exchange(0)) signal_all(s);
     int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
     if (pid > 0) {
       for (int r = 0; r < world_size; ++r) {
         if (ranks[r].pid != pid) continue;
-        ranks[r].running = false, ranks[r].status = status, --running;
+        if (WIFSTOPPED(status)) {
+          ranks[r].stopped = true, ranks[r].stop_signal = WSTOPSIG(status), ranks[r].stopped_at = clock::now();
+          std::cerr << "[launch] rank " << r << " was stopped by signal SIG" << sigabbrev_np(WSTOPSIG(status))
+                    << ": the others will fail after distributed.timeout_s (" << timeout_s << " s) unless it continues\n";
+          continue;
+        }
+        if (WIFCONTINUED(status)) {
+          ranks[r].stopped = false;
+          continue;
+        }
+        ranks[r].running = false, ranks[r].stopped = false, ranks[r].status = status, --running;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && first_failed < 0) first_failed = r, failed_at = clock::now();
+        if (!ok && first_failed < 0) {
+          first_failed = r, failed_at = clock::now();
+          // A rank stopped at that moment is what the others waited for.
+          for (int h = 0; h < world_size; ++h)
+            if (ranks[h].running && ranks[h].stopped)
+              hung += "rank " + std::to_string(h) + " hung (stopped by signal SIG" + sigabbrev_np(ranks[h].stop_signal) +
+                      " " + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(failed_at - ranks[h].stopped_at).count()) +
+                      " s before rank " + std::to_string(r) + " failed, and never continued; killed); ";
+        }
       }
       continue;
     }
+    // A stopped rank cannot notice that another failed: it goes at once.
+    if (first_failed >= 0)
+      for (auto& r : ranks)
+        if (r.running && r.stopped) ::kill(r.pid, SIGKILL);
+    // One stopped longer than the timeout (plus a margin) is hung: the others
+    // may be unable to tell (rank 0 serves the rendezvous store, and a store
+    // that never answers blocks them), so it is failed here.
+    if (first_failed < 0)
+      for (int h = 0; h < world_size; ++h) {
+        auto& r = ranks[h];
+        if (!r.running || !r.stopped || r.hung_killed ||
+            std::chrono::duration<double>(clock::now() - r.stopped_at).count() <= timeout_s + 5)
+          continue;
+        hung += "rank " + std::to_string(h) + " hung (stopped by signal SIG" + sigabbrev_np(r.stop_signal) +
+                " for more than distributed.timeout_s + 5 s; killed); ";
+        std::cerr << "[launch] rank " << h << " has been stopped for more than distributed.timeout_s + 5 s: killing it\n";
+        r.hung_killed = true;
+        ::kill(r.pid, SIGKILL);
+      }
     // After a failure, the others have the collective timeout to notice.
     const double since_failure = first_failed < 0 ? 0 : std::chrono::duration<double>(clock::now() - failed_at).count();
     if (first_failed >= 0 && !terminated && since_failure > timeout_s + 10) signal_all(SIGTERM), terminated = true;
@@ -99,7 +146,7 @@ int launch(int world_size, const std::vector<std::string>& train_args, double ti
   std::string others;
   for (int r = 0; r < world_size; ++r)
     if (r != first_failed) others += "; rank " + std::to_string(r) + " " + describe_status(ranks[r].status);
-  throw std::runtime_error("rank " + std::to_string(first_failed) + " failed first: it " +
+  throw std::runtime_error(hung + "rank " + std::to_string(first_failed) + " failed first: it " +
                            describe_status(ranks[first_failed].status) + others);
 }
 

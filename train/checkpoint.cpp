@@ -5,11 +5,14 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
 #include "data/checksum.hpp"
+#include "train/checkpoint_cleanup.hpp"
 #include "model/safetensors.hpp"
 #include "train/checkpoint_manifest.hpp"
 
@@ -35,11 +38,25 @@ void fsync_path(const fs::path& path, bool directory) {
   ::close(fd);
 }
 
+// Written with write(2), so that a full disk says so (ENOSPC) instead of an
+// unexplained stream failure.
 void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) throw std::runtime_error("checkpoint: cannot write " + path.string());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("checkpoint: cannot create " + path.string() + ": " + std::strerror(errno));
+  const char* bytes = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, bytes, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      throw std::runtime_error("checkpoint: cannot write " + path.string() + ": " + std::strerror(err));
+    }
+    bytes += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) throw std::runtime_error("checkpoint: cannot write " + path.string() + ": " + std::strerror(errno));
 }
 
 std::string checksum_hex(const std::string& bytes) {
@@ -70,6 +87,19 @@ void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::st
 
 namespace {
 
+fs::path write_checkpoint_files(const fs::path& checkpoints_dir, const fs::path& final_dir, const fs::path& tmp_dir,
+                                const CheckpointState& state, const nlohmann::json& extra_manifest,
+                                const std::function<void()>& mid_write);
+
+// Removes a checkpoint directory so that no crash leaves a half-removed one
+// that still looks complete: renamed out of the way first (atomic), then deleted.
+void remove_checkpoint_directory(const fs::path& dir) {
+  const fs::path doomed = dir.parent_path() / ("." + dir.filename().string() + ".del-" + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::rename(dir, doomed, ec);
+  fs::remove_all(ec ? dir : doomed, ec);
+}
+
 // Writes checkpoints_dir/name atomically: a temporary directory, synced, then
 // renamed. `extra_manifest` keys are merged into the manifest.
 fs::path write_checkpoint_directory(const fs::path& checkpoints_dir, const std::string& name,
@@ -78,6 +108,22 @@ fs::path write_checkpoint_directory(const fs::path& checkpoints_dir, const std::
   fs::create_directories(checkpoints_dir);
   const fs::path final_dir = checkpoints_dir / name;
   const fs::path tmp_dir = checkpoints_dir / ("." + name + ".tmp-" + std::to_string(::getpid()));
+  remove_stale_temporaries(checkpoints_dir);
+  try {
+    return write_checkpoint_files(checkpoints_dir, final_dir, tmp_dir, state, extra_manifest, mid_write);
+  } catch (const std::exception& e) {
+    // A failed write (a full disk, say) leaves nothing behind: the temporary
+    // directory goes (freeing its space), and the complete checkpoints and
+    // the pointers are untouched.
+    std::error_code ignored;
+    fs::remove_all(tmp_dir, ignored);
+    throw std::runtime_error("checkpoint " + name + " was not saved in " + checkpoints_dir.string() + ": " + e.what());
+  }
+}
+
+fs::path write_checkpoint_files(const fs::path& checkpoints_dir, const fs::path& final_dir, const fs::path& tmp_dir,
+                                const CheckpointState& state, const nlohmann::json& extra_manifest,
+                                const std::function<void()>& mid_write) {
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir / "drafter");
 
@@ -107,7 +153,7 @@ fs::path write_checkpoint_directory(const fs::path& checkpoints_dir, const std::
   fsync_path(tmp_dir / "drafter", true);
   fsync_path(tmp_dir, true);
 
-  fs::remove_all(final_dir);
+  if (fs::exists(final_dir)) remove_checkpoint_directory(final_dir);
   fs::rename(tmp_dir, final_dir);
   fsync_path(checkpoints_dir, true);
   return final_dir;
@@ -116,14 +162,25 @@ fs::path write_checkpoint_directory(const fs::path& checkpoints_dir, const std::
 // Points checkpoints_dir/pointer (latest, best) at `name`, atomically by rename.
 void write_pointer(const fs::path& checkpoints_dir, const std::string& pointer, const std::string& name) {
   const fs::path tmp = checkpoints_dir / ("." + pointer + ".tmp");
-  write_text(tmp, name + "\n");
-  fsync_path(tmp, false);
-  fs::rename(tmp, checkpoints_dir / pointer);
+  try {
+    write_text(tmp, name + "\n");
+    fsync_path(tmp, false);
+    fs::rename(tmp, checkpoints_dir / pointer);
+  } catch (const std::exception& e) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);  // the old pointer stays as it was
+    throw std::runtime_error("checkpoint: '" + pointer + "' was not moved to " + name + ": " + e.what());
+  }
   fsync_path(checkpoints_dir, true);
 }
 
 fs::path resolve_pointer(const fs::path& checkpoints_dir, const std::string& pointer) {
   const fs::path file = checkpoints_dir / pointer;
+  // A run killed between renaming its newest checkpoint into place and
+  // moving `latest` to it leaves no pointer yet (the first checkpoint) but a
+  // complete checkpoint: that one is the latest.
+  if (!fs::exists(file) && pointer == "latest")
+    if (auto complete = list_checkpoints(checkpoints_dir); !complete.empty()) return complete.back();
   if (!fs::exists(file))
     throw std::runtime_error("checkpoint: no '" + pointer + "' in " + checkpoints_dir.string() +
                              (pointer == "latest" ? ": nothing to resume" : ": no evaluation has written one"));
@@ -137,13 +194,26 @@ fs::path resolve_pointer(const fs::path& checkpoints_dir, const std::string& poi
 
 }  // namespace
 
+void remove_stale_temporaries(const fs::path& checkpoints_dir) {
+  static const std::regex pattern("\\..*\\.(tmp|del)-([0-9]+)");
+  const std::string own = std::to_string(::getpid());
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, m, pattern) && m[2] != own) stale.push_back(entry.path());
+  }
+  for (const auto& dir : stale) fs::remove_all(dir, ec);
+}
+
 fs::path write_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state, int keep,
                           const std::function<void()>& mid_write) {
   const std::string name = "step-" + std::to_string(state.global_step);
   const fs::path final_dir = write_checkpoint_directory(checkpoints_dir, name, state, {}, mid_write);
   write_pointer(checkpoints_dir, "latest", name);
   auto all = list_checkpoints(checkpoints_dir);
-  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove_all(all[i]);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) remove_checkpoint_directory(all[i]);
   return final_dir;
 }
 
@@ -160,7 +230,7 @@ fs::path write_best_checkpoint(const fs::path& checkpoints_dir, const Checkpoint
     const std::string other = entry.path().filename().string();
     if (other.rfind("best-step-", 0) == 0 && other != name) stale.push_back(entry.path());
   }
-  for (const auto& dir : stale) fs::remove_all(dir, ec);
+  for (const auto& dir : stale) remove_checkpoint_directory(dir);
   return final_dir;
 }
 
@@ -220,7 +290,8 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir) {
 
 std::vector<std::string> incompatible_config_keys(const std::string& saved_yaml, const std::string& current_yaml) {
   // What a resumed run computes depends on these; run.max_steps, threads,
-  // logging, metrics, checkpoint cadence and epochs may change freely.
+  // logging, metrics, checkpoint cadence, keep and error policy
+  // (checkpoint.*) and epochs may change freely.
   static const std::vector<std::string> kDecisive{"run.seed", "model.", "data.", "train.epochs", "train.grad_accum",
                                                  "train.anchors_per_sequence", "train.loss_decay_gamma",
                                                  "train.lr", "train.warmup_ratio", "train.schedule",

@@ -154,7 +154,7 @@ std::string Distributed::diagnose() {
     std::string list;
     for (const auto& r : named) list += (list.empty() ? "" : ", ") + r;
     return "lost rank " + list + " (no heartbeat for " + std::to_string(kLivenessWindow.count() / 1000.0).substr(0, 3) +
-           " s: the process died or its machine is unreachable)";
+           " s: the process died or is stopped, or its machine is unreachable)";
   } catch (const std::exception&) {
     if (env_.agent_store) return "the rendezvous store at MASTER_ADDR:MASTER_PORT is unreachable (torchrun's agent ended)";
     return "lost rank 0 (it serves the rendezvous store at MASTER_ADDR:MASTER_PORT " + env_.master_addr + ":" +

@@ -116,6 +116,7 @@ TEST_CASE("Config.Errors.out_of_range_values") {
       {"guard: {policy: rollback, window: 6, cliff_steps: 3}", "guard.window: must be > 2 * guard.cliff_steps (6)"},
       {"guard: {snapshot_every: 0}", "guard.snapshot_every: must be >= 1"},
       {"checkpoint: {keep: 0}", "checkpoint.keep: must be >= 1"},
+      {"checkpoint: {on_write_error: retry}", "checkpoint.on_write_error: 'retry' is not one of: halt, continue"},
       {"metrics: {sinks: [jsonl, tensorbord]}", "metrics.sinks: 'tensorbord' is not one of: jsonl, console, tensorboard, did you mean 'tensorboard'?"},
       {"devices: {drafter: tpu}", "devices.drafter: 'tpu' is not a device (cpu, cuda, cuda:N)"},
       {"distributed: {backend: mpi}", "distributed.backend: 'mpi' is not one of: auto, gloo, nccl"},
