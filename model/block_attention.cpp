@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "model/layers.hpp"
 
@@ -46,8 +47,26 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
   const torch::Tensor begin_cpu = packed ? context_begin.to(torch::kCPU, torch::kInt64) : torch::Tensor();
   const torch::Tensor begin_device = packed ? context_begin.to(device, torch::kInt64) : torch::Tensor();
 
-  for (int64_t first_block = 0; first_block < num_blocks; first_block += blocks_per_chunk) {
-    const int64_t chunk_blocks = std::min(blocks_per_chunk, num_blocks - first_block);
+  // Chunks are runs of at most blocks_per_chunk blocks. A packed single row
+  // (the end-to-end layout of packed batches) is also cut wherever the
+  // blocks' document changes, so each chunk reads exactly its document's
+  // context: a chunk spanning two documents would read both for every query,
+  // half of it masked.
+  std::vector<std::pair<int64_t, int64_t>> runs;  // (first block, blocks)
+  const bool cut_at_documents = packed && batch == 1;
+  std::vector<int64_t> block_begin;  // first context position of each block's document
+  if (cut_at_documents) {
+    const torch::Tensor row = begin_cpu[0].contiguous();
+    block_begin.assign(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + num_blocks);
+  }
+  for (int64_t start = 0, j = 1; j <= num_blocks; ++j) {
+    if (j == num_blocks || j - start == blocks_per_chunk || (cut_at_documents && block_begin[j] != block_begin[start])) {
+      runs.emplace_back(start, j - start);
+      start = j;
+    }
+  }
+
+  for (const auto& [first_block, chunk_blocks] : runs) {
     const int64_t num_queries = chunk_blocks * block_size;
     // Only context strictly before the latest kept anchor of the chunk can be visible.
     const torch::Tensor kept_anchors = anchors_cpu.narrow(1, first_block, chunk_blocks)

@@ -33,7 +33,9 @@ struct BlockAttentionPlan {
 // blocks_per_chunk <= 0 puts all blocks in one chunk. Packed rows:
 // context_begin [B, N] int64 is the first context position of each block's
 // document; block j then sees context c iff context_begin_j <= c < anchor_j,
-// and a chunk reads keys from its blocks' earliest document start on.
+// and a chunk reads keys from its blocks' earliest document start on. A
+// single packed row (B = 1) is also cut into chunks where the blocks'
+// document changes, so a chunk reads exactly one document's context.
 BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, const torch::Tensor& block_keep,
                                         int64_t context_length, int64_t block_size, int64_t blocks_per_chunk,
                                         torch::Device device, const torch::Tensor& context_begin = {});

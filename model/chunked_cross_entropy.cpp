@@ -34,6 +34,7 @@ class ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinear
     const int64_t rows = hidden.size(0);
     torch::Tensor total = torch::zeros({}, hidden.options().dtype(accumulate_dtype));
     torch::Tensor predictions = torch::empty({rows}, labels.options());
+    torch::Tensor row_weighted_ce = torch::empty({rows}, hidden.options().dtype(accumulate_dtype));
     torch::Tensor unit_grad_hidden = with_gradient ? torch::empty_like(hidden) : torch::Tensor();
     for (int64_t first = 0; first < rows; first += rows_per_chunk) {
       const int64_t count = std::min(rows_per_chunk, rows - first);
@@ -42,7 +43,9 @@ class ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinear
       const torch::Tensor chunk_weights = row_weights.narrow(0, first, count).to(accumulate_dtype);
       const torch::Tensor log_normaliser = torch::logsumexp(logits, 1, /*keepdim=*/true);  // [c, 1]
       const torch::Tensor ce = (log_normaliser - logits.gather(1, chunk_labels)).squeeze(1);
-      total += (ce * chunk_weights).sum();
+      const torch::Tensor weighted = ce * chunk_weights;
+      total += weighted.sum();
+      row_weighted_ce.narrow(0, first, count).copy_(weighted);
       predictions.narrow(0, first, count).copy_(logits.argmax(1));
       if (with_gradient) {
         // d(w * CE)/d logits = w * (softmax(logits) - onehot(label)), built in place of the logits.
@@ -53,8 +56,8 @@ class ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinear
       }
     }
     if (with_gradient) ctx->saved_data["unit_grad_hidden"] = unit_grad_hidden;
-    ctx->mark_non_differentiable({predictions});
-    return {total, predictions};
+    ctx->mark_non_differentiable({predictions, row_weighted_ce});
+    return {total, predictions, row_weighted_ce};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -82,7 +85,7 @@ ChunkedCrossEntropyResult chunked_linear_cross_entropy(const torch::Tensor& hidd
   const bool with_gradient = torch::GradMode::is_enabled() && hidden.requires_grad();
   const variable_list outputs = ChunkedLinearCrossEntropy::apply(hidden, lm_head_weight, labels.to(torch::kInt64),
                                                                  row_weights, rows_per_chunk, with_gradient);
-  return {outputs[0], outputs[1]};
+  return {outputs[0], outputs[1], outputs[2]};
 }
 
 }  // namespace dflow::model

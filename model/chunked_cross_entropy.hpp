@@ -12,6 +12,7 @@ namespace dflow::model {
 struct ChunkedCrossEntropyResult {
   torch::Tensor weighted_ce_sum;  // scalar, differentiable w.r.t. hidden: sum_i w_i * CE_i
   torch::Tensor predictions;      // [P] int64 argmax of the logits (not differentiable)
+  torch::Tensor row_weighted_ce;  // [P] w_i * CE_i in the reduction dtype (not differentiable)
 };
 
 // hidden [P, H] (float32, bfloat16 or float64), lm_head_weight [V, H] frozen

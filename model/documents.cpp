@@ -87,6 +87,25 @@ DocumentBounds document_bounds(const torch::Tensor& document_ids) {
   return bounds;
 }
 
+torch::Tensor sample_ordinals(const torch::Tensor& document_ids, const torch::Tensor& lengths) {
+  const DocumentBounds bounds = document_bounds(document_ids);
+  const int64_t rows = document_ids.size(0), length = document_ids.size(1);
+  const torch::Tensor lengths_cpu = lengths.to(torch::kCPU, torch::kInt64);
+  torch::Tensor ordinals = torch::full({rows, length}, -1, torch::kInt64);
+  const auto document_end = bounds.end.accessor<int64_t, 2>();
+  auto out = ordinals.accessor<int64_t, 2>();
+  int64_t sample_index = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t real_length = std::min(lengths_cpu[r].item<int64_t>(), length);
+    for (int64_t first = 0; first < real_length; ++sample_index) {
+      const int64_t last = std::min(document_end[r][first], real_length);
+      for (int64_t t = first; t < last; ++t) out[r][t] = sample_index;
+      first = last;
+    }
+  }
+  return ordinals;
+}
+
 AnchorBatch sample_packed_anchors(const torch::Tensor& loss_mask, const torch::Tensor& lengths,
                                   const torch::Tensor& document_ids, const AnchorSamplingOptions& options) {
   if (loss_mask.dim() != 2 || loss_mask.sizes() != document_ids.sizes() || lengths.dim() != 1 ||

@@ -46,6 +46,11 @@ struct DocumentBounds {
 };
 DocumentBounds document_bounds(const torch::Tensor& document_ids);
 
+// Per token: the index of its sample among the batch's samples in row order
+// (the order sample_packed_anchors and the batch's sample ids use), -1 past
+// a row's real length; [B, S] int64 on CPU. lengths [B].
+torch::Tensor sample_ordinals(const torch::Tensor& document_ids, const torch::Tensor& lengths);
+
 // Anchors of packed rows: each sample of a row draws its anchors as
 // sample_anchors draws them for a row of its own (strictly inside the
 // sample's response), with the RNG stream of its index among the batch's

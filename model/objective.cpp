@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "model/chunked_cross_entropy.hpp"
+#include "model/documents.hpp"
 
 namespace dflow::model {
 
@@ -100,11 +101,27 @@ std::vector<double> sum_per_slot(const torch::Tensor& rows, const torch::Tensor&
 }
 
 
+std::vector<double> to_vector(const torch::Tensor& values) {
+  const torch::Tensor v = values.to(torch::kCPU, torch::kFloat64).contiguous();
+  return {v.data_ptr<double>(), v.data_ptr<double>() + v.numel()};
+}
+
+// The loss of B rows, each row one sample unless `documents` packs several
+// (then their blocks' attention, positions and labels stay in their sample).
+// block_sums, when given, receives [2, B*N] float64 on CPU: each block's
+// sum(w * CE) and sum(w).
+ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& embedding_weight,
+                             const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
+                             const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
+                             const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
+                             const PackedDocuments* documents, torch::Tensor* block_sums);
+
 // Packed rows: a sample never sees another, so the rows can be laid end to
 // end as one row of B * S tokens. Every kept block then sits in that one row,
 // with no padding blocks (N is the batch's anchor count, not B times the
-// fullest row's), and attention chunks of about one sample's blocks read
-// about one sample's context. The loss is the same sum over the same blocks.
+// fullest row's), and attention chunks, cut where the document changes, read
+// exactly their sample's context. The loss is the same sum over the same
+// blocks.
 ObjectiveOutput packed_rows_end_to_end(DFlashDrafterImpl& drafter, const torch::Tensor& embedding_weight,
                                        const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                                        const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
@@ -138,12 +155,20 @@ ObjectiveOutput packed_rows_end_to_end(DFlashDrafterImpl& drafter, const torch::
         1, spec.num_attention_heads, length, spec.block_size, options.max_attention_scores_per_chunk);
   }
   const auto device = lengths.device();
-  ObjectiveOutput out = dflash_loss(drafter, embedding_weight, lm_head_weight,
-                                    context_features.reshape({1, tokens, context_features.size(2)}),
-                                    input_ids.reshape({1, tokens}), loss_mask.reshape({1, tokens}),
-                                    torch::full({1}, tokens, torch::TensorOptions().dtype(torch::kInt64).device(device)),
-                                    flat_anchors, options, &flat);
+  torch::Tensor block_sums;  // [2, K]: sum(w * CE) and sum(w) of each kept block
+  ObjectiveOutput out = loss_of_rows(drafter, embedding_weight, lm_head_weight,
+                                     context_features.reshape({1, tokens, context_features.size(2)}),
+                                     input_ids.reshape({1, tokens}), loss_mask.reshape({1, tokens}),
+                                     torch::full({1}, tokens, torch::TensorOptions().dtype(torch::kInt64).device(device)),
+                                     flat_anchors, options, &flat, &block_sums);
   out.real_tokens = lengths.sum().item<int64_t>();
+  // Each kept block belongs to the sample its anchor sits in.
+  const torch::Tensor ordinals = sample_ordinals(documents.document_ids, lengths).reshape({tokens});
+  const int64_t samples = ordinals.max().item<int64_t>() + 1;
+  torch::Tensor per_sample = torch::zeros({2, std::max<int64_t>(samples, 0)}, torch::kFloat64);
+  if (kept_count > 0 && samples > 0) per_sample.index_add_(1, ordinals.index_select(0, kept), block_sums);
+  out.sample_weighted_ce_sum = to_vector(per_sample[0]);
+  out.sample_weight_sum = to_vector(per_sample[1]);
   return out;
 }
 
@@ -162,10 +187,21 @@ ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& emb
                             const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                             const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
                             const PackedDocuments* documents) {
-  if (documents != nullptr && input_ids.dim() == 2 && input_ids.size(0) > 1) {
+  if (documents != nullptr && input_ids.dim() == 2) {
     return packed_rows_end_to_end(drafter, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask,
                                   lengths, anchors, options, *documents);
   }
+  return loss_of_rows(drafter, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask, lengths,
+                      anchors, options, nullptr, nullptr);
+}
+
+namespace {
+
+ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& embedding_weight,
+                             const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
+                             const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
+                             const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
+                             const PackedDocuments* documents, torch::Tensor* block_sums) {
   const DrafterSpec& spec = drafter.spec();
   check_loss_inputs(spec, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask, lengths, anchors);
   const int64_t batch = input_ids.size(0), length = input_ids.size(1), block_size = spec.block_size;
@@ -222,7 +258,21 @@ ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& emb
   out.num_anchors = anchors.num_anchors();
   out.real_tokens = lengths.sum().item<int64_t>();
   out.predicted_tokens = rows.size(0);
+
+  // Per block, then per row (a row is a sample unless the caller packed it).
+  const torch::Tensor block_of_row = rows.floor_divide(block_size);
+  const auto sum_options = torch::TensorOptions().dtype(torch::kFloat64).device(rows.device());
+  torch::Tensor sums = torch::zeros({2, batch * anchors.blocks_per_sample()}, sum_options);
+  sums[0].index_add_(0, block_of_row, ce.row_weighted_ce.to(torch::kFloat64));
+  sums[1].index_add_(0, block_of_row, weights.to(torch::kFloat64));
+  sums = sums.cpu();
+  if (block_sums != nullptr) *block_sums = sums;
+  const torch::Tensor per_row = sums.view({2, batch, anchors.blocks_per_sample()}).sum(2);
+  out.sample_weighted_ce_sum = to_vector(per_row[0]);
+  out.sample_weight_sum = to_vector(per_row[1]);
   return out;
 }
+
+}  // namespace
 
 }  // namespace dflow::model

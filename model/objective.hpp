@@ -58,6 +58,12 @@ struct ObjectiveOutput {
   int64_t num_anchors = 0;   // kept blocks
   int64_t real_tokens = 0;   // sum of lengths
   int64_t predicted_tokens = 0;  // valid (label-bearing) draft slots
+  // Per sample of the micro-batch: sum(w * CE) and sum(w) (detached). Samples
+  // in the batch's order (unpacked: one per row; packed: row by row, each
+  // row's samples in order, as the plan lists their ids). They add up to
+  // weighted_ce_sum and weight_sum; per-bucket statistics are built on them.
+  std::vector<double> sample_weighted_ce_sum;
+  std::vector<double> sample_weight_sum;
 };
 
 // context_features [B, S, n*H] (the target's fused features), input_ids,

@@ -7,6 +7,7 @@
 // Rows of samples quarantined during this invocation are dropped here (the
 // loader drops those known at the start): the live set only changes under
 // the model token, which this node holds, so the run stays deterministic.
+#include <algorithm>
 #include <cmath>
 
 #include "nodes/messages.hpp"
@@ -119,15 +120,35 @@ class DrafterStep final : public graph::FunctionBody {
     s.anchors = result.num_anchors;
     s.real_tokens = batch.plan.real_tokens;
     s.padded_tokens = batch.plan.padded_tokens;
+    const auto dataset_lengths = run_.dataset.lengths();
     if (run_.batching.mode == data::BatchMode::TokenBudget) {
       const auto b = static_cast<size_t>(batch.plan.bucket_index);
       s.batches_per_bucket.at(b) = 1;
       s.bucket_ce_sum.at(b) = weighted_ce_sum;
       s.bucket_weight_sum.at(b) = result.weight_sum;
       s.bucket_real_tokens.at(b) = batch.plan.real_tokens;
+    } else if (batch.packed()) {
+      // Each sample of a packed batch to the bucket of its own length. The
+      // collated rows still hold samples quarantined since loading (without
+      // a loss), so the loss's samples are the received plan's.
+      const auto& ids = received.batch.plan.sample_ids;
+      const double factor = std::isnan(weighted_ce_sum) ? std::nan("")
+                            : result.weighted_ce_sum != 0.0 ? weighted_ce_sum / result.weighted_ce_sum
+                                                            : 1.0;  // an injected spike scales every sample
+      const auto& buckets = run_.config.data.buckets;
+      for (size_t i = 0; i < ids.size() && i < result.sample_weight_sum.size(); ++i) {
+        if (state.quarantined.count(ids[i])) continue;
+        const int length = dataset_lengths[static_cast<size_t>(ids[i])];
+        const auto b = static_cast<size_t>(
+            std::min<ptrdiff_t>(std::lower_bound(buckets.begin(), buckets.end(), length) - buckets.begin(),
+                                static_cast<ptrdiff_t>(buckets.size()) - 1));
+        s.batches_per_bucket.at(b) = 1;
+        s.bucket_ce_sum.at(b) += result.sample_weighted_ce_sum[i] * factor;
+        s.bucket_weight_sum.at(b) += result.sample_weight_sum[i];
+        s.bucket_real_tokens.at(b) += length;
+      }
     }
     s.sample_ids = batch.plan.sample_ids;  // per sample, packed or not
-    const auto dataset_lengths = run_.dataset.lengths();
     for (const int64_t id : batch.plan.sample_ids) s.sample_lengths.push_back(dataset_lengths[static_cast<size_t>(id)]);
     return s;
   }

@@ -3,8 +3,10 @@
 // one sample may reach another sample's loss.
 #include <doctest/doctest.h>
 
+#include <string>
 #include <vector>
 
+#include "model/block_attention.hpp"
 #include "model/documents.hpp"
 #include "model/objective.hpp"
 #include "model_fixtures.hpp"
@@ -115,6 +117,7 @@ double max_relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
 struct LossAndGradients {
   double loss = 0;
   std::vector<torch::Tensor> gradients;
+  std::vector<double> sample_ce, sample_weight;  // per sample, in the batch's order
 };
 
 LossAndGradients run_loss(DFlashDrafterImpl& drafter, const torch::Tensor& features, const torch::Tensor& ids,
@@ -127,7 +130,7 @@ LossAndGradients run_loss(DFlashDrafterImpl& drafter, const torch::Tensor& featu
   auto out = dflash_loss(drafter, target.embedding_weight(), target.lm_head_weight(), features, ids, mask, lengths,
                          anchors, options, documents);
   out.loss.backward();
-  LossAndGradients result{out.loss.item<double>(), {}};
+  LossAndGradients result{out.loss.item<double>(), {}, out.sample_weighted_ce_sum, out.sample_weight_sum};
   for (const auto& p : drafter.parameters()) result.gradients.push_back(p.grad().clone());
   return result;
 }
@@ -199,6 +202,16 @@ TEST_CASE("Pack.LossAndGradientsEqualTheSamplesRunUnpacked") {
                                  packed_anchors, &rig.documents, blocks_per_chunk);
     CHECK(alone.loss > 0.1);
     CHECK(std::abs(packed.loss - alone.loss) <= 1e-5 * std::abs(alone.loss));
+    // Per sample too (the per-bucket statistics are built on these): packed
+    // rows list their samples in row order, here 0, 1, 2 as unpacked.
+    REQUIRE(packed.sample_ce.size() == 3);
+    REQUIRE(alone.sample_ce.size() == 3);
+    for (size_t i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      CHECK(alone.sample_weight[i] > 0);
+      CHECK(packed.sample_weight[i] == doctest::Approx(alone.sample_weight[i]).epsilon(1e-12));
+      CHECK(std::abs(packed.sample_ce[i] - alone.sample_ce[i]) <= 1e-5 * std::abs(alone.sample_ce[i]));
+    }
     REQUIRE(packed.gradients.size() == alone.gradients.size());
     for (size_t i = 0; i < alone.gradients.size(); ++i) {
       CAPTURE(i);
@@ -233,4 +246,27 @@ TEST_CASE("Pack.ATokenOfOneSampleCannotChangeAnotherSamplesLoss") {
   PackedRig own_changed;  // a token of sample 1 itself does change it: the check above can fail
   own_changed.tokens[1][2] = (own_changed.tokens[1][2].item<int64_t>() + 1) % 500;
   CHECK(loss_of(own_changed).loss != reference.loss);
+}
+
+TEST_CASE("Pack.AttentionChunksOfAPackedRowReadExactlyTheirDocumentsContext") {
+  // One end-to-end row: document 0 at [0, 40) with 3 blocks, document 1 at
+  // [40, 100) with 2 blocks, document 2 at [100, 130) with 1 block. Even when
+  // all blocks would fit one chunk, no chunk spans two documents, and each
+  // reads its document's context from its start up to its last anchor.
+  const auto anchors = torch::tensor({{10, 25, 31, 55, 90, 117}}, torch::kInt64).view({1, 6});
+  const auto keep = torch::ones({1, 6}, torch::kBool);
+  const auto begins = torch::tensor({{0, 0, 0, 40, 40, 100}}, torch::kInt64).view({1, 6});
+  for (const int64_t blocks_per_chunk : {0, 6, 2}) {
+    CAPTURE(blocks_per_chunk);
+    const auto plan = plan_block_attention(anchors, keep, 130, 4, blocks_per_chunk, torch::kCPU, begins);
+    std::vector<std::string> seen;  // "first block: context [first, end)"
+    for (const auto& chunk : plan.chunks)
+      seen.push_back(std::to_string(chunk.first_query / 4) + ": [" + std::to_string(chunk.context_first) + ", " +
+                     std::to_string(chunk.context_first + chunk.context_length) + ")");
+    if (blocks_per_chunk == 2) {
+      CHECK(seen == std::vector<std::string>{"0: [0, 25)", "2: [0, 31)", "3: [40, 90)", "5: [100, 117)"});
+    } else {
+      CHECK(seen == std::vector<std::string>{"0: [0, 31)", "3: [40, 90)", "5: [100, 117)"});
+    }
+  }
 }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <string>
 
 #include "nodes/trainer.hpp"
 #include "train_fixture.hpp"
@@ -61,6 +63,23 @@ TEST_CASE("Train.Pack.every_sample_once_per_epoch_with_less_padding") {
   CHECK(packed_efficiency > 0.95);
   CHECK(packed.size() < budget.size());  // fewer, fuller batches
   for (const auto& r : packed) CHECK(std::isfinite(r["loss"].get<double>()));
+  // Per-bucket statistics per sample, as with token_budget: each sample in
+  // the bucket of its own length, adding up to the step's loss and tokens.
+  std::set<std::string> buckets_seen;
+  for (const auto& r : packed) {
+    double loss_sum = 0, weight = 0;
+    int64_t real_tokens = 0;
+    for (const auto& [length, b] : r["buckets"].items()) {
+      buckets_seen.insert(length);
+      loss_sum += b["loss_sum"].get<double>();
+      weight += b["loss_weight"].get<double>();
+      real_tokens += b["real_tokens"].get<int64_t>();
+    }
+    REQUIRE(weight > 0);
+    CHECK(loss_sum / weight == doctest::Approx(r["loss"].get<double>()));  // float32 step sum
+    CHECK(real_tokens == r["real_tokens"].get<int64_t>());
+  }
+  CHECK(!buckets_seen.empty());
   CHECK(nodes::summarize(packed_result).find("batching pad_bucket.pack {pack_window: 4096}: padding efficiency") !=
         std::string::npos);
 }
