@@ -43,6 +43,7 @@ double process_cpu_seconds() {
 struct Measured {
   int64_t steps = 0, real_tokens = 0, padded_tokens = 0;
   double step_s = 0, cpu_s = 0;
+  std::vector<std::pair<std::string, double>> busy_s;  // per node over the run (replicas summed)
   double tokens_per_s() const { return step_s > 0 ? static_cast<double>(real_tokens) / step_s : 0.0; }
   double tokens_per_cpu_s() const { return cpu_s > 0 ? static_cast<double>(real_tokens) / cpu_s : 0.0; }
   double efficiency() const { return padded_tokens > 0 ? static_cast<double>(real_tokens) / padded_tokens : 0.0; }
@@ -72,6 +73,15 @@ Measured train_with(const std::string& pad_type, const std::filesystem::path& ou
     m.real_tokens += r["real_tokens"].get<int64_t>();
     m.padded_tokens += r["padded_tokens"].get<int64_t>();
     m.step_s += r["time"]["step_s"].get<double>();
+    if (r.contains("telemetry")) {  // cumulative: the last step's counts cover the run
+      m.busy_s.clear();
+      for (const auto& n : r["telemetry"]["nodes"]) {
+        const std::string name = n["name"].get<std::string>();
+        auto it = std::find_if(m.busy_s.begin(), m.busy_s.end(), [&](const auto& e) { return e.first == name; });
+        if (it == m.busy_s.end()) it = m.busy_s.insert(m.busy_s.end(), {name, 0.0});
+        it->second += n["busy_s"].get<double>();
+      }
+    }
   }
   return m;
 }
@@ -112,6 +122,17 @@ int main(int argc, char** argv) {
                 static_cast<long long>(m.real_tokens), static_cast<long long>(m.padded_tokens), 100 * m.efficiency(),
                 m.tokens_per_s(), cpu);
   }
+  // Where each one's time goes: busy seconds of the graph's nodes (the
+  // target's forward against the drafter's forward/backward decides which
+  // batching pays off).
+  std::printf("node busy seconds (median round):");
+  for (const auto& [name, seconds] : budget.busy_s) {
+    if (seconds < 0.01 * budget.step_s) continue;
+    double packed_seconds = 0;
+    for (const auto& [n, s] : packed.busy_s) if (n == name) packed_seconds = s;
+    std::printf(" %s %.2f/%.2f", name.c_str(), seconds, packed_seconds);
+  }
+  std::printf(" (token_budget/pack)\n");
   std::printf("real tokens/s, pack / token_budget (medians of %d rounds): %.3f\n", rounds,
               packed.tokens_per_s() / budget.tokens_per_s());
   std::printf("real tokens per CPU-second, pack / token_budget (medians of %d rounds): %.3f\n", rounds,

@@ -20,9 +20,111 @@ int64_t blocks_per_chunk_for_budget(int64_t batch_size, int64_t num_heads, int64
   return std::max<int64_t>(1, std::min(by_budget, by_context));
 }
 
+namespace {
+
+// Batches a packed row's chunks (see BlockAttentionGroup). anchors, keep and
+// begins are the row's [N] per-block tensors on the device.
+void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const torch::Tensor& keep,
+                 const torch::Tensor& begins, int64_t context_length, int64_t max_scores_per_group,
+                 torch::Device device) {
+  const int64_t block_size = plan.block_size;
+  const auto& chunks = plan.chunks;
+  // Longest context first, so that each group pads to similar lengths.
+  std::vector<size_t> order(chunks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return chunks[a].context_length > chunks[b].context_length; });
+  std::vector<std::vector<size_t>> members;
+  int64_t max_q = 0, max_c = 0;
+  for (const size_t c : order) {
+    const int64_t q = std::max(max_q, chunks[c].num_queries), k = std::max(max_c, chunks[c].context_length);
+    const bool fits = max_scores_per_group <= 0 ||
+                      static_cast<int64_t>(members.empty() ? 0 : members.back().size() + 1) * q * (k + q) <=
+                          max_scores_per_group;
+    if (members.empty() || !fits) {
+      members.emplace_back();
+      max_q = chunks[c].num_queries;
+      max_c = chunks[c].context_length;
+    } else {
+      max_q = q;
+      max_c = k;
+    }
+    members.back().push_back(c);
+  }
+
+  const auto long_options = torch::TensorOptions().device(device).dtype(torch::kInt64);
+  const torch::Tensor slot_anchor = anchors.repeat_interleave(block_size);  // [N * Bs]
+  const torch::Tensor slot_keep = keep.repeat_interleave(block_size);
+  const torch::Tensor slot_begin = begins.repeat_interleave(block_size);
+  std::vector<torch::Tensor> slots_in_order;  // per group: the draft slot of each real row
+  for (const auto& group_chunks : members) {
+    const auto count = static_cast<int64_t>(group_chunks.size());
+    int64_t queries = 0, context = 0;
+    for (const size_t c : group_chunks) {
+      queries = std::max(queries, chunks[c].num_queries);
+      context = std::max(context, chunks[c].context_length);
+    }
+    // Indices on the CPU: padded queries repeat the chunk's first slot,
+    // padded keys its first context position (its own document either way).
+    torch::Tensor query_index = torch::empty({count, queries}, torch::kInt64);
+    torch::Tensor query_real = torch::empty({count, queries}, torch::kBool);
+    torch::Tensor context_index = torch::empty({count, context}, torch::kInt64);
+    torch::Tensor key_real = torch::empty({count, context}, torch::kBool);
+    auto qi = query_index.accessor<int64_t, 2>();
+    auto qr = query_real.accessor<bool, 2>();
+    auto ci = context_index.accessor<int64_t, 2>();
+    auto kr = key_real.accessor<bool, 2>();
+    const int64_t last_position = std::max<int64_t>(context_length - 1, 0);
+    for (int64_t g = 0; g < count; ++g) {
+      const BlockAttentionChunk& chunk = chunks[group_chunks[static_cast<size_t>(g)]];
+      for (int64_t q = 0; q < queries; ++q) {
+        qr[g][q] = q < chunk.num_queries;
+        qi[g][q] = chunk.first_query + (qr[g][q] ? q : 0);
+      }
+      for (int64_t k = 0; k < context; ++k) {
+        kr[g][k] = k < chunk.context_length;
+        ci[g][k] = std::min(chunk.context_first + (kr[g][k] ? k : 0), last_position);
+      }
+    }
+    BlockAttentionGroup group;
+    group.num_chunks = count;
+    group.max_queries = queries;
+    group.max_context = context;
+    const torch::Tensor real_rows = query_real.reshape({-1}).nonzero().squeeze(1);
+    slots_in_order.push_back(query_index.reshape({-1}).index_select(0, real_rows));
+    group.query_index = query_index.reshape({-1}).to(device);
+    group.context_index = context_index.reshape({-1}).to(device);
+    group.real_rows = real_rows.to(device);
+
+    // Masks on the device, as for one chunk: context strictly before the
+    // block's anchor and from its document's start; its own block both ways.
+    const torch::Tensor q_keep = slot_keep.index_select(0, group.query_index).view({count, queries}) &
+                                 query_real.to(device);  // [G, Q]
+    const torch::Tensor key_position = group.context_index.view({count, 1, context});
+    const torch::Tensor context_visible =
+        key_real.to(device).unsqueeze(1) &
+        (key_position < slot_anchor.index_select(0, group.query_index).view({count, queries, 1})) &
+        (key_position >= slot_begin.index_select(0, group.query_index).view({count, queries, 1})) &
+        q_keep.unsqueeze(-1);  // [G, Q, C]
+    const torch::Tensor slot_block = torch::arange(queries, long_options).floor_divide(block_size);
+    // Padded queries keep their own block too (finite softmax); they are dropped.
+    const torch::Tensor own_block =
+        (slot_block.unsqueeze(1) == slot_block.unsqueeze(0)).unsqueeze(0).expand({count, queries, queries});
+    group.visible = torch::cat({context_visible, own_block}, -1).unsqueeze(1);  // [G, 1, Q, C + Q]
+    group.row_has_keys = q_keep.view({count, 1, queries, 1});
+    plan.groups.push_back(std::move(group));
+  }
+  // Each slot belongs to exactly one chunk: invert (group, chunk, query) order.
+  const torch::Tensor slots = torch::cat(slots_in_order);
+  plan.slot_order = torch::empty_like(slots).index_put_({slots}, torch::arange(slots.size(0), torch::kInt64)).to(device);
+}
+
+}  // namespace
+
 BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, const torch::Tensor& block_keep,
                                         int64_t context_length, int64_t block_size, int64_t blocks_per_chunk,
-                                        torch::Device device, const torch::Tensor& context_begin) {
+                                        torch::Device device, const torch::Tensor& context_begin,
+                                        int64_t max_scores_per_group) {
   if (anchor_positions.dim() != 2 || anchor_positions.sizes() != block_keep.sizes()) {
     throw std::invalid_argument("plan_block_attention: anchor_positions and block_keep must both be [B, N], got " +
                                 c10::str(anchor_positions.sizes()) + " and " + c10::str(block_keep.sizes()));
@@ -81,6 +183,15 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
       chunk_first = std::clamp<int64_t>(kept_begins.min().item<int64_t>(), 0, chunk_end);
     }
     const int64_t chunk_context = chunk_end - chunk_first;
+    BlockAttentionChunk chunk;
+    chunk.first_query = first_block * block_size;
+    chunk.num_queries = num_queries;
+    chunk.context_first = chunk_first;
+    chunk.context_length = chunk_context;
+    if (cut_at_documents) {  // runs in groups, masks built per group below
+      plan.chunks.push_back(std::move(chunk));
+      continue;
+    }
 
     const torch::Tensor slot_anchor =
         anchors_device.narrow(1, first_block, chunk_blocks).repeat_interleave(block_size, 1);  // [B, Q]
@@ -99,15 +210,12 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
     const torch::Tensor own_block =
         (slot_block.unsqueeze(1) == slot_block.unsqueeze(0)).unsqueeze(0).expand({batch, num_queries, num_queries});
 
-    BlockAttentionChunk chunk;
-    chunk.first_query = first_block * block_size;
-    chunk.num_queries = num_queries;
-    chunk.context_first = chunk_first;
-    chunk.context_length = chunk_context;
     chunk.visible = torch::cat({context_visible, own_block}, -1).unsqueeze(1);  // [B, 1, Q, C + Q]
     chunk.row_has_keys = slot_keep.view({batch, 1, num_queries, 1});
     plan.chunks.push_back(std::move(chunk));
   }
+  if (cut_at_documents) plan_groups(plan, anchors_device[0], keep_device[0], begin_device[0], context_length,
+                                    max_scores_per_group, device);
   return plan;
 }
 
@@ -119,6 +227,33 @@ torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft
                                 std::to_string(plan.num_blocks) + " blocks of " + std::to_string(plan.block_size));
   }
   if (plan.chunks.empty()) return torch::zeros_like(q);
+  if (!plan.groups.empty()) {
+    // One packed row: gather each group's chunks into a padded batch, attend
+    // once per group, put the real rows back in slot order.
+    const int64_t heads = q.size(1), head_dim = q.size(3);
+    const torch::Tensor q_rows = q[0].transpose(0, 1);  // [T, H, D]
+    const torch::Tensor dk_rows = draft_k[0].transpose(0, 1), dv_rows = draft_v[0].transpose(0, 1);  // [T, KVH, D]
+    const torch::Tensor ck_rows = context_k[0].transpose(0, 1), cv_rows = context_v[0].transpose(0, 1);  // [S, KVH, D]
+    std::vector<torch::Tensor> rows;
+    rows.reserve(plan.groups.size());
+    for (const BlockAttentionGroup& group : plan.groups) {
+      const int64_t count = group.num_chunks, queries = group.max_queries, context = group.max_context;
+      auto batched = [&](const torch::Tensor& x, const torch::Tensor& index, int64_t length) {
+        return x.index_select(0, index).view({count, length, x.size(1), head_dim}).transpose(1, 2);
+      };
+      const torch::Tensor group_q = batched(q_rows, group.query_index, queries);
+      const torch::Tensor group_k = torch::cat(
+          {batched(ck_rows, group.context_index, context), batched(dk_rows, group.query_index, queries)}, 2);
+      const torch::Tensor group_v = torch::cat(
+          {batched(cv_rows, group.context_index, context), batched(dv_rows, group.query_index, queries)}, 2);
+      const torch::Tensor attended =
+          grouped_attention(group_q, group_k, group_v, group.visible, /*causal=*/false)
+              .masked_fill(group.row_has_keys.logical_not(), 0.0);  // [G, H, Q, D]
+      rows.push_back(attended.transpose(1, 2).reshape({count * queries, heads, head_dim}).index_select(0, group.real_rows));
+    }
+    const torch::Tensor all = rows.size() == 1 ? rows.front() : torch::cat(rows, 0);
+    return all.index_select(0, plan.slot_order).transpose(0, 1).unsqueeze(0);  // [1, H, T, D]
+  }
   std::vector<torch::Tensor> outputs;
   outputs.reserve(plan.chunks.size());
   for (const BlockAttentionChunk& chunk : plan.chunks) {

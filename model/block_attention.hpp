@@ -20,10 +20,28 @@ struct BlockAttentionChunk {
   torch::Tensor row_has_keys;  // [B, 1, num_queries, 1] bool; false for padding blocks
 };
 
+// Packed single rows: the chunks (each one document's run of blocks) do not
+// run one attention call each. They are padded to a common shape and run as
+// one batch of chunks per group, [chunks, heads, queries, keys], as many
+// chunks per group as the score budget allows (chunks sorted by context
+// length so that a group pads little). A chunk's padded keys are masked and
+// point at its own document's positions, its padded queries are dropped.
+struct BlockAttentionGroup {
+  int64_t num_chunks = 0, max_queries = 0, max_context = 0;
+  torch::Tensor query_index;    // [G * Qmax] int64: draft slot of each (chunk, query); padding repeats a real slot
+  torch::Tensor context_index;  // [G * Cmax] int64: context position of each (chunk, key)
+  torch::Tensor visible;        // [G, 1, Qmax, Cmax + Qmax] bool
+  torch::Tensor row_has_keys;   // [G, 1, Qmax, 1] bool; false for padding blocks and padded queries
+  torch::Tensor real_rows;      // [R] int64 into G * Qmax: the chunks' real queries, in (chunk, query) order
+};
+
 struct BlockAttentionPlan {
   int64_t block_size = 0;
   int64_t num_blocks = 0;  // per sample
   std::vector<BlockAttentionChunk> chunks;
+  // Packed single rows only (else empty): how the chunks run.
+  std::vector<BlockAttentionGroup> groups;
+  torch::Tensor slot_order;  // [N * Bs] int64: each draft slot's row among the groups' real rows, concatenated
 };
 
 // anchor_positions [B, N] int64 and block_keep [B, N] bool, any device (a CPU
@@ -35,10 +53,14 @@ struct BlockAttentionPlan {
 // document; block j then sees context c iff context_begin_j <= c < anchor_j,
 // and a chunk reads keys from its blocks' earliest document start on. A
 // single packed row (B = 1) is also cut into chunks where the blocks'
-// document changes, so a chunk reads exactly one document's context.
+// document changes, so a chunk reads exactly one document's context, and
+// its chunks run batched in groups (BlockAttentionGroup) of at most
+// max_scores_per_group query-key pairs per head (padding included; <= 0: one
+// group; a chunk larger than the budget runs alone).
 BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, const torch::Tensor& block_keep,
                                         int64_t context_length, int64_t block_size, int64_t blocks_per_chunk,
-                                        torch::Device device, const torch::Tensor& context_begin = {});
+                                        torch::Device device, const torch::Tensor& context_begin = {},
+                                        int64_t max_scores_per_group = 0);
 
 // Blocks per chunk: attention scores within max_scores_per_chunk elements,
 // and at most S / Bs blocks so the mostly-masked draft-to-draft part never

@@ -230,7 +230,8 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
           : blocks_per_chunk_for_budget(batch, spec.num_attention_heads, length, block_size,
                                         options.max_attention_scores_per_chunk);
   const BlockAttentionPlan plan = plan_block_attention(anchors.anchor_positions, anchors.block_keep, length, block_size,
-                                                       blocks_per_chunk, device, context_begin);
+                                                       blocks_per_chunk, device, context_begin,
+                                                       options.max_attention_scores_per_chunk / spec.num_attention_heads);
   const torch::Tensor draft_positions = blocks.block_positions.view({batch, draft_slots});
   const torch::Tensor hidden =
       documents != nullptr

@@ -3,7 +3,9 @@
 // one sample may reach another sample's loss.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/block_attention.hpp"
@@ -122,10 +124,12 @@ struct LossAndGradients {
 
 LossAndGradients run_loss(DFlashDrafterImpl& drafter, const torch::Tensor& features, const torch::Tensor& ids,
                           const torch::Tensor& mask, const torch::Tensor& lengths, const AnchorBatch& anchors,
-                          const PackedDocuments* documents, int64_t blocks_per_chunk = 0) {
+                          const PackedDocuments* documents, int64_t blocks_per_chunk = 0,
+                          int64_t max_scores = ObjectiveOptions{}.max_attention_scores_per_chunk) {
   drafter.zero_grad();
   ObjectiveOptions options;
   options.attention_blocks_per_chunk = blocks_per_chunk;
+  options.max_attention_scores_per_chunk = max_scores;
   const auto& target = tiny_target();
   auto out = dflash_loss(drafter, target.embedding_weight(), target.lm_head_weight(), features, ids, mask, lengths,
                          anchors, options, documents);
@@ -196,10 +200,14 @@ TEST_CASE("Pack.LossAndGradientsEqualTheSamplesRunUnpacked") {
                                                     anchor_options());
   const auto alone = run_loss(*drafter, alone_features, rig.unpacked_ids, rig.unpacked_mask, rig.unpacked_lengths,
                               alone_anchors, nullptr);
-  for (const int64_t blocks_per_chunk : {0, 2, 3}) {
+  // Chunks of 0 (as many blocks as fit), 2 and 3 blocks; the packed row's
+  // chunks batched into one attention call, or (score budget 1) each alone.
+  for (const auto& [blocks_per_chunk, max_scores] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 1 << 25}, {2, 1 << 25}, {3, 1 << 25}, {0, 1}, {2, 1}}) {
     CAPTURE(blocks_per_chunk);
+    CAPTURE(max_scores);
     const auto packed = run_loss(*drafter, packed_features, rig.packed_ids, rig.packed_mask, rig.packed_lengths,
-                                 packed_anchors, &rig.documents, blocks_per_chunk);
+                                 packed_anchors, &rig.documents, blocks_per_chunk, max_scores);
     CHECK(alone.loss > 0.1);
     CHECK(std::abs(packed.loss - alone.loss) <= 1e-5 * std::abs(alone.loss));
     // Per sample too (the per-bucket statistics are built on these): packed
@@ -268,5 +276,46 @@ TEST_CASE("Pack.AttentionChunksOfAPackedRowReadExactlyTheirDocumentsContext") {
     } else {
       CHECK(seen == std::vector<std::string>{"0: [0, 31)", "3: [40, 90)", "5: [100, 117)"});
     }
+  }
+}
+
+TEST_CASE("Pack.BatchedChunksOfAPackedRowAttendAsEachChunkAlone") {
+  // The row of the test above: documents [0, 40) with 3 blocks, [40, 100)
+  // with 2, [100, 130) with 1, the fourth block a padding block. Whether the
+  // chunks run batched in one call (padded to the longest) or one call each,
+  // every draft query attends exactly to its document's context before its
+  // anchor and to its own block: the result equals a direct computation.
+  torch::manual_seed(3);
+  const int64_t block = 4, heads = 4, kv_heads = 2, dim = 8, length = 130;
+  const auto anchors = torch::tensor({{10, 25, 31, 55, 90, 117}}, torch::kInt64).view({1, 6});
+  const auto keep = torch::tensor({{true, true, true, false, true, true}}).view({1, 6});
+  const auto begins = torch::tensor({{0, 0, 0, 40, 40, 100}}, torch::kInt64).view({1, 6});
+  const auto q = torch::randn({1, heads, 6 * block, dim}, torch::kFloat64);
+  const auto draft_k = torch::randn({1, kv_heads, 6 * block, dim}, torch::kFloat64);
+  const auto draft_v = torch::randn({1, kv_heads, 6 * block, dim}, torch::kFloat64);
+  const auto context_k = torch::randn({1, kv_heads, length, dim}, torch::kFloat64);
+  const auto context_v = torch::randn({1, kv_heads, length, dim}, torch::kFloat64);
+
+  // Directly, one block at a time: softmax over [begin, anchor) and the block.
+  auto expected = torch::zeros_like(q);
+  for (int64_t j = 0; j < 6; ++j) {
+    if (!keep[0][j].item<bool>()) continue;  // a padding block's rows are zeros
+    const int64_t first = begins[0][j].item<int64_t>(), anchor = anchors[0][j].item<int64_t>();
+    const auto keys = torch::cat({context_k[0].narrow(1, first, anchor - first), draft_k[0].narrow(1, j * block, block)}, 1)
+                          .repeat_interleave(heads / kv_heads, 0);
+    const auto values = torch::cat({context_v[0].narrow(1, first, anchor - first), draft_v[0].narrow(1, j * block, block)}, 1)
+                            .repeat_interleave(heads / kv_heads, 0);
+    const auto scores = torch::matmul(q[0].narrow(1, j * block, block), keys.transpose(1, 2)) / std::sqrt(double(dim));
+    expected[0].narrow(1, j * block, block).copy_(torch::matmul(scores.softmax(-1), values));
+  }
+  for (const int64_t budget : {int64_t{0}, int64_t{1}, int64_t{2000}}) {
+    CAPTURE(budget);
+    const auto plan = plan_block_attention(anchors, keep, length, block, 0, torch::kCPU, begins, budget);
+    // Budget 0: all three documents in one call; 1: each alone; 2000 query-key
+    // pairs: the two longest contexts padded together (2 * 12 * (50 + 12)), not all three.
+    CHECK(plan.groups.size() == (budget == 0 ? 1u : budget == 1 ? 3u : 2u));
+    const auto got = block_attention(q, draft_k, draft_v, context_k, context_v, plan);
+    REQUIRE(got.sizes() == expected.sizes());
+    CHECK(torch::allclose(got, expected, 1e-12, 1e-12));
   }
 }
