@@ -17,6 +17,7 @@ namespace {
 bool same_bytes(const torch::Tensor& a, const torch::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
   const auto ca = a.contiguous(), cb = b.contiguous();
+  if (ca.numel() == 0) return true;  // no bytes (and data_ptr() may be null, which memcmp must not get)
   return std::memcmp(ca.data_ptr(), cb.data_ptr(), static_cast<size_t>(ca.numel()) * ca.element_size()) == 0;
 }
 

@@ -29,6 +29,10 @@ inline Outcome run_command(const std::string& command, int limit_s = 0) {
   while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) o.output.append(buffer, n);
   const int status = ::pclose(pipe);
   o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  // Sanitizer builds: GCC's UndefinedBehaviorSanitizer inside AddressSanitizer
+  // reports on stderr only (it ignores log_path), so a command's report is
+  // passed on to the test's own output, where tools/sanitize.sh looks.
+  if (o.output.find("runtime error: ") != std::string::npos) std::fprintf(stderr, "%s", o.output.c_str());
   return o;
 }
 
