@@ -131,6 +131,7 @@ struct FaultDecl {
   int64_t step = 0;      // global optimizer step (0-based) at which it fires
   double factor = 100;   // spike: loss and gradients multiplied by this; corrupt_weights: parameters multiplied by this after the step's update
   double seconds = 0.1;  // delay: sleep per call from `step` on
+  int64_t rank = -1;     // fires on this rank only (-1: on every rank)
   SourceMark mark;
 };
 

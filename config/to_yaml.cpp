@@ -115,7 +115,8 @@ std::string to_yaml(const Config& c) {
     for (const auto& f : c.faults)
       out << YAML::Flow << YAML::BeginMap << YAML::Key << "kind" << YAML::Value << f.kind << YAML::Key << "node"
           << YAML::Value << f.node << YAML::Key << "step" << YAML::Value << f.step << YAML::Key << "factor"
-          << YAML::Value << num(f.factor) << YAML::Key << "seconds" << YAML::Value << num(f.seconds) << YAML::EndMap;
+          << YAML::Value << num(f.factor) << YAML::Key << "seconds" << YAML::Value << num(f.seconds) << YAML::Key << "rank" << YAML::Value << f.rank
+          << YAML::EndMap;
     out << YAML::EndSeq;
   }
   emit_pipeline(out, c.pipeline);

@@ -219,7 +219,8 @@ std::vector<FaultDecl> read_faults(YamlSection& root) {
     YamlSection s = root.child(list[i], "faults[" + std::to_string(i) + "]");
     FaultDecl f;
     f.mark = mark_for(list[i], s.path(), *root.origins());
-    s.read("kind", f.kind).read("node", f.node).read("step", f.step).read("factor", f.factor).read("seconds", f.seconds);
+    s.read("kind", f.kind).read("node", f.node).read("step", f.step).read("factor", f.factor).read("seconds", f.seconds)
+        .read("rank", f.rank);
     s.finish();
     require_one_of(s, "kind", f.kind, {"exception", "nan_loss", "spike", "delay", "corrupt_weights"});
     s.require(f.step >= 0, "step", "must be >= 0");
@@ -227,6 +228,7 @@ std::vector<FaultDecl> read_faults(YamlSection& root) {
               "names the node to fault");
     s.require(f.factor > 0, "factor", "must be > 0");
     s.require(f.seconds >= 0, "seconds", "must be >= 0");
+    s.require(f.rank >= -1, "rank", "must be a rank (0, 1, ...) or -1 for every rank");
     out.push_back(std::move(f));
   }
   return out;

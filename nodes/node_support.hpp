@@ -30,7 +30,7 @@ inline const RunEnvironment& environment(const graph::NodeContext& context) {
 // Applies declared `delay` (from its step on) and `exception` (at its step) faults.
 inline void inject_node_faults(const RunContext& run, const std::string& node, int64_t step) {
   for (const auto& f : run.config.faults) {
-    if (f.node != node) continue;
+    if (f.node != node || (f.rank >= 0 && f.rank != run.options.rank)) continue;
     if (f.kind == "delay" && step >= f.step)
       std::this_thread::sleep_for(std::chrono::duration<double>(f.seconds));
     if (f.kind == "exception" && step == f.step)

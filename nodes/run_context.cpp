@@ -160,7 +160,8 @@ void RunContext::start_from(const train::LoadedCheckpoint& ckpt) {
 
 const config::FaultDecl* RunContext::fault(const std::string& kind, const std::string& node, int64_t step) const {
   for (const auto& f : config.faults)
-    if (f.kind == kind && f.step == step && (f.node.empty() || f.node == node)) return &f;
+    if (f.kind == kind && f.step == step && (f.node.empty() || f.node == node) && (f.rank < 0 || f.rank == options.rank))
+      return &f;
   return nullptr;
 }
 

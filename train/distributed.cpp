@@ -5,6 +5,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <sstream>
 #include <stdexcept>
 
 #include "config/log.hpp"
@@ -68,7 +70,7 @@ Distributed::Distributed(const LaunchEnv& env, const DistributedOptions& options
                                                                env_.rank, env_.world_size, options_.timeout)
                                            : host_;
     } catch (const std::exception& e) {
-      fail("connecting the " + backend_name_ + " process groups", message_of(e));
+      fail("connecting the " + backend_name_ + " process groups", message_of(e), kTraining);
     }
     log::info("dist", log::str("rank ", env_.rank, " of ", env_.world_size, " (local rank ", env_.local_rank, ") joined ",
                                where, "; gradients over ", backend_name_, ", timeout ", options_.timeout.count() / 1000,
@@ -99,9 +101,17 @@ std::string Distributed::key(const std::string& name, int rank) const { return n
 void Distributed::heartbeat_loop() {
   std::unique_lock lock(heartbeat_mutex_);
   while (!stopping_) {
+    // "<training count>\n<control count>\n<training what>\n<control what>"
+    std::string arrivals;
+    if (arrivals_changed_) {
+      for (const auto& a : arrivals_) arrivals += std::to_string(a.count) + "\n";
+      for (const auto& a : arrivals_) arrivals += a.what + "\n";
+      arrivals_changed_ = false;
+    }
     lock.unlock();
     try {
       hb_store_->add(key("heartbeat", env_.rank), 1);
+      if (!arrivals.empty()) hb_store_->set(key("arrived", env_.rank), arrivals);
     } catch (const std::exception&) {
       return;  // the store is gone (rank 0 ended or died); a collective will say so
     }
@@ -110,23 +120,61 @@ void Distributed::heartbeat_loop() {
   }
 }
 
-void Distributed::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+void Distributed::arrive(Sequence sequence, const std::string& what) {
+  std::lock_guard lock(heartbeat_mutex_);
+  auto& arrival = arrivals_[sequence];
+  arrival.count += 1;
+  arrival.what = what;
+  std::replace(arrival.what.begin(), arrival.what.end(), '\n', ' ');
+  arrivals_changed_ = true;  // published with the next heartbeat
+}
+
+void Distributed::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what, Sequence sequence) {
   try {
     work->wait(options_.timeout);
   } catch (const std::exception& e) {
-    fail(what, message_of(e));
+    fail(what, message_of(e), sequence);
   }
 }
 
-void Distributed::fail(const std::string& what, const std::string& cause) {
+void Distributed::fail(const std::string& what, const std::string& cause, Sequence sequence) {
   std::string first_line = cause.substr(0, cause.find('\n'));
-  throw std::runtime_error("rank " + std::to_string(env_.rank) + ": " + what + " failed: " + diagnose() + " (" +
+  throw std::runtime_error("rank " + std::to_string(env_.rank) + ": " + what + " failed: " + diagnose(sequence) + " (" +
                            first_line + ")");
+}
+
+// Every rank is alive: those that never entered the collective this rank
+// waits in (by their published count of the same sequence) held it up.
+std::string Distributed::stragglers(Sequence sequence) {
+  Arrival mine;
+  {
+    std::lock_guard lock(heartbeat_mutex_);
+    mine = arrivals_[sequence];
+  }
+  std::string named;
+  for (int r = 0; r < env_.world_size; ++r) {
+    if (r == env_.rank) continue;
+    Arrival theirs;
+    if (hb_store_->check({key("arrived", r)})) {
+      std::istringstream lines(text_of(hb_store_->get(key("arrived", r))));
+      std::string count[2], what[2];
+      for (auto& line : count) std::getline(lines, line);
+      for (auto& line : what) std::getline(lines, line);
+      theirs.count = std::atoll(count[sequence].c_str());
+      theirs.what = what[sequence];
+    }
+    if (theirs.count >= mine.count) continue;
+    named += std::string(named.empty() ? "" : "; ") + "rank " + std::to_string(r) + " is alive but never reached it (" +
+             (theirs.count == 0 ? "no collective yet" : "its last collective: " + theirs.what) + ")";
+  }
+  if (named.empty()) return "";
+  return named + ": stuck, or slower than distributed.timeout_s " + std::to_string(options_.timeout.count() / 1000) +
+         " s";
 }
 
 // Who is gone: a rank that left a reason, else one whose heartbeat stopped;
 // the store itself unreachable means rank 0 (which serves it) is gone.
-std::string Distributed::diagnose() {
+std::string Distributed::diagnose(Sequence sequence) {
   auto read_counts = [&] {
     std::vector<int64_t> counts(env_.world_size, 0);
     for (int r = 0; r < env_.world_size; ++r) counts[r] = hb_store_->add(key("heartbeat", r), 0);
@@ -148,9 +196,11 @@ std::string Distributed::diagnose() {
     auto after = read_counts();
     for (int r = 0; r < env_.world_size; ++r)
       if (r != env_.rank && after[r] == before[r] && !hb_store_->check({key("done", r)})) named.push_back(std::to_string(r));
-    if (named.empty())
-      return "every rank is alive, so a rank is stuck or slow (more than distributed.timeout_s " +
-             std::to_string(options_.timeout.count() / 1000) + " s)";
+    if (named.empty()) {
+      if (auto behind = stragglers(sequence); !behind.empty()) return behind;
+      return "every rank is alive and entered it, so the collective itself did not complete within "
+             "distributed.timeout_s " + std::to_string(options_.timeout.count() / 1000) + " s";
+    }
     std::string list;
     for (const auto& r : named) list += (list.empty() ? "" : ", ") + r;
     return "lost rank " + list + " (no heartbeat for " + std::to_string(kLivenessWindow.count() / 1000.0).substr(0, 3) +
@@ -200,6 +250,7 @@ void Distributed::allreduce_gradients(const std::vector<torch::Tensor>& paramete
     bucket_bytes += bytes;
   }
   // Every bucket is in flight at once; each is copied back once it is summed.
+  arrive(kTraining, what);
   std::vector<torch::Tensor> flats;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   for (const auto& bucket : buckets) {
@@ -210,7 +261,7 @@ void Distributed::allreduce_gradients(const std::vector<torch::Tensor>& paramete
     flats.push_back(flat.front());
   }
   for (size_t b = 0; b < buckets.size(); ++b) {
-    wait(works[b], what);
+    wait(works[b], what, kTraining);
     int64_t offset = 0;
     for (auto& g : buckets[b]) {
       g.copy_(flats[b].narrow(0, offset, g.numel()).view_as(g));
@@ -221,7 +272,8 @@ void Distributed::allreduce_gradients(const std::vector<torch::Tensor>& paramete
 
 void Distributed::allreduce_sum(std::vector<double>& values, const std::string& what) {
   std::vector<torch::Tensor> tensors{torch::tensor(values, torch::kFloat64)};
-  wait(host_->allreduce(tensors), what);
+  arrive(kTraining, what);
+  wait(host_->allreduce(tensors), what, kTraining);
   auto summed = tensors.front().contiguous();
   std::copy(summed.data_ptr<double>(), summed.data_ptr<double>() + summed.numel(), values.begin());
 }
@@ -230,15 +282,17 @@ bool Distributed::all_agree(bool ok, const std::string& what) {
   std::vector<torch::Tensor> tensors{torch::tensor({ok ? int64_t{1} : int64_t{0}})};
   c10d::AllreduceOptions min_options;
   min_options.reduceOp = c10d::ReduceOp::MIN;
-  wait(control_->allreduce(tensors, min_options), what);
+  arrive(kControl, what);
+  wait(control_->allreduce(tensors, min_options), what, kControl);
   return tensors.front().item<int64_t>() == 1;
 }
 
 void Distributed::broadcast(const std::vector<torch::Tensor>& tensors, const std::string& what) {
   torch::NoGradGuard no_grad;
+  arrive(kTraining, what);
   for (const auto& t : tensors) {
     std::vector<torch::Tensor> one{t.is_contiguous() ? t : t.contiguous()};
-    wait(gradients_->broadcast(one), what);
+    wait(gradients_->broadcast(one), what, kTraining);
     if (!t.is_contiguous()) t.copy_(one.front());
   }
 }

@@ -10,9 +10,13 @@
 //   control:   Gloo, checkpoint agreement (the checkpoint node runs beside training).
 // A failed or timed-out collective is turned into an error that names the
 // lost rank: each rank keeps a heartbeat counter in the store and, when it
-// fails, leaves its reason there.
+// fails, leaves its reason there. A rank that is alive but stuck (its
+// heartbeat goes on, its training does not) is named too: the heartbeat
+// thread also publishes how many collectives the rank has entered, so the
+// ones that never reached the collective that timed out stand out.
 #include <torch/torch.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -74,9 +78,19 @@ class Distributed {
   void mark_done() noexcept;
 
  private:
-  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
-  [[noreturn]] void fail(const std::string& what, const std::string& cause);
-  std::string diagnose();
+  // Collectives issued in one order on every rank: the training thread's
+  // (gradients and host groups, under the model token) and the checkpoint
+  // node's (control group), which runs beside it.
+  enum Sequence : size_t { kTraining = 0, kControl = 1 };
+  struct Arrival {
+    int64_t count = 0;  // collectives of the sequence entered so far
+    std::string what;   // the last one
+  };
+  void arrive(Sequence sequence, const std::string& what);
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what, Sequence sequence);
+  [[noreturn]] void fail(const std::string& what, const std::string& cause, Sequence sequence);
+  std::string diagnose(Sequence sequence);
+  std::string stragglers(Sequence sequence);
   void heartbeat_loop();
   std::string key(const std::string& name, int rank) const;
 
@@ -90,6 +104,8 @@ class Distributed {
   std::mutex heartbeat_mutex_;
   std::condition_variable heartbeat_cv_;
   bool stopping_ = false;
+  std::array<Arrival, 2> arrivals_;  // guarded by heartbeat_mutex_
+  bool arrivals_changed_ = false;
 };
 
 }  // namespace dflow::train

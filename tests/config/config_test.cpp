@@ -154,4 +154,11 @@ TEST_CASE("Config.Faults.off_by_default_and_validated") {
   CHECK(c.faults[0].step == 3);
   CHECK(error_of("faults: [{kind: boom, step: 1}]\n").find("faults[0].kind: 'boom' is not one of") != std::string::npos);
   CHECK(error_of("faults: [{kind: delay, step: 1}]\n").find("faults[0].node: names the node to fault") != std::string::npos);
+  // On every rank unless one is named; the rank survives the round trip.
+  CHECK(c.faults[0].rank == -1);
+  auto one_rank = load_config_text("faults: [{kind: delay, node: drafter, step: 2, seconds: 60, rank: 1}]\n", "f.yaml");
+  CHECK(one_rank.faults[0].rank == 1);
+  CHECK(load_config_text(to_yaml(one_rank), "round-trip").faults[0].rank == 1);
+  CHECK(error_of("faults: [{kind: delay, node: drafter, step: 1, rank: -2}]\n").find("faults[0].rank: must be a rank") !=
+        std::string::npos);
 }
