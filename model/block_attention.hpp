@@ -16,6 +16,7 @@ struct BlockAttentionChunk {
   int64_t num_queries = 0;     // draft slots in the chunk (whole blocks)
   int64_t context_first = 0;   // keys from context positions [context_first, context_first + context_length)
   int64_t context_length = 0;
+  // Undefined for a packed row's chunks, whose groups hold the masks:
   torch::Tensor visible;       // [B, 1, num_queries, context_length + num_queries] bool
   torch::Tensor row_has_keys;  // [B, 1, num_queries, 1] bool; false for padding blocks
 };
