@@ -84,13 +84,6 @@ class OptimizerStep final : public graph::FunctionBody {
                          std::to_string(run_.config.guard.snapshot_every) + ")";
     }
     if (guard.rollback) evidence.update(roll_back(state, step_index, guard));
-    if (guard.rebaselined > 0) {
-      evidence["rebaselined"] = guard.rebaselined;
-      log::warn("guard", log::str("step ", step.position.global_step + 1, ": ", guard.metric, " ", guard.value,
-                                  " above the spike threshold ", guard.threshold, " for ", guard.rebaselined,
-                                  " steps in a row: a new level, not a spike; applied, and those steps are the new "
-                                  "baseline (spikes are judged again after guard.warmup_steps)"));
-    }
     if (!guard.kind.empty()) warn(step, guard, evidence);
     if (guard.halt) halt(state, step_index, guard);
 

@@ -78,24 +78,6 @@ GuardVerdict StabilityGuard::decide(const GuardSignal& signal) {
       v.halt = !v.rollback;
     }
   }
-  if (v.kind == "spike") {
-    spike_run_.push_back(signal);
-    if (static_cast<int>(spike_run_.size()) >= rebaseline_after()) {
-      // The level moved: the run's earlier steps are the new baseline (the
-      // caller records this one as applied), with a new warmup before
-      // spikes are judged again.
-      losses_.clear(), grad_norms_.clear(), bucket_losses_.clear();
-      for (size_t i = 0; i + 1 < spike_run_.size(); ++i) record_applied(spike_run_[i]);
-      GuardVerdict applied;
-      applied.rebaselined = static_cast<int>(spike_run_.size());
-      applied.metric = v.metric, applied.value = v.value, applied.threshold = v.threshold;
-      applied.above_cliff = v.above_cliff, applied.cliff_steps = v.cliff_steps;
-      spike_run_.clear();
-      return applied;
-    }
-  } else {
-    spike_run_.clear();
-  }
   if (v.kind.empty()) return v;
   v.apply = false;
   v.halt = v.halt || (policy == "halt" && v.kind != "empty");
@@ -103,8 +85,6 @@ GuardVerdict StabilityGuard::decide(const GuardSignal& signal) {
   v.action = v.halt ? "halted" : v.rollback ? "rolled_back" : v.quarantine ? "quarantined" : "skipped";
   return v;
 }
-
-int StabilityGuard::rebaseline_after() const { return std::max(4, config_.warmup_steps / 4); }
 
 GuardVerdict StabilityGuard::check(double loss, double grad_norm) const {
   auto copy = *this;
@@ -139,14 +119,7 @@ nlohmann::json StabilityGuard::state() const {
   nlohmann::json buckets = nlohmann::json::object();
   for (const auto& [bucket, history] : bucket_losses_)
     buckets[std::to_string(bucket)] = std::vector<double>(history.begin(), history.end());
-  nlohmann::json spikes = nlohmann::json::array();
-  for (const auto& s : spike_run_) {
-    nlohmann::json bucket_losses = nlohmann::json::object();
-    for (const auto& [bucket, loss] : s.bucket_losses) bucket_losses[std::to_string(bucket)] = loss;
-    spikes.push_back({{"loss", s.loss}, {"grad_norm", s.grad_norm}, {"bucket_losses", bucket_losses}});
-  }
   return {{"losses", std::vector<double>(losses_.begin(), losses_.end())},
-          {"spike_run", spikes},
           {"grad_norms", std::vector<double>(grad_norms_.begin(), grad_norms_.end())},
           {"bucket_losses", buckets},
           {"cliff_run", cliff_run_},
@@ -163,13 +136,6 @@ void StabilityGuard::restore(const nlohmann::json& state) {
     for (const auto& [bucket, history] : state["bucket_losses"].items()) {
       auto h = history.get<std::vector<double>>();
       bucket_losses_[std::stoi(bucket)].assign(h.begin(), h.end());
-    }
-  spike_run_.clear();
-  if (state.contains("spike_run"))
-    for (const auto& s : state["spike_run"]) {
-      GuardSignal signal{s.at("loss").get<double>(), s.at("grad_norm").get<double>(), false, {}};
-      for (const auto& [bucket, loss] : s.at("bucket_losses").items()) signal.bucket_losses[std::stoi(bucket)] = loss.get<double>();
-      spike_run_.push_back(std::move(signal));
     }
   cliff_run_ = state.value("cliff_run", 0);
   rollbacks_ = state.value("rollbacks", 0);

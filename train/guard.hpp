@@ -4,11 +4,7 @@
 // robust baseline (median and MAD of the last `window` applied steps), are
 // caught; the policy says what happens to them. Under policy rollback it also
 // counts consecutive steps whose loss stands above the (lower) cliff
-// threshold: `cliff_steps` of them in a row are a cliff. A rise that lasts is
-// not a spike: when rebaseline_after() steps in a row were spikes (early in
-// training the grad norm may climb several-fold while the loss falls), the
-// level has moved; those steps become the new baseline and the step is
-// applied, so the guard never skips a run to a standstill. Costs a few host
+// threshold: `cliff_steps` of them in a row are a cliff. Costs a few host
 // scalars per step (loss, grad norm, one loss per bucket of the step).
 #include <deque>
 #include <map>
@@ -31,8 +27,6 @@ struct GuardVerdict {
   double value = 0;        // the offending value
   double threshold = 0;    // what it exceeded (spikes, cliffs)
   int cliff_steps = 0;     // consecutive steps above the cliff threshold so far
-  int rebaselined = 0;     // > 0: a spike for the this-many-th step in a row, so the new
-                           // baseline (metric/value/threshold say what rose); applied
   std::string action = "applied";  // applied | skipped | quarantined | rolled_back | halted
   std::string reason() const;      // "loss 41.2 > spike threshold 9.7"
 };
@@ -60,9 +54,6 @@ class StabilityGuard {
   // count of rollbacks becomes `rollbacks` (it is not undone by the restore).
   void restore_after_rollback(const nlohmann::json& state, int rollbacks);
 
-  // Spikes in a row that make a new level: max(4, warmup_steps / 4).
-  int rebaseline_after() const;
-
   int rollbacks() const { return rollbacks_; }
   int cliff_run() const { return cliff_run_; }
   const config::GuardConfig& config() const { return config_; }
@@ -77,7 +68,6 @@ class StabilityGuard {
   config::GuardConfig config_;
   std::deque<double> losses_, grad_norms_;
   std::map<int, std::deque<double>> bucket_losses_;  // per_bucket only
-  std::vector<GuardSignal> spike_run_;  // the spikes of the current run of them (checkpointed)
   int cliff_run_ = 0;   // consecutive steps above the cliff threshold
   int rollbacks_ = 0;   // done in this run (checkpointed)
 };
