@@ -539,13 +539,17 @@ std::map<int, int> ranks_of(int launcher) {
 
 constexpr double kRankTimeoutS = 6;
 
+// A whole 2-rank epoch on one thread each, checkpoints agreed every 3 steps.
+std::vector<std::string> rank_drill_overrides() {
+  return {"run.threads=1", "run.torch_threads=1", "train.epochs=1", "train.grad_accum=1", "run.max_steps=0",
+          "checkpoint.every_steps=3", "distributed.timeout_s=" + std::to_string(kRankTimeoutS)};
+}
+
 // Under `dflow launch`, or torchrun (--standalone: its agent serves the
 // rendezvous store, so a stopped rank 0 does not take the store with it).
 void rank_drill(const std::string& name, int victim, int signal, bool torchrun = false) {
   auto dir = fresh_dir("drill-rank-" + name);
-  auto config = write_config(dir, {"run.threads=1", "run.torch_threads=1", "train.epochs=1", "train.grad_accum=1",
-                                   "run.max_steps=0", "checkpoint.every_steps=3",
-                                   "distributed.timeout_s=" + std::to_string(kRankTimeoutS)},
+  auto config = write_config(dir, rank_drill_overrides(),
                              "faults: [{kind: delay, node: drafter, step: 2, seconds: 0.5}]\n");
   auto launcher = torchrun ? start_background(dir, std::string(DFLOW_TORCHRUN) + " --standalone --nproc-per-node 2 --no-python " +
                                                       DFLOW_BINARY + " train " + config.string(), "torchrun")
@@ -626,9 +630,7 @@ TEST_CASE("Drill.Rank.a_rank_stuck_with_its_process_alive_is_named_by_the_others
   // rank 0 times out in the step's collective and names rank 1 as the one
   // that never reached it; the launcher then ends rank 1.
   auto dir = fresh_dir("drill-rank-stuck");
-  auto config = write_config(dir, {"run.threads=1", "run.torch_threads=1", "train.epochs=1", "train.grad_accum=1",
-                                   "run.max_steps=0", "checkpoint.every_steps=3",
-                                   "distributed.timeout_s=" + std::to_string(kRankTimeoutS)},
+  auto config = write_config(dir, rank_drill_overrides(),
                              "faults: [{kind: delay, node: drafter, step: 4, seconds: 3600, rank: 1}]\n");
   const auto started = clock_type::now();
   auto launcher = start_dflow(dir, "launch -n 2 " + config.string(), "launch");
