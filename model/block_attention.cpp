@@ -26,25 +26,33 @@ namespace {
 // begins are the row's [N] per-block tensors on the device.
 void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const torch::Tensor& keep,
                  const torch::Tensor& begins, int64_t context_length, int64_t max_scores_per_group,
-                 torch::Device device) {
+                 double min_group_fill, torch::Device device) {
   const int64_t block_size = plan.block_size;
   const auto& chunks = plan.chunks;
-  // Longest context first, so that each group pads to similar lengths.
+  // Longest context first, so that each group pads to similar lengths. A
+  // chunk joins the open group only while the group stays within the score
+  // budget and the chunk's own scores fill at least kMinFill of the padded
+  // shape it would run in: one long document must not pad a batch of short
+  // ones to its length (a group per length class instead, a few calls).
   std::vector<size_t> order(chunks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return chunks[a].context_length > chunks[b].context_length; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return chunks[a].context_length != chunks[b].context_length ? chunks[a].context_length > chunks[b].context_length
+                                                                : chunks[a].num_queries > chunks[b].num_queries;
+  });
   std::vector<std::vector<size_t>> members;
   int64_t max_q = 0, max_c = 0;
   for (const size_t c : order) {
-    const int64_t q = std::max(max_q, chunks[c].num_queries), k = std::max(max_c, chunks[c].context_length);
-    const bool fits = max_scores_per_group <= 0 ||
-                      static_cast<int64_t>(members.empty() ? 0 : members.back().size() + 1) * q * (k + q) <=
-                          max_scores_per_group;
-    if (members.empty() || !fits) {
+    const int64_t own_q = chunks[c].num_queries, own_c = chunks[c].context_length;
+    const int64_t q = std::max(max_q, own_q), k = std::max(max_c, own_c);
+    const auto count = static_cast<int64_t>(members.empty() ? 0 : members.back().size() + 1);
+    const bool fits = !members.empty() &&
+                      (max_scores_per_group <= 0 || count * q * (k + q) <= max_scores_per_group) &&
+                      static_cast<double>(own_q * (own_c + own_q)) >= min_group_fill * static_cast<double>(q * (k + q));
+    if (!fits) {
       members.emplace_back();
-      max_q = chunks[c].num_queries;
-      max_c = chunks[c].context_length;
+      max_q = own_q;
+      max_c = own_c;
     } else {
       max_q = q;
       max_c = k;
@@ -57,6 +65,8 @@ void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const t
   const torch::Tensor slot_keep = keep.repeat_interleave(block_size);
   const torch::Tensor slot_begin = begins.repeat_interleave(block_size);
   std::vector<torch::Tensor> slots_in_order;  // per group: the draft slot of each real row
+  std::vector<torch::Tensor> rows_in_order;   // per group: that row among all groups' padded rows
+  int64_t padded_rows = 0;
   for (const auto& group_chunks : members) {
     const auto count = static_cast<int64_t>(group_chunks.size());
     int64_t queries = 0, context = 0;
@@ -92,9 +102,10 @@ void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const t
     group.max_context = context;
     const torch::Tensor real_rows = query_real.reshape({-1}).nonzero().squeeze(1);
     slots_in_order.push_back(query_index.reshape({-1}).index_select(0, real_rows));
+    rows_in_order.push_back(real_rows + padded_rows);
+    padded_rows += count * queries;
     group.query_index = query_index.reshape({-1}).to(device);
     group.context_index = context_index.reshape({-1}).to(device);
-    group.real_rows = real_rows.to(device);
 
     // Masks on the device, as for one chunk: context strictly before the
     // block's anchor and from its document's start; its own block both ways.
@@ -116,7 +127,7 @@ void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const t
   }
   // Each slot belongs to exactly one chunk: invert (group, chunk, query) order.
   const torch::Tensor slots = torch::cat(slots_in_order);
-  plan.slot_order = torch::empty_like(slots).index_put_({slots}, torch::arange(slots.size(0), torch::kInt64)).to(device);
+  plan.slot_rows = torch::empty_like(slots).index_put_({slots}, torch::cat(rows_in_order)).to(device);
 }
 
 }  // namespace
@@ -124,7 +135,7 @@ void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const t
 BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, const torch::Tensor& block_keep,
                                         int64_t context_length, int64_t block_size, int64_t blocks_per_chunk,
                                         torch::Device device, const torch::Tensor& context_begin,
-                                        int64_t max_scores_per_group) {
+                                        int64_t max_scores_per_group, double min_group_fill) {
   if (anchor_positions.dim() != 2 || anchor_positions.sizes() != block_keep.sizes()) {
     throw std::invalid_argument("plan_block_attention: anchor_positions and block_keep must both be [B, N], got " +
                                 c10::str(anchor_positions.sizes()) + " and " + c10::str(block_keep.sizes()));
@@ -153,35 +164,57 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
   // (the end-to-end layout of packed batches) is also cut wherever the
   // blocks' document changes, so each chunk reads exactly its document's
   // context: a chunk spanning two documents would read both for every query,
-  // half of it masked.
+  // half of it masked. Within a document, as within an unpacked row (see
+  // blocks_per_chunk_for_budget), a chunk's draft queries stay within the
+  // document's context: a document of C context positions is cut into
+  // ceil(C / block_size)-block chunks of near-equal size, so that the mostly
+  // masked draft-to-draft scores never outweigh the context ones.
+  const auto anchors_cpu_c = anchors_cpu.contiguous();
+  const auto keep_cpu_c = keep_cpu.contiguous();
+  const int64_t* anchor_at = anchors_cpu_c.data_ptr<int64_t>();  // [B, N]
+  const bool* keep_at = keep_cpu_c.data_ptr<bool>();
+  const torch::Tensor begin_cpu_c = packed ? begin_cpu.contiguous() : torch::Tensor();
+  const int64_t* begin_at = packed ? begin_cpu_c.data_ptr<int64_t>() : nullptr;
   std::vector<std::pair<int64_t, int64_t>> runs;  // (first block, blocks)
   const bool cut_at_documents = packed && batch == 1;
-  std::vector<int64_t> block_begin;  // first context position of each block's document
   if (cut_at_documents) {
-    const torch::Tensor row = begin_cpu[0].contiguous();
-    block_begin.assign(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + num_blocks);
-  }
-  for (int64_t start = 0, j = 1; j <= num_blocks; ++j) {
-    if (j == num_blocks || j - start == blocks_per_chunk || (cut_at_documents && block_begin[j] != block_begin[start])) {
-      runs.emplace_back(start, j - start);
-      start = j;
+    for (int64_t start = 0; start < num_blocks;) {
+      int64_t end = start, reach = 0;  // the document's blocks [start, end); its context end
+      while (end < num_blocks && begin_at[end] == begin_at[start]) {
+        if (keep_at[end]) reach = std::max(reach, anchor_at[end]);
+        ++end;
+      }
+      const int64_t context = std::clamp<int64_t>(reach, 0, context_length) - std::min(begin_at[start], context_length);
+      const int64_t cap = context > 0 ? std::clamp<int64_t>((context + block_size - 1) / block_size, 1, blocks_per_chunk)
+                                      : blocks_per_chunk;  // nothing visible (padding blocks only): no reason to cut
+      const int64_t blocks = end - start, pieces = (blocks + cap - 1) / cap;
+      for (int64_t piece = 0, first = start; piece < pieces; ++piece) {
+        const int64_t size = blocks / pieces + (piece < blocks % pieces ? 1 : 0);
+        runs.emplace_back(first, size);
+        first += size;
+      }
+      start = end;
     }
+  } else {
+    for (int64_t start = 0; start < num_blocks; start += blocks_per_chunk)
+      runs.emplace_back(start, std::min(blocks_per_chunk, num_blocks - start));
   }
 
   for (const auto& [first_block, chunk_blocks] : runs) {
     const int64_t num_queries = chunk_blocks * block_size;
-    // Only context strictly before the latest kept anchor of the chunk can be visible.
-    const torch::Tensor kept_anchors = anchors_cpu.narrow(1, first_block, chunk_blocks)
-                                           .masked_fill(keep_cpu.narrow(1, first_block, chunk_blocks).logical_not(), 0);
-    const int64_t chunk_end = std::clamp<int64_t>(kept_anchors.max().item<int64_t>(), 0, context_length);
-    // Packed rows: nothing before the earliest document start of the chunk's kept blocks is visible.
-    int64_t chunk_first = 0;
-    if (packed) {
-      const torch::Tensor kept_begins =
-          begin_cpu.narrow(1, first_block, chunk_blocks)
-              .masked_fill(keep_cpu.narrow(1, first_block, chunk_blocks).logical_not(), context_length);
-      chunk_first = std::clamp<int64_t>(kept_begins.min().item<int64_t>(), 0, chunk_end);
+    // Only context strictly before the latest kept anchor of the chunk can be
+    // visible; for packed rows nothing before the earliest document start of
+    // its kept blocks.
+    int64_t chunk_end = 0, chunk_first = context_length;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t j = first_block; j < first_block + chunk_blocks; ++j) {
+        if (!keep_at[b * num_blocks + j]) continue;
+        chunk_end = std::max(chunk_end, anchor_at[b * num_blocks + j]);
+        if (packed) chunk_first = std::min(chunk_first, begin_at[b * num_blocks + j]);
+      }
     }
+    chunk_end = std::clamp<int64_t>(chunk_end, 0, context_length);
+    chunk_first = packed ? std::clamp<int64_t>(chunk_first, 0, chunk_end) : 0;
     const int64_t chunk_context = chunk_end - chunk_first;
     BlockAttentionChunk chunk;
     chunk.first_query = first_block * block_size;
@@ -215,7 +248,7 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
     plan.chunks.push_back(std::move(chunk));
   }
   if (cut_at_documents) plan_groups(plan, anchors_device[0], keep_device[0], begin_device[0], context_length,
-                                    max_scores_per_group, device);
+                                    max_scores_per_group, min_group_fill, device);
   return plan;
 }
 
@@ -249,10 +282,10 @@ torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft
       const torch::Tensor attended =
           grouped_attention(group_q, group_k, group_v, group.visible, /*causal=*/false)
               .masked_fill(group.row_has_keys.logical_not(), 0.0);  // [G, H, Q, D]
-      rows.push_back(attended.transpose(1, 2).reshape({count * queries, heads, head_dim}).index_select(0, group.real_rows));
+      rows.push_back(attended.transpose(1, 2).reshape({count * queries, heads, head_dim}));
     }
     const torch::Tensor all = rows.size() == 1 ? rows.front() : torch::cat(rows, 0);
-    return all.index_select(0, plan.slot_order).transpose(0, 1).unsqueeze(0);  // [1, H, T, D]
+    return all.index_select(0, plan.slot_rows).transpose(0, 1).unsqueeze(0);  // [1, H, T, D]
   }
   std::vector<torch::Tensor> outputs;
   outputs.reserve(plan.chunks.size());

@@ -33,7 +33,6 @@ struct BlockAttentionGroup {
   torch::Tensor context_index;  // [G * Cmax] int64: context position of each (chunk, key)
   torch::Tensor visible;        // [G, 1, Qmax, Cmax + Qmax] bool
   torch::Tensor row_has_keys;   // [G, 1, Qmax, 1] bool; false for padding blocks and padded queries
-  torch::Tensor real_rows;      // [R] int64 into G * Qmax: the chunks' real queries, in (chunk, query) order
 };
 
 struct BlockAttentionPlan {
@@ -42,7 +41,7 @@ struct BlockAttentionPlan {
   std::vector<BlockAttentionChunk> chunks;
   // Packed single rows only (else empty): how the chunks run.
   std::vector<BlockAttentionGroup> groups;
-  torch::Tensor slot_order;  // [N * Bs] int64: each draft slot's row among the groups' real rows, concatenated
+  torch::Tensor slot_rows;  // [N * Bs] int64: each draft slot's row among the groups' padded rows, concatenated
 };
 
 // anchor_positions [B, N] int64 and block_keep [B, N] bool, any device (a CPU
@@ -56,12 +55,16 @@ struct BlockAttentionPlan {
 // single packed row (B = 1) is also cut into chunks where the blocks'
 // document changes, so a chunk reads exactly one document's context, and
 // its chunks run batched in groups (BlockAttentionGroup) of at most
-// max_scores_per_group query-key pairs per head (padding included; <= 0: one
-// group; a chunk larger than the budget runs alone).
+// max_scores_per_group query-key pairs per head (padding included; <= 0: no
+// budget; a chunk larger than the budget runs alone), where each chunk's own
+// pairs fill at least min_group_fill of the padded shape (longest context
+// first; 0: pad freely). Within a document, a chunk holds at most
+// ceil(its document's context / block_size) blocks, as an unpacked row's
+// chunks hold at most S / block_size.
 BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, const torch::Tensor& block_keep,
                                         int64_t context_length, int64_t block_size, int64_t blocks_per_chunk,
                                         torch::Device device, const torch::Tensor& context_begin = {},
-                                        int64_t max_scores_per_group = 0);
+                                        int64_t max_scores_per_group = 0, double min_group_fill = 0.75);
 
 // Blocks per chunk: attention scores within max_scores_per_chunk elements,
 // and at most S / Bs blocks so the mostly-masked draft-to-draft part never

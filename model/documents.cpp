@@ -25,37 +25,53 @@ DocumentAttention prepare_document_attention(const torch::Tensor& document_ids, 
   check_documents(document_ids);
   DocumentAttention out;
   const bool flash_dtype = dtype == torch::kBFloat16 || dtype == torch::kFloat16;
+  const torch::Tensor ids = document_ids.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t rows = ids.size(0), length = ids.size(1);
+  const int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t t = 0; t < length; ++t) {
+      if (t == 0 || id[r * length + t] != id[r * length + t - 1]) out.spans.push_back({r, t, 0});
+      out.spans.back().length += 1;
+    }
+  }
+  for (const DocumentSpan& span : out.spans) out.max_document_length = std::max(out.max_document_length, span.length);
   if (device.is_cuda() && flash_dtype) {
     // Each document of each row is one sequence of the flattened [B * S] tokens.
-    const torch::Tensor ids = document_ids.to(torch::kCPU, torch::kInt64).contiguous();
-    const int64_t rows = ids.size(0), length = ids.size(1);
-    const int64_t* id = ids.data_ptr<int64_t>();
     std::vector<int32_t> starts;
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t t = 0; t < length; ++t) {
-        if (t == 0 || id[r * length + t] != id[r * length + t - 1]) starts.push_back(static_cast<int32_t>(r * length + t));
-      }
-    }
+    starts.reserve(out.spans.size() + 1);
+    for (const DocumentSpan& span : out.spans) starts.push_back(static_cast<int32_t>(span.row * length + span.start));
     starts.push_back(static_cast<int32_t>(rows * length));
-    for (size_t i = 1; i < starts.size(); ++i)
-      out.max_document_length = std::max<int64_t>(out.max_document_length, starts[i] - starts[i - 1]);
     out.cu_seqlens = torch::tensor(starts, torch::kInt32).to(device);
-    return out;
+    out.spans.clear();
   }
-  const torch::Tensor ids = document_ids.to(device, torch::kInt64);
-  const int64_t length = ids.size(1);
-  const auto long_options = torch::TensorOptions().device(device).dtype(torch::kInt64);
-  const torch::Tensor causal = torch::arange(length, long_options).unsqueeze(0) <=
-                               torch::arange(length, long_options).unsqueeze(1);  // [S, S]: key <= query
-  out.visible = (ids.unsqueeze(2) == ids.unsqueeze(1)).logical_and(causal).unsqueeze(1);  // [B, 1, S, S]
   return out;
 }
 
 torch::Tensor document_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                         const DocumentAttention& documents) {
-  if (!documents.varlen()) return grouped_attention(q, k, v, documents.visible, /*causal=*/false);
-  // Flash attention's variable-length kernel: [total, heads, D], grouped KV heads natively.
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2), head_dim = q.size(3);
+  if (!documents.varlen()) {
+    // One causal call per document; the spans tile every row in order.
+    std::vector<torch::Tensor> rows(static_cast<size_t>(batch));
+    std::vector<torch::Tensor> parts;
+    for (size_t i = 0; i < documents.spans.size(); ++i) {
+      const DocumentSpan& span = documents.spans[i];
+      auto part = [&](const torch::Tensor& x) { return x.narrow(0, span.row, 1).narrow(2, span.start, span.length); };
+      parts.push_back(grouped_attention(part(q), part(k), part(v), std::nullopt, /*causal=*/true));
+      if (i + 1 == documents.spans.size() || documents.spans[i + 1].row != span.row) {
+        rows.at(static_cast<size_t>(span.row)) = parts.size() == 1 ? parts.front() : torch::cat(parts, 2);
+        parts.clear();
+      }
+    }
+    for (const torch::Tensor& row : rows) {
+      if (!row.defined() || row.size(2) != length) {
+        throw std::invalid_argument("document_causal_attention: the documents do not tile the " +
+                                    std::to_string(length) + "-token rows of the batch");
+      }
+    }
+    return batch == 1 ? rows.front() : torch::cat(rows, 0);
+  }
+  // Flash attention's variable-length kernel: [total, heads, D], grouped KV heads natively.
   auto flat = [&](const torch::Tensor& x) { return x.transpose(1, 2).reshape({batch * length, x.size(1), head_dim}); };
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   const auto result = at::_flash_attention_forward(flat(q), flat(k), flat(v), documents.cu_seqlens,

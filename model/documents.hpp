@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "model/anchors.hpp"
 
@@ -22,10 +23,15 @@ struct PackedDocuments {
 // Per-document causal attention, prepared once per forward and shared by
 // every layer. CUDA with half/bfloat16: cumulative document lengths over the
 // flattened rows for flash attention's variable-length kernel (no mask is
-// built). Elsewhere: a [B, 1, S, S] bool mask (same document, key <= query)
-// for scaled_dot_product_attention.
+// built). Elsewhere: each row's documents as spans, each attended on its own
+// with causal scaled_dot_product_attention, so a row of many short documents
+// costs the sum of their squares, not the row's (a dense block-diagonal mask
+// over the row would score every pair of the row, and lose the causal kernel).
+struct DocumentSpan {
+  int64_t row = 0, start = 0, length = 0;
+};
 struct DocumentAttention {
-  torch::Tensor visible;        // [B, 1, S, S] bool, mask path
+  std::vector<DocumentSpan> spans;  // span path: every document of every row, in row order
   torch::Tensor cu_seqlens;     // [D + 1] int32, varlen path: document starts over B * S tokens
   int64_t max_document_length = 0;
   bool varlen() const { return cu_seqlens.defined(); }

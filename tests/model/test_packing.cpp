@@ -310,12 +310,56 @@ TEST_CASE("Pack.BatchedChunksOfAPackedRowAttendAsEachChunkAlone") {
   }
   for (const int64_t budget : {int64_t{0}, int64_t{1}, int64_t{2000}}) {
     CAPTURE(budget);
-    const auto plan = plan_block_attention(anchors, keep, length, block, 0, torch::kCPU, begins, budget);
-    // Budget 0: all three documents in one call; 1: each alone; 2000 query-key
-    // pairs: the two longest contexts padded together (2 * 12 * (50 + 12)), not all three.
+    // Padding allowed (fill 0): no budget puts all three documents in one
+    // call; budget 1 each alone; 2000 query-key pairs the two longest
+    // contexts padded together (2 * 12 * (50 + 12)), not all three.
+    const auto plan = plan_block_attention(anchors, keep, length, block, 0, torch::kCPU, begins, budget, 0.0);
     CHECK(plan.groups.size() == (budget == 0 ? 1u : budget == 1 ? 3u : 2u));
     const auto got = block_attention(q, draft_k, draft_v, context_k, context_v, plan);
     REQUIRE(got.sizes() == expected.sizes());
     CHECK(torch::allclose(got, expected, 1e-12, 1e-12));
   }
+  // The default fill (each chunk at least 3/4 of its padded shape): these
+  // three differ too much in shape to share a call.
+  const auto plan = plan_block_attention(anchors, keep, length, block, 0, torch::kCPU, begins);
+  CHECK(plan.groups.size() == 3u);
+  CHECK(torch::allclose(block_attention(q, draft_k, draft_v, context_k, context_v, plan), expected, 1e-12, 1e-12));
+}
+
+TEST_CASE("Pack.ALongDocumentNeitherPadsShortOnesNorRunsAsOneChunk") {
+  // One end-to-end row: document 0 at [0, 200) with 8 blocks whose anchors
+  // reach position 190, then six documents of 20 tokens with one block each
+  // (anchor 10 tokens in). Block size 16.
+  std::vector<int64_t> anchors_list{20, 60, 100, 120, 150, 170, 180, 190}, begins_list(8, 0);
+  for (int64_t d = 0; d < 6; ++d) {
+    anchors_list.push_back(200 + 20 * d + 10);
+    begins_list.push_back(200 + 20 * d);
+  }
+  const auto blocks = static_cast<int64_t>(anchors_list.size());
+  const auto anchors = torch::tensor(anchors_list, torch::kInt64).view({1, blocks});
+  const auto begins = torch::tensor(begins_list, torch::kInt64).view({1, blocks});
+  const auto keep = torch::ones({1, blocks}, torch::kBool);
+  const auto plan = plan_block_attention(anchors, keep, 320, 16, 0, torch::kCPU, begins);
+  // The long document (context 190 positions) is cut into chunks of at most
+  // ceil(190 / 16) = 12 blocks: all its 8 blocks in one chunk; the short
+  // ones (context 10) one block each.
+  REQUIRE(plan.chunks.size() == 7u);
+  CHECK(plan.chunks[0].num_queries == 8 * 16);
+  CHECK(plan.chunks[0].context_length == 190);
+  // The six short chunks share one call; the long one does not pad them to 190 keys.
+  REQUIRE(plan.groups.size() == 2u);
+  CHECK(plan.groups[0].num_chunks == 1);
+  CHECK(plan.groups[1].num_chunks == 6);
+  CHECK(plan.groups[1].max_context == 10);
+  CHECK(plan.groups[1].max_queries == 16);
+
+  // A document whose context is short for its blocks: 8 blocks over 40
+  // context positions are cut into ceil(40 / 16) = 3-block chunks of near-equal
+  // size (3, 3, 2), so queries never outnumber the context by far.
+  const auto short_anchors = torch::tensor({5, 10, 15, 20, 25, 30, 35, 40}, torch::kInt64).view({1, 8});
+  const auto short_plan = plan_block_attention(short_anchors, torch::ones({1, 8}, torch::kBool), 64, 16, 0,
+                                               torch::kCPU, torch::zeros({1, 8}, torch::kInt64));
+  std::vector<int64_t> sizes;
+  for (const auto& chunk : short_plan.chunks) sizes.push_back(chunk.num_queries / 16);
+  CHECK(sizes == std::vector<int64_t>{3, 3, 2});
 }
