@@ -10,9 +10,16 @@
 // loading included): the compute each real token costs, which load from
 // other processes moves far less than it moves wall time.
 //
-//   build/bench/bench_packing [EPOCHS] [ROUNDS]   (default 1 and 3; run from
-//   the repo root after `build/dflow train` has created runs/demo/target and
-//   runs/demo/data)
+//   build/bench/bench_packing [EPOCHS] [ROUNDS] [DATA]   (default 1, 3, demo;
+//   run from the repo root after `build/dflow train` has created
+//   runs/demo/target and runs/demo/data)
+//
+// DATA demo: the demo's own data (lengths 112-144: near-uniform, so buckets
+// already fit them fairly well, and 16 anchors per sample make the drafter's
+// per-sample work dominate). DATA lognormal: 1,500 synthetic samples with
+// log-normal lengths (median 160, sigma 1, clamped to 32-1024; a quarter
+// prompt), max_length 1024, buckets 64-1024, 4,096 tokens per batch, the
+// same demo target and drafter: the spread of lengths real chat data has.
 #include <torch/torch.h>
 
 #include <time.h>
@@ -21,6 +28,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <cmath>
+#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -28,6 +37,7 @@
 
 #include "config/config.hpp"
 #include "config/log.hpp"
+#include "data/prepare.hpp"
 #include "nodes/trainer.hpp"
 
 using namespace dflow;
@@ -49,10 +59,44 @@ struct Measured {
   double efficiency() const { return padded_tokens > 0 ? static_cast<double>(real_tokens) / padded_tokens : 0.0; }
 };
 
-Measured train_with(const std::string& pad_type, const std::filesystem::path& out_dir, int epochs) {
-  auto config = config::load_config("", {"run.out_dir=" + out_dir.string(), "metrics.sinks=[jsonl]",
-                                         "checkpoint.every_steps=0", "run.log_level=warn",
-                                         "train.epochs=" + std::to_string(epochs)});
+// The lognormal data set (see the top), prepared under `dir`; returns the
+// config overrides that train on it.
+std::vector<std::string> make_lognormal_data(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_int_distribution<int> token(0, 509);
+  {
+    std::ofstream out(dir / "samples.jsonl");
+    for (int i = 0; i < 1500; ++i) {
+      const int length = std::clamp(static_cast<int>(std::lround(160.0 * std::exp(normal(rng)))), 32, 1024);
+      const int prompt = length / 4;
+      nlohmann::json sample;
+      std::vector<int> ids(static_cast<size_t>(length)), mask(static_cast<size_t>(length), 1);
+      for (auto& id : ids) id = token(rng);
+      std::fill(mask.begin(), mask.begin() + prompt, 0);
+      sample["input_ids"] = ids;
+      sample["loss_mask"] = mask;
+      out << sample.dump() << "\n";
+    }
+  }
+  data::PrepareOptions prepare;
+  prepare.input_path = dir / "samples.jsonl";
+  prepare.out_dir = dir / "data";
+  prepare.max_length = 1024;
+  prepare.overwrite = true;
+  data::prepare_jsonl(prepare);
+  return {"data.train=[" + (dir / "data").string() + "]", "data.max_length=1024",
+          "data.buckets=[64,128,256,512,1024]", "data.tokens_per_batch=4096"};
+}
+
+Measured train_with(const std::string& pad_type, const std::filesystem::path& out_dir, int epochs,
+                    const std::vector<std::string>& data_overrides) {
+  std::vector<std::string> overrides{"run.out_dir=" + out_dir.string(), "metrics.sinks=[jsonl]",
+                                     "checkpoint.every_steps=0", "run.log_level=warn",
+                                     "train.epochs=" + std::to_string(epochs)};
+  overrides.insert(overrides.end(), data_overrides.begin(), data_overrides.end());
+  auto config = config::load_config("", overrides);
   for (auto& n : config.pipeline.nodes) {
     if (n.name == "pad") n.type = pad_type;
   }
@@ -91,13 +135,21 @@ Measured train_with(const std::string& pad_type, const std::filesystem::path& ou
 int main(int argc, char** argv) {
   const int epochs = argc > 1 ? std::atoi(argv[1]) : 1;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
+  const std::string data_kind = argc > 3 ? argv[3] : "demo";
+  if (data_kind != "demo" && data_kind != "lognormal") {
+    std::fprintf(stderr, "bench_packing: DATA must be demo or lognormal, got '%s'\n", data_kind.c_str());
+    return 2;
+  }
   const auto base = std::filesystem::temp_directory_path() / "dflow-bench-packing";
+  const auto data_dir = std::filesystem::temp_directory_path() / "dflow-bench-packing-data";
   log::set_level("warn");
+  const std::vector<std::string> data_overrides =
+      data_kind == "lognormal" ? make_lognormal_data(data_dir) : std::vector<std::string>{};
   std::vector<Measured> budget_rounds, packed_rounds;
   for (int round = 0; round < rounds; ++round) {
     std::filesystem::remove_all(base);
-    budget_rounds.push_back(train_with("pad_bucket.token_budget", base / "token_budget", epochs));
-    packed_rounds.push_back(train_with("pad_bucket.pack", base / "pack", epochs));
+    budget_rounds.push_back(train_with("pad_bucket.token_budget", base / "token_budget", epochs, data_overrides));
+    packed_rounds.push_back(train_with("pad_bucket.pack", base / "pack", epochs, data_overrides));
     std::printf("round %d: real tok/s token_budget %.0f, pack %.0f; real tok per CPU-s token_budget %.0f, pack %.0f\n",
                 round, budget_rounds.back().tokens_per_s(), packed_rounds.back().tokens_per_s(),
                 budget_rounds.back().tokens_per_cpu_s(), packed_rounds.back().tokens_per_cpu_s());
@@ -138,5 +190,6 @@ int main(int argc, char** argv) {
   std::printf("real tokens per CPU-second, pack / token_budget (medians of %d rounds): %.3f\n", rounds,
               packed_cpu / budget_cpu);
   std::filesystem::remove_all(base);
+  std::filesystem::remove_all(data_dir);
   return 0;
 }
