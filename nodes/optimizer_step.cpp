@@ -85,6 +85,13 @@ class OptimizerStep final : public graph::FunctionBody {
     }
     if (guard.rollback) evidence.update(roll_back(state, step_index, guard));
     if (!guard.kind.empty()) warn(step, guard, evidence);
+    if (guard.rebaselined > 0) {
+      evidence["rebaselined"] = guard.rebaselined;
+      log::warn("guard", log::str("step ", step.position.global_step + 1, ": ", guard.metric, " ", guard.value,
+                                  " above the spike threshold ", guard.threshold, " for ", guard.rebaselined,
+                                  " steps in a row: a new level, not a spike; applied, and those steps are ",
+                                  guard.metric, "'s new baseline"));
+    }
     if (guard.halt) halt(state, step_index, guard);
 
     state.progress.complete_step(step.position, run_.batches_per_step());

@@ -4,7 +4,13 @@
 // robust baseline (median and MAD of the last `window` applied steps), are
 // caught; the policy says what happens to them. Under policy rollback it also
 // counts consecutive steps whose loss stands above the (lower) cliff
-// threshold: `cliff_steps` of them in a row are a cliff. Costs a few host
+// threshold: `cliff_steps` of them in a row are a cliff. A rise that lasts is
+// not a spike: when rebaseline_after() steps in a row spiked on the same
+// metric (early in training the grad norm may climb several-fold while the
+// loss falls), its level has moved; those steps become that metric's
+// baseline, judged from then on without a new warmup, and the step is
+// applied, so the guard never skips a run to a standstill. Under policy
+// rollback a lasting loss rise stays a cliff. Costs a few host
 // scalars per step (loss, grad norm, one loss per bucket of the step).
 #include <deque>
 #include <map>
@@ -27,6 +33,8 @@ struct GuardVerdict {
   double value = 0;        // the offending value
   double threshold = 0;    // what it exceeded (spikes, cliffs)
   int cliff_steps = 0;     // consecutive steps above the cliff threshold so far
+  int rebaselined = 0;     // > 0: `metric` spiked this many steps in a row, so that is its new
+                           // baseline (value/threshold say what rose); the step is applied
   std::string action = "applied";  // applied | skipped | quarantined | rolled_back | halted
   std::string reason() const;      // "loss 41.2 > spike threshold 9.7"
 };
@@ -57,17 +65,25 @@ class StabilityGuard {
   int rollbacks() const { return rollbacks_; }
   int cliff_run() const { return cliff_run_; }
   const config::GuardConfig& config() const { return config_; }
+  // Spikes in a row on one metric that make a new level: max(4, warmup_steps / 4).
+  int rebaseline_after() const;
 
   nlohmann::json state() const;  // checkpointed, so a resumed run decides the same
   void restore(const nlohmann::json& state);
 
  private:
-  // median + z * max(1.4826 MAD, 10% of the median); infinity before warmup.
-  double threshold(const std::deque<double>& history, double z) const;
+  // median + z * max(1.4826 MAD, 10% of the median); infinity before warmup
+  // (before 4 values for a re-based metric).
+  double threshold(const std::deque<double>& history, double z, const std::string& metric) const;
+  std::deque<double>* history_of(const std::string& metric);
+  double value_of(const GuardSignal& signal, const std::string& metric) const;
   void push(std::deque<double>& history, double value) const;
   config::GuardConfig config_;
   std::deque<double> losses_, grad_norms_;
   std::map<int, std::deque<double>> bucket_losses_;  // per_bucket only
+  std::vector<GuardSignal> spike_run_;  // the current run of spikes on spike_metric_ (checkpointed)
+  std::string spike_metric_;
+  std::vector<std::string> rebased_;    // metrics re-based at least once: judged from 4 values
   int cliff_run_ = 0;   // consecutive steps above the cliff threshold
   int rollbacks_ = 0;   // done in this run (checkpointed)
 };

@@ -127,3 +127,64 @@ TEST_CASE("Guard.PerBucket.a_bucket_spike_hidden_in_the_step_mean_is_caught") {
   restored.restore(g.state());
   CHECK(restored.decide(step).metric == "loss@64");
 }
+
+TEST_CASE("Guard.Skip.a_rise_that_lasts_is_a_new_level_not_a_spike") {
+  // Early in training the grad norm can climb several-fold while the loss
+  // falls. Skipping every such step would stop training for good (skipped
+  // steps never reach the baseline); a run of rebaseline_after() spikes in a
+  // row on one metric is taken as that metric's new level instead.
+  StabilityGuard g(guard_config("skip"));
+  feed(g, 20);
+  REQUIRE(g.rebaseline_after() == 4);  // max(4, warmup 8 / 4)
+  auto risen = [](int i) { return dflow::train::GuardSignal{1.9, 3.0 + 0.05 * (i % 3), false, {}}; };
+  for (int i = 0; i < 3; ++i) {
+    auto v = g.decide(risen(i));
+    CHECK_FALSE(v.apply);
+    CHECK(v.kind == "spike");
+    CHECK(v.metric == "grad_norm");
+  }
+  // A guard restored from a checkpoint here decides the fourth step the same.
+  StabilityGuard resumed(guard_config("skip"));
+  resumed.restore(g.state());
+  auto fourth = g.decide(risen(3));
+  CHECK(fourth.apply);
+  CHECK(fourth.kind.empty());
+  CHECK(fourth.rebaselined == 4);
+  CHECK(fourth.metric == "grad_norm");
+  CHECK(resumed.decide(risen(3)).rebaselined == 4);
+  g.record_applied(risen(3));
+  // The new level is applied from then on, and at once (no new warmup) a
+  // real spike above it is still caught; the loss kept its own baseline.
+  CHECK_FALSE(g.check(1.9, 40.0).apply);
+  CHECK_FALSE(g.check(50.0, 3.0).apply);
+  for (int i = 4; i < 12; ++i) {
+    auto v = g.decide(risen(i));
+    CHECK(v.apply);
+    CHECK(v.rebaselined == 0);
+    g.record_applied(risen(i));
+  }
+  // An isolated spike between ordinary steps never re-baselines.
+  StabilityGuard h(guard_config("skip"));
+  feed(h, 20);
+  for (int i = 0; i < 10; ++i) {
+    CHECK_FALSE(h.decide(dflow::train::GuardSignal{2.0, 30.0, false, {}}).apply);
+    auto ordinary = dflow::train::GuardSignal{2.0, 1.0, false, {}};
+    CHECK(h.decide(ordinary).apply);
+    h.record_applied(ordinary);
+  }
+}
+
+TEST_CASE("Guard.Rollback.a_loss_that_stays_up_is_a_cliff_never_a_new_level") {
+  auto config = guard_config("rollback");
+  config.cliff_steps = 6;  // longer than rebaseline_after(): the loss's run of spikes comes first
+  StabilityGuard g(config);
+  feed(g, 20);
+  for (int i = 0; i < 5; ++i) {
+    auto v = g.decide(dflow::train::GuardSignal{50.0, 1.0, false, {}});
+    CHECK_FALSE(v.apply);
+    CHECK(v.rebaselined == 0);
+  }
+  auto sixth = g.decide(dflow::train::GuardSignal{50.0, 1.0, false, {}});
+  CHECK(sixth.kind == "cliff");
+  CHECK(sixth.rollback);
+}
