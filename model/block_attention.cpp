@@ -128,6 +128,13 @@ void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const t
   // Each slot belongs to exactly one chunk: invert (group, chunk, query) order.
   const torch::Tensor slots = torch::cat(slots_in_order);
   plan.slot_rows = torch::empty_like(slots).index_put_({slots}, torch::cat(rows_in_order)).to(device);
+  std::vector<torch::Tensor> query_indices, context_indices;
+  for (const BlockAttentionGroup& group : plan.groups) {
+    query_indices.push_back(group.query_index);
+    context_indices.push_back(group.context_index);
+  }
+  plan.group_query_index = torch::cat(query_indices);
+  plan.group_context_index = torch::cat(context_indices);
 }
 
 }  // namespace
@@ -267,18 +274,32 @@ torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft
     const torch::Tensor q_rows = q[0].transpose(0, 1);  // [T, H, D]
     const torch::Tensor dk_rows = draft_k[0].transpose(0, 1), dv_rows = draft_v[0].transpose(0, 1);  // [T, KVH, D]
     const torch::Tensor ck_rows = context_k[0].transpose(0, 1), cv_rows = context_v[0].transpose(0, 1);  // [S, KVH, D]
+    // One gather per tensor for all groups, split per group (a gather per
+    // group would scatter its gradient into a zeroed copy of the whole row).
+    std::vector<int64_t> query_rows, context_rows;
+    for (const BlockAttentionGroup& group : plan.groups) {
+      query_rows.push_back(group.num_chunks * group.max_queries);
+      context_rows.push_back(group.num_chunks * group.max_context);
+    }
+    auto gathered = [&](const torch::Tensor& x, const torch::Tensor& index, const std::vector<int64_t>& sizes) {
+      return x.index_select(0, index).split_with_sizes(sizes);
+    };
+    const auto all_q = gathered(q_rows, plan.group_query_index, query_rows);
+    const auto all_dk = gathered(dk_rows, plan.group_query_index, query_rows);
+    const auto all_dv = gathered(dv_rows, plan.group_query_index, query_rows);
+    const auto all_ck = gathered(ck_rows, plan.group_context_index, context_rows);
+    const auto all_cv = gathered(cv_rows, plan.group_context_index, context_rows);
     std::vector<torch::Tensor> rows;
     rows.reserve(plan.groups.size());
-    for (const BlockAttentionGroup& group : plan.groups) {
+    for (size_t g = 0; g < plan.groups.size(); ++g) {
+      const BlockAttentionGroup& group = plan.groups[g];
       const int64_t count = group.num_chunks, queries = group.max_queries, context = group.max_context;
-      auto batched = [&](const torch::Tensor& x, const torch::Tensor& index, int64_t length) {
-        return x.index_select(0, index).view({count, length, x.size(1), head_dim}).transpose(1, 2);
+      auto batched = [&](const torch::Tensor& x, int64_t length) {
+        return x.view({count, length, x.size(1), head_dim}).transpose(1, 2);
       };
-      const torch::Tensor group_q = batched(q_rows, group.query_index, queries);
-      const torch::Tensor group_k = torch::cat(
-          {batched(ck_rows, group.context_index, context), batched(dk_rows, group.query_index, queries)}, 2);
-      const torch::Tensor group_v = torch::cat(
-          {batched(cv_rows, group.context_index, context), batched(dv_rows, group.query_index, queries)}, 2);
+      const torch::Tensor group_q = batched(all_q[g], queries);
+      const torch::Tensor group_k = torch::cat({batched(all_ck[g], context), batched(all_dk[g], queries)}, 2);
+      const torch::Tensor group_v = torch::cat({batched(all_cv[g], context), batched(all_dv[g], queries)}, 2);
       const torch::Tensor attended =
           grouped_attention(group_q, group_k, group_v, group.visible, /*causal=*/false)
               .masked_fill(group.row_has_keys.logical_not(), 0.0);  // [G, H, Q, D]

@@ -42,6 +42,7 @@ struct BlockAttentionPlan {
   // Packed single rows only (else empty): how the chunks run.
   std::vector<BlockAttentionGroup> groups;
   torch::Tensor slot_rows;  // [N * Bs] int64: each draft slot's row among the groups' padded rows, concatenated
+  torch::Tensor group_query_index, group_context_index;  // the groups' query_index / context_index, concatenated
 };
 
 // anchor_positions [B, N] int64 and block_keep [B, N] bool, any device (a CPU
