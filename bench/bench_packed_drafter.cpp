@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <cstdio>
 #include <map>
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "model/objective.hpp"
+#include "model/tiny_target.hpp"
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 namespace {
@@ -86,22 +88,6 @@ Options parse(int argc, char** argv) {
     throw std::invalid_argument("samples must fit max_length and keep a response after the prompt");
   }
   return o;
-}
-
-// The demo's target (runs/demo/target): the drafter borrows its shapes.
-HFConfig demo_target() {
-  HFConfig c;
-  c.hidden_size = 64;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 128;
-  c.vocab_size = 512;
-  c.max_position_embeddings = 4096;
-  c.qk_norm = true;
-  c.mask_token_id = 511;
-  return c;
 }
 
 struct Sample {
@@ -281,7 +267,12 @@ int main(int argc, char** argv) {
     const Options o = parse(argc, argv);
     torch::set_num_threads(o.threads);
     torch::manual_seed(0);
-    const HFConfig target = demo_target();
+    // The demo's target shapes (TinyTargetOptions' defaults, as `dflow train`
+    // makes runs/demo/target): the drafter borrows them.
+    TinyTargetOptions target_options;
+    target_options.out_dir = std::filesystem::temp_directory_path() / "dflow-bench-packed-drafter-target";
+    const HFConfig target = make_tiny_target(target_options);
+    std::filesystem::remove_all(target_options.out_dir);
     DrafterOptions drafter_options;
     drafter_options.num_layers = 1;
     drafter_options.block_size = 16;
