@@ -84,6 +84,11 @@ Options parse(int argc, char** argv) {
     else if (arg == "--buckets") o.buckets = int_list(value);
     else throw std::invalid_argument("unknown option " + arg);
   }
+  if (o.rounds < 1 || o.threads < 1 || o.samples < 1 || o.anchors < 1 || o.buckets.empty() ||
+      !std::is_sorted(o.buckets.begin(), o.buckets.end()) || o.buckets.back() < o.max_sample_length) {
+    throw std::invalid_argument("--rounds, --threads, --samples and --anchors must be >= 1, and --buckets increasing "
+                                "up to the longest sample");
+  }
   if (o.max_sample_length > o.max_length || o.max_prompt + 2 >= o.min_length) {
     throw std::invalid_argument("samples must fit max_length and keep a response after the prompt");
   }

@@ -137,6 +137,10 @@ int main(int argc, char** argv) {
   const int epochs = argc > 1 ? std::atoi(argv[1]) : 1;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
   const std::string data_kind = argc > 3 ? argv[3] : "demo";
+  if (epochs < 1 || rounds < 1) {
+    std::fprintf(stderr, "bench_packing: EPOCHS and ROUNDS must be >= 1\n");
+    return 2;
+  }
   if (data_kind != "demo" && data_kind != "lognormal") {
     std::fprintf(stderr, "bench_packing: DATA must be demo or lognormal, got '%s'\n", data_kind.c_str());
     return 2;
