@@ -31,7 +31,7 @@ void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const t
   const auto& chunks = plan.chunks;
   // Longest context first, so that each group pads to similar lengths. A
   // chunk joins the open group only while the group stays within the score
-  // budget and the chunk's own scores fill at least kMinFill of the padded
+  // budget and the chunk's own scores fill at least min_group_fill of the padded
   // shape it would run in: one long document must not pad a batch of short
   // ones to its length (a group per length class instead, a few calls).
   std::vector<size_t> order(chunks.size());
