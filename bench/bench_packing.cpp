@@ -177,13 +177,16 @@ int main(int argc, char** argv) {
     return all[all.size() / 2];
   };
   const Measured budget = median(budget_rounds), packed = median(packed_rounds);
-  auto median_cpu = [](const std::vector<Measured>& all) {
-    std::vector<double> v;
-    for (const auto& m : all) v.push_back(m.tokens_per_cpu_s());
+  auto median_of = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  const double budget_cpu = median_cpu(budget_rounds), packed_cpu = median_cpu(packed_rounds);
+  auto cpu_rates = [](const std::vector<Measured>& all) {
+    std::vector<double> v;
+    for (const auto& m : all) v.push_back(m.tokens_per_cpu_s());
+    return v;
+  };
+  const double budget_cpu = median_of(cpu_rates(budget_rounds)), packed_cpu = median_of(cpu_rates(packed_rounds));
   std::printf("%-24s %6s %12s %12s %10s %12s %16s\n", "batching", "steps", "real tokens", "padded", "padding",
               "real tok/s", "real tok/CPU-s");
   for (const auto& [name, m, cpu] : {std::tuple{"pad_bucket.token_budget", budget, budget_cpu},
@@ -203,10 +206,6 @@ int main(int argc, char** argv) {
     std::printf(" %s %.2f/%.2f", name.c_str(), seconds, packed_seconds);
   }
   std::printf(" (token_budget/pack)\n");
-  auto median_of = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   std::printf("real tokens/s, pack / token_budget: median of the %d rounds' ratios %.3f (ratio of the medians %.3f)\n",
               rounds, median_of(round_ratios), packed.tokens_per_s() / budget.tokens_per_s());
   std::printf("real tokens per CPU-second, pack / token_budget: median of the rounds' ratios %.3f (ratio of the "

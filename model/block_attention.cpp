@@ -66,6 +66,7 @@ void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const t
   const torch::Tensor slot_begin = begins.repeat_interleave(block_size);
   std::vector<torch::Tensor> slots_in_order;  // per group: the draft slot of each real row
   std::vector<torch::Tensor> rows_in_order;   // per group: that row among all groups' padded rows
+  std::vector<torch::Tensor> query_indices, context_indices;  // per group, see BlockAttentionPlan
   int64_t padded_rows = 0;
   for (const auto& group_chunks : members) {
     const auto count = static_cast<int64_t>(group_chunks.size());
@@ -104,18 +105,20 @@ void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const t
     slots_in_order.push_back(query_index.reshape({-1}).index_select(0, real_rows));
     rows_in_order.push_back(real_rows + padded_rows);
     padded_rows += count * queries;
-    group.query_index = query_index.reshape({-1}).to(device);
-    group.context_index = context_index.reshape({-1}).to(device);
+    const torch::Tensor group_query_index = query_index.reshape({-1}).to(device);
+    const torch::Tensor group_context_index = context_index.reshape({-1}).to(device);
+    query_indices.push_back(group_query_index);
+    context_indices.push_back(group_context_index);
 
     // Masks on the device, as for one chunk: context strictly before the
     // block's anchor and from its document's start; its own block both ways.
-    const torch::Tensor q_keep = slot_keep.index_select(0, group.query_index).view({count, queries}) &
+    const torch::Tensor q_keep = slot_keep.index_select(0, group_query_index).view({count, queries}) &
                                  query_real.to(device);  // [G, Q]
-    const torch::Tensor key_position = group.context_index.view({count, 1, context});
+    const torch::Tensor key_position = group_context_index.view({count, 1, context});
     const torch::Tensor context_visible =
         key_real.to(device).unsqueeze(1) &
-        (key_position < slot_anchor.index_select(0, group.query_index).view({count, queries, 1})) &
-        (key_position >= slot_begin.index_select(0, group.query_index).view({count, queries, 1})) &
+        (key_position < slot_anchor.index_select(0, group_query_index).view({count, queries, 1})) &
+        (key_position >= slot_begin.index_select(0, group_query_index).view({count, queries, 1})) &
         q_keep.unsqueeze(-1);  // [G, Q, C]
     const torch::Tensor slot_block = torch::arange(queries, long_options).floor_divide(block_size);
     // Padded queries keep their own block too (finite softmax); they are dropped.
@@ -128,11 +131,6 @@ void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const t
   // Each slot belongs to exactly one chunk: invert (group, chunk, query) order.
   const torch::Tensor slots = torch::cat(slots_in_order);
   plan.slot_rows = torch::empty_like(slots).index_put_({slots}, torch::cat(rows_in_order)).to(device);
-  std::vector<torch::Tensor> query_indices, context_indices;
-  for (const BlockAttentionGroup& group : plan.groups) {
-    query_indices.push_back(group.query_index);
-    context_indices.push_back(group.context_index);
-  }
   plan.group_query_index = torch::cat(query_indices);
   plan.group_context_index = torch::cat(context_indices);
 }

@@ -29,8 +29,6 @@ struct BlockAttentionChunk {
 // point at its own document's positions, its padded queries are dropped.
 struct BlockAttentionGroup {
   int64_t num_chunks = 0, max_queries = 0, max_context = 0;
-  torch::Tensor query_index;    // [G * Qmax] int64: draft slot of each (chunk, query); padding repeats a real slot
-  torch::Tensor context_index;  // [G * Cmax] int64: context position of each (chunk, key)
   torch::Tensor visible;        // [G, 1, Qmax, Cmax + Qmax] bool
   torch::Tensor row_has_keys;   // [G, 1, Qmax, 1] bool; false for padding blocks and padded queries
 };
@@ -42,7 +40,10 @@ struct BlockAttentionPlan {
   // Packed single rows only (else empty): how the chunks run.
   std::vector<BlockAttentionGroup> groups;
   torch::Tensor slot_rows;  // [N * Bs] int64: each draft slot's row among the groups' padded rows, concatenated
-  torch::Tensor group_query_index, group_context_index;  // the groups' query_index / context_index, concatenated
+  // Per group, concatenated over the groups: [sum G * Qmax] the draft slot of
+  // each (chunk, query), padding repeating a real slot of the chunk; [sum G *
+  // Cmax] the context position of each (chunk, key).
+  torch::Tensor group_query_index, group_context_index;
 };
 
 // anchor_positions [B, N] int64 and block_keep [B, N] bool, any device (a CPU
