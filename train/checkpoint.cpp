@@ -13,6 +13,7 @@
 
 #include "data/checksum.hpp"
 #include "train/checkpoint_cleanup.hpp"
+#include "train/checkpoint_files.hpp"
 #include "model/safetensors.hpp"
 #include "train/checkpoint_manifest.hpp"
 
@@ -207,8 +208,8 @@ void remove_stale_temporaries(const fs::path& checkpoints_dir) {
   for (const auto& dir : stale) fs::remove_all(dir, ec);
 }
 
-fs::path write_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state, int keep,
-                          const std::function<void()>& mid_write) {
+fs::path write_step_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state, int keep,
+                               const std::function<void()>& mid_write) {
   const std::string name = "step-" + std::to_string(state.global_step);
   const fs::path final_dir = write_checkpoint_directory(checkpoints_dir, name, state, {}, mid_write);
   write_pointer(checkpoints_dir, "latest", name);
@@ -222,8 +223,7 @@ fs::path write_best_checkpoint(const fs::path& checkpoints_dir, const Checkpoint
   const std::string name = "best-step-" + std::to_string(state.global_step);
   const fs::path final_dir = write_checkpoint_directory(checkpoints_dir, name, state, {{"eval", eval}}, {});
   write_pointer(checkpoints_dir, "best", name);
-  // Only the directory `best` names is kept. (The checkpoint writer may be
-  // renaming and pruning step-N directories at the same time: never throw on them.)
+  // Only the directory `best` names is kept.
   std::vector<fs::path> stale;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
