@@ -1,8 +1,10 @@
 #include "config/config.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
+#include "config/config_keys.hpp"
 #include "config/validate.hpp"
 
 namespace dflow::config {
@@ -40,22 +42,16 @@ void apply_override(YAML::Node root, const std::string& text, Origins& origins) 
   origins.overrides[path] = "--set " + text;
 }
 
-// Every key path of the configuration, from the resolved defaults (which
-// print every key): sections and their keys, not pipeline nodes or faults.
-void collect_key_paths(const YAML::Node& node, const std::string& prefix, std::vector<std::string>& out) {
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    const std::string key = it->first.as<std::string>();
-    if (prefix.empty() && (key == "pipeline" || key == "faults")) continue;
-    const std::string path = prefix.empty() ? key : prefix + "." + key;
-    if (!prefix.empty()) out.push_back(path);
-    if (it->second.IsMap()) collect_key_paths(it->second, path, out);
-  }
-}
-
+// Every key path of the configuration and its nested sections
+// ("model.drafter"), from the declared keys, for "did you mean".
 const std::vector<std::string>& all_key_paths() {
   static const std::vector<std::string> paths = [] {
     std::vector<std::string> out;
-    collect_key_paths(YAML::Load(to_yaml(Config{})), "", out);
+    for (const auto& k : config_keys().keys()) {
+      for (auto dot = k.path.find('.', k.path.find('.') + 1); dot != std::string::npos; dot = k.path.find('.', dot + 1))
+        if (std::find(out.begin(), out.end(), k.path.substr(0, dot)) == out.end()) out.push_back(k.path.substr(0, dot));
+      out.push_back(k.path);
+    }
     return out;
   }();
   return paths;

@@ -17,18 +17,17 @@ namespace {
 
 class CheckpointAsync final : public graph::FunctionBody {
  public:
-  CheckpointAsync(const RunContext& run, RunJournal& journal, std::string name)
-      : run_(run), journal_(journal), name_(std::move(name)) {}
+  CheckpointAsync(const RunEnvironment& env, std::string name)
+      : run_(env.run), journal_(env.journal), checkpoints_(env.checkpoints), name_(std::move(name)) {}
 
   void process(graph::Inputs& in, graph::Emitter&) override {
     auto& snapshot = in.get<Snapshot>(0);
     const int64_t step = snapshot.state.global_step;
-    fs::path dir;
+    std::optional<fs::path> dir;
     std::string failure;
     if (run_.options.rank == 0) {
       try {
-        dir = train::write_checkpoint(run_.checkpoints_dir, snapshot.state, run_.config.checkpoint.keep,
-                                      [&] { inject_node_faults(run_, name_, step - 1); });  // after step index step-1
+        dir = checkpoints_.write(snapshot.state, [&] { inject_node_faults(run_, name_, step - 1); });  // after step index step-1
       } catch (const std::exception& e) {
         failure = e.what();
       }
@@ -55,9 +54,13 @@ class CheckpointAsync final : public graph::FunctionBody {
       return;
     }
     if (run_.options.rank != 0) return;
-    journal_.checkpoint_written(dir.string());
-    journal_.publish_live({{"kind", "checkpoint"}, {"global_step", step}, {"path", dir.string()}});
-    log::info("checkpoint", log::str("wrote ", dir.string()));
+    if (!dir) {  // declined by the writer (after the agreement, which every rank takes part in)
+      log::info("checkpoint", log::str("step-", step, " not written: the run halted and saved its final checkpoint"));
+      return;
+    }
+    journal_.checkpoint_written(dir->string());
+    journal_.publish_live({{"kind", "checkpoint"}, {"global_step", step}, {"path", dir->string()}});
+    log::info("checkpoint", log::str("wrote ", dir->string()));
   }
 
  private:
@@ -73,6 +76,7 @@ class CheckpointAsync final : public graph::FunctionBody {
 
   const RunContext& run_;
   RunJournal& journal_;
+  train::CheckpointWriter& checkpoints_;
   std::string name_;
 };
 
@@ -84,8 +88,7 @@ void register_checkpoint(graph::NodeRegistry& registry) {
   spec.description = "writes snapshots atomically in the background (step-N/, latest, keep newest)";
   spec.inputs = {{"in", "Snapshot"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    const auto& env = environment(context);
-    return std::make_unique<CheckpointAsync>(env.run, env.journal, context.name);
+    return std::make_unique<CheckpointAsync>(environment(context), context.name);
   };
   registry.add(std::move(spec));
 }

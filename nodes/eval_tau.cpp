@@ -81,7 +81,7 @@ namespace {
 class EvalTau final : public graph::FunctionBody {
  public:
   EvalTau(const RunEnvironment& env, std::string name)
-      : run_(env.run), journal_(env.journal), name_(std::move(name)), prompts_(env.run.eval_prompts) {
+      : run_(env.run), journal_(env.journal), checkpoints_(env.checkpoints), name_(std::move(name)), prompts_(env.run.eval_prompts) {
     if (prompts_.empty()) throw std::logic_error("eval.tau: held-out prompts were not loaded before the graph was built");
     drafter_ = model::DFlashDrafter(run_.drafter_spec, 0);
     drafter_->to(run_.drafter_device);
@@ -127,9 +127,12 @@ class EvalTau final : public graph::FunctionBody {
     if (improved) {
       // A best checkpoint that cannot be written follows checkpoint.on_write_error.
       try {
-        auto dir = train::write_best_checkpoint(run_.checkpoints_dir, snapshot, eval);
-        best_tau_ = report.mean_tau;
-        best_note = ", best so far: " + dir.string();
+        if (auto dir = checkpoints_.write_best(snapshot, eval)) {
+          best_tau_ = report.mean_tau;
+          best_note = ", best so far: " + dir->string();
+        } else {
+          best_note = ", best so far but not saved: the run is halting";
+        }
       } catch (const std::exception& e) {
         if (run_.config.checkpoint.on_write_error != "continue")
           throw std::runtime_error(std::string(e.what()) + " (checkpoint.on_write_error: halt)");
@@ -168,6 +171,7 @@ class EvalTau final : public graph::FunctionBody {
 
   const RunContext& run_;
   RunJournal& journal_;
+  train::CheckpointWriter& checkpoints_;
   std::string name_;
   std::vector<std::vector<int64_t>> prompts_;
   model::DFlashDrafter drafter_{nullptr};

@@ -11,6 +11,7 @@
 #include "nodes/run_context.hpp"
 #include "nodes/run_journal.hpp"
 #include "nodes/trainable_state.hpp"
+#include "train/checkpoint_writer.hpp"
 
 namespace dflow::nodes {
 
@@ -19,6 +20,8 @@ struct RunEnvironment {
   const RunContext& run;
   RunJournal& journal;
   StateHome& home;
+  // Every checkpoint write of the run (background, best, halt), one at a time.
+  train::CheckpointWriter& checkpoints;
   // A fresh run's untrained drafter, for an eval node's baseline (null when resumed or without one).
   const train::CheckpointState* untrained = nullptr;
 };

@@ -40,7 +40,7 @@ std::string list_ids(const std::vector<int64_t>& ids, size_t at_most = 12) {
 class OptimizerStep final : public graph::FunctionBody {
  public:
   OptimizerStep(const RunEnvironment& env, std::string name)
-      : run_(env.run), journal_(env.journal), name_(std::move(name)),
+      : run_(env.run), journal_(env.journal), checkpoints_(env.checkpoints), name_(std::move(name)),
         rollback_(env.run.config.guard.policy == "rollback") {}
 
   void process(graph::Inputs& in, graph::Emitter& out) override {
@@ -161,10 +161,10 @@ class OptimizerStep final : public graph::FunctionBody {
     // Policy halt: the state is still that after the previous step. Rollbacks
     // used up: the last good snapshot is what gets saved.
     if (rollback_ && good_) state.restore(*good_, /*count_as_rollback=*/false);
-    // Every rank decides alike (the step's sums are global); rank 0 writes.
+    // Every rank decides alike (the step's sums are global); rank 0 writes,
+    // after any background write in progress, and nothing is written after it.
     fs::path dir = run_.checkpoints_dir / ("step-" + std::to_string(state.progress.completed_steps));
-    if (run_.options.rank == 0)
-      dir = train::write_checkpoint(run_.checkpoints_dir, state.snapshot(run_), run_.config.checkpoint.keep);
+    if (run_.options.rank == 0) dir = checkpoints_.write_final(state.snapshot(run_));
     const std::string why = guard.kind == "cliff" ? " after " + std::to_string(state.guard.rollbacks()) +
                                                         " rollback(s) (guard.max_rollbacks)"
                                                   : "";
@@ -224,6 +224,7 @@ class OptimizerStep final : public graph::FunctionBody {
 
   const RunContext& run_;
   RunJournal& journal_;
+  train::CheckpointWriter& checkpoints_;
   std::string name_;
   const bool rollback_;  // guard.policy == rollback: keep snapshots
   bool started_ = false;

@@ -70,7 +70,8 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
     dist.broadcast(state->parameter_tensors(), "broadcast of rank 0's parameters");
   }
   StateHome home(std::move(state));
-  const RunEnvironment env{run, journal, home, untrained ? &*untrained : nullptr};
+  train::CheckpointWriter checkpoints(run.checkpoints_dir, config.checkpoint.keep);
+  const RunEnvironment env{run, journal, home, checkpoints, untrained ? &*untrained : nullptr};
 
   graph::BuildOptions build;
   build.threads = config.run.threads;

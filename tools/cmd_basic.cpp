@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "config/config.hpp"
+#include "config/config_keys.hpp"
 #include "tools/cli.hpp"
 
 namespace dflow::cli {
@@ -36,10 +37,17 @@ void add_version_command(CLI::App& app, Action& action) {
 void add_config_command(CLI::App& app, Common& common, Action& action) {
   auto* sub = app.add_subcommand("config", "print the resolved configuration as YAML (the embedded demo when no FILE)");
   static std::string file;
+  static bool reference = false;
   sub->add_option("FILE", file, "YAML config file")->check(CLI::ExistingFile);
+  sub->add_flag("--reference", reference,
+                "print every key as a Markdown table (type, default, whether a resume may change it), as in the README");
   add_common_options(*sub, common);
   sub->callback([&action, &common] {
     action = [&common] {
+      if (reference) {
+        std::cout << config::config_reference_markdown();
+        return 0;
+      }
       std::cout << config::to_yaml(config::load_config(file, common.overrides));
       return 0;
     };

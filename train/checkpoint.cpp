@@ -11,8 +11,10 @@
 #include <regex>
 #include <sstream>
 
+#include "config/config_keys.hpp"
 #include "data/checksum.hpp"
 #include "train/checkpoint_cleanup.hpp"
+#include "train/checkpoint_files.hpp"
 #include "model/safetensors.hpp"
 #include "train/checkpoint_manifest.hpp"
 
@@ -207,8 +209,8 @@ void remove_stale_temporaries(const fs::path& checkpoints_dir) {
   for (const auto& dir : stale) fs::remove_all(dir, ec);
 }
 
-fs::path write_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state, int keep,
-                          const std::function<void()>& mid_write) {
+fs::path write_step_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state, int keep,
+                               const std::function<void()>& mid_write) {
   const std::string name = "step-" + std::to_string(state.global_step);
   const fs::path final_dir = write_checkpoint_directory(checkpoints_dir, name, state, {}, mid_write);
   write_pointer(checkpoints_dir, "latest", name);
@@ -222,8 +224,7 @@ fs::path write_best_checkpoint(const fs::path& checkpoints_dir, const Checkpoint
   const std::string name = "best-step-" + std::to_string(state.global_step);
   const fs::path final_dir = write_checkpoint_directory(checkpoints_dir, name, state, {{"eval", eval}}, {});
   write_pointer(checkpoints_dir, "best", name);
-  // Only the directory `best` names is kept. (The checkpoint writer may be
-  // renaming and pruning step-N directories at the same time: never throw on them.)
+  // Only the directory `best` names is kept.
   std::vector<fs::path> stale;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
@@ -289,26 +290,30 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir) {
 }
 
 std::vector<std::string> incompatible_config_keys(const std::string& saved_yaml, const std::string& current_yaml) {
-  // What a resumed run computes depends on these; run.max_steps, threads,
-  // logging, metrics, checkpoint cadence, keep and error policy
-  // (checkpoint.*) and epochs may change freely.
-  static const std::vector<std::string> kDecisive{"run.seed", "model.", "data.", "train.epochs", "train.grad_accum",
-                                                 "train.anchors_per_sequence", "train.loss_decay_gamma",
-                                                 "train.lr", "train.warmup_ratio", "train.schedule",
-                                                 "train.weight_decay", "train.adam_", "train.grad_clip"};
+  // Every declared key must match unless its declaration says a resume may
+  // change it (config/config_keys.cpp). A key the saved config lacks (written
+  // by an older dflow) counts as its default. The pipeline's batching node is
+  // compared on its own (nodes/run_context.cpp); faults are drills.
+  const auto& keys = config::config_keys();
+  const config::Config defaults;
   std::map<std::string, std::string> saved, current;
   flatten(YAML::Load(saved_yaml), "", saved);
   flatten(YAML::Load(current_yaml), "", current);
-  std::vector<std::string> keys;
-  for (const auto& [k, _] : saved) keys.push_back(k);
+  std::vector<std::string> paths;
+  for (const auto& [k, _] : saved) paths.push_back(k);
   for (const auto& [k, _] : current)
-    if (!saved.count(k)) keys.push_back(k);
+    if (!saved.count(k)) paths.push_back(k);
   std::vector<std::string> out;
-  for (const auto& k : keys) {
-    bool decisive = std::any_of(kDecisive.begin(), kDecisive.end(), [&](const std::string& p) { return k.rfind(p, 0) == 0; });
-    if (!decisive) continue;
-    std::string a = saved.count(k) ? saved[k] : "(absent)", b = current.count(k) ? current[k] : "(absent)";
-    if (a != b) out.push_back(k + ": " + a + " -> " + b);
+  for (const auto& path : paths) {
+    if (path.rfind("pipeline.", 0) == 0 || path == "faults") continue;
+    const auto* decl = keys.find(path);
+    if (decl && decl->on_resume == config::OnResume::may_change) continue;
+    auto value_in = [&](std::map<std::string, std::string>& flat) {
+      if (flat.count(path)) return flat[path];
+      return decl ? keys.value_text(*decl, defaults) : std::string("(absent)");
+    };
+    const std::string a = value_in(saved), b = value_in(current);
+    if (a != b) out.push_back(path + ": " + a + " -> " + b);
   }
   return out;
 }

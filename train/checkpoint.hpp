@@ -42,20 +42,8 @@ struct LoadedCheckpoint {
   int64_t optimizer_steps = 0;
 };
 
-// Writes `checkpoints_dir/step-<N>` atomically, points `latest` at it and
-// prunes beyond `keep`. Returns the checkpoint's directory.
-// `mid_write` (optional) runs after the first file is written: fault
-// injection uses it to stretch the window in which a crash hits a half-written
-// checkpoint.
-fs::path write_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state, int keep,
-                          const std::function<void()>& mid_write = {});
+// Writing: train/checkpoint_writer.hpp (a run's one writer).
 
-// The best checkpoint by an evaluation: writes `checkpoints_dir/best-step-<N>`
-// atomically with `eval` (mean tau, prompts, ...) in its manifest, points
-// `best` at it (atomically, like `latest`) and removes the previous best
-// directory. Never pruned by `keep`, never taken for `latest`.
-fs::path write_best_checkpoint(const fs::path& checkpoints_dir, const CheckpointState& state,
-                               const nlohmann::json& eval);
 // The `eval` record in the manifest of the checkpoint `best` names, if any.
 std::optional<nlohmann::json> best_checkpoint_eval(const fs::path& checkpoints_dir);
 
