@@ -213,3 +213,30 @@ TEST_CASE("DraftMarks.AcceptedDraftsAreWrappedAndTargetTokensAreNot") {
   // Output cut short inside a cycle (max_new_tokens): what there is, still marked.
   CHECK(mark_accepted_drafts(*tok, {259, 260, 'o'}, {16}) == "hello⟦ wo⟧");
 }
+
+TEST_CASE("Tokenizer.IdsThatLeaveTheVocabularySparseAreRefusedNamingTokenAndId") {
+  TempDir dir;
+  SUBCASE("a vocabulary id far beyond the number of tokens") {
+    json spec = tiny_tokenizer_json();
+    spec["model"]["vocab"]["zz"] = 1073741824;
+    write_json(dir / "tokenizer.json", spec);
+    const std::string message = error_of([&] { Tokenizer::load(dir.path()); });
+    CHECK_MESSAGE(message.find("\"zz\"") != std::string::npos, message);
+    CHECK_MESSAGE(message.find("1073741824") != std::string::npos, message);
+    CHECK_MESSAGE(message.find((dir / "tokenizer.json").string()) != std::string::npos, message);
+    CHECK_THROWS_AS(Tokenizer::load(dir.path()), dflow::ConfigError);
+  }
+  SUBCASE("an added token far beyond the number of tokens") {
+    json spec = tiny_tokenizer_json();
+    spec["added_tokens"].push_back({{"id", 1073741824}, {"content", "<|far|>"}, {"special", true}});
+    write_json(dir / "tokenizer.json", spec);
+    const std::string message = error_of([&] { Tokenizer::load(dir.path()); });
+    CHECK_MESSAGE(message.find("\"<|far|>\"") != std::string::npos, message);
+    CHECK_MESSAGE(message.find("1073741824") != std::string::npos, message);
+    CHECK_THROWS_AS(Tokenizer::load(dir.path()), dflow::ConfigError);
+  }
+  SUBCASE("a few holes (reserved ids) are fine") {
+    auto tok = tiny(dir);  // 261 vocabulary entries, added tokens at 300 and 301
+    CHECK(tok->vocab_size() == 302);
+  }
+}
