@@ -240,3 +240,22 @@ TEST_CASE("Tokenizer.IdsThatLeaveTheVocabularySparseAreRefusedNamingTokenAndId")
     CHECK(tok->vocab_size() == 302);
   }
 }
+
+TEST_CASE("TokenizeJsonl.DecodeRefusesIdsThatAreNotTokenIdsNamingTheLine") {
+  TempDir dir;
+  auto tok = tiny(dir);
+  std::ostringstream ignored;
+  // Each was narrowed to an int32 before: 4294967297 -> 1, 1.5 -> 1, true -> 1.
+  for (const std::string ids : {"4294967297", "1.5", "-1", "true", "\"65\"", "302", "2147483648", "65.0"}) {
+    CAPTURE(ids);
+    std::istringstream in("{\"ids\": [65]}\n{\"ids\": [" + ids + ", 65]}\n");
+    const std::string message =
+        error_of([&] { tokenize_jsonl(*tok, in, ignored, "ids.jsonl", {.decode = true}); });
+    CHECK_MESSAGE(message.find("ids.jsonl:2:") == 0, message);
+    CHECK_MESSAGE(message.find("ids[0] is " + ids) != std::string::npos, message);
+  }
+  std::istringstream fine("{\"ids\": [300, 65, 301]}\n");
+  std::ostringstream out;
+  tokenize_jsonl(*tok, fine, out, "ids.jsonl", {.decode = true});
+  CHECK(out.str() == "{\"text\":\"<|im_start|>A<|im_end|>\"}\n");
+}
