@@ -12,6 +12,8 @@ Writes into OUT_DIR (never into the repository; a few seconds, then cached):
   qwen2/tokenizer.json, llama3/tokenizer.json
   cases.jsonl   one line per generated text: {"text", "qwen2": ids, "llama3": ids,
                 "qwen2_decoded": HF decode of the qwen2 ids}
+  qwen2_normalized/tokenizer.json, normalized_cases.jsonl  qwen2 plus added tokens with
+                "normalized": true whose content is not NFC: {"text", "ids"} per line
   stamp         hash of this script and the package versions: a changed script
                 or package regenerates everything
 Usage: make_tokenizer_fixture.py OUT_DIR [NUM_TEXTS]
@@ -129,6 +131,27 @@ def fixed_texts():
             "1\u0085\u00852", "1\u2028\u20282", "1\u00a0\u00a02", "1\u180e\u180e2", "1\u200b\u200b2"]
 
 
+# Added tokens with "normalized": true are matched in the normalized text, and
+# `tokenizers` normalizes their content first: written here in decomposed
+# form (NFC composes them), one special, one the Angstrom sign (NFC: U+00C5).
+NORMALIZED_ADDED = [("cafe\u0301", False), ("<|spe\u0301cial|>", True), ("\u212b", False), ("A\u030a\u0301", False)]
+NORMALIZED_TEXTS = ["cafe\u0301", "caf\u00e9", "a cafe\u0301 and a caf\u00e9!", "cafe\u0301s", "<|spe\u0301cial|>",
+                    "<|sp\u00e9cial|>x", "\u212b \u00c5 A\u030a", "\u01fa A\u030a\u0301",
+                    "<|im_end|>caf\u00e9<|im_end|>", "no tokens here", "cafe", "caf\u00e9\u0301"]
+
+
+def write_normalized_cases(out_dir, qwen):
+    from tokenizers import AddedToken, Tokenizer
+    tok = Tokenizer.from_str(qwen.to_str())
+    tok.add_tokens([AddedToken(t, normalized=True, special=special) for t, special in NORMALIZED_ADDED])
+    os.makedirs(os.path.join(out_dir, "qwen2_normalized"), exist_ok=True)
+    tok.save(os.path.join(out_dir, "qwen2_normalized", "tokenizer.json"))
+    with open(os.path.join(out_dir, "normalized_cases.jsonl"), "w", encoding="utf-8") as f:
+        for text in NORMALIZED_TEXTS:
+            ids = tok.encode(text, add_special_tokens=False).ids
+            f.write(json.dumps({"text": text, "ids": ids}, ensure_ascii=False) + "\n")
+
+
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
@@ -152,6 +175,7 @@ def main():
             f.write(json.dumps({"text": text, "qwen2": q.ids, "llama3": l.ids,
                                 "qwen2_decoded": qwen.decode(q.ids, skip_special_tokens=False)},
                                ensure_ascii=False) + "\n")
+    write_normalized_cases(out_dir, qwen)
     open(stamp_path, "w").write(stamp_text())
     print(f"[fixture] wrote {len(texts)} cases and two tokenizer.json files to {out_dir}")
 

@@ -259,3 +259,21 @@ TEST_CASE("TokenizeJsonl.DecodeRefusesIdsThatAreNotTokenIdsNamingTheLine") {
   tokenize_jsonl(*tok, fine, out, "ids.jsonl", {.decode = true});
   CHECK(out.str() == "{\"text\":\"<|im_start|>A<|im_end|>\"}\n");
 }
+
+// tokenizers normalizes the content of a "normalized": true added token before
+// matching it in the normalized text: a decomposed "cafe\u0301" token matches
+// both spellings of café once NFC has run.
+TEST_CASE("Tokenizer.NormalizedAddedTokensMatchAsHuggingFaceMatchesThem") {
+  auto tok = Tokenizer::load(real_tokenizer("qwen2_normalized"));
+  std::ifstream in(fixture_dir() / "normalized_cases.jsonl");
+  int cases = 0, wrong = 0;
+  for (std::string line; std::getline(in, line); ++cases) {
+    const json j = json::parse(line);
+    const Ids ids = tok->encode(j["text"].get<std::string>());
+    if (ids != j["ids"].get<Ids>() && ++wrong <= 5) {
+      MESSAGE("differs on " << j["text"].dump() << "\n  dflow " << show_ids(ids) << "\n  HF    " << j["ids"].dump());
+    }
+  }
+  CHECK(cases >= 10);
+  CHECK(wrong == 0);
+}
