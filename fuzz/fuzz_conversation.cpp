@@ -52,7 +52,8 @@ std::shared_ptr<const dflow::text::Tokenizer> tiny_tokenizer() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dflow::text;
   static const auto tokenizer = tiny_tokenizer();
-  const auto document = nlohmann::json::parse(dflow::fuzz::as_text(data, size), nullptr, /*allow_exceptions=*/false);
+  const auto document =
+      nlohmann::ordered_json::parse(dflow::fuzz::as_text(data, size), nullptr, /*allow_exceptions=*/false);
   if (document.is_discarded()) return 0;
   Conversation conversation;
   if (const auto problem = read_conversation(document, conversation)) {

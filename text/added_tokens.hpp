@@ -33,7 +33,7 @@ class AddedTokenMatcher {
 
  private:
   struct Entry {
-    std::string_view content;
+    std::string content;
     int32_t id;
   };
   std::vector<Entry> tokens_;                   // longest first

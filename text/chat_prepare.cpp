@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "config/errors.hpp"
 #include "data/data_error.hpp"
 #include "data/shard_writer.hpp"
 #include "text/chat_encode.hpp"
@@ -40,9 +41,9 @@ RejectReason reason_of(const std::string& name) {
 std::optional<Rejection> encode_line(const std::string& line, int64_t line_number, const Tokenizer& tokenizer,
                                      const ChatTemplate& chat_template, const ChatPrepareOptions& options,
                                      ChatSample& sample, bool& truncated) {
-  json document;
+  nlohmann::ordered_json document;  // keys in the line's order: tool-call arguments are rendered in it
   try {
-    document = json::parse(line);
+    document = nlohmann::ordered_json::parse(line);
   } catch (const json::exception& error) {
     // parse_error, and out_of_range 406 for a number too large for a double (1E400)
     return Rejection{line_number, RejectReason::BadJson, parse_error_text(error.what())};
@@ -58,7 +59,11 @@ std::optional<Rejection> encode_line(const std::string& line, int64_t line_numbe
   }
   ChatEncodeOptions encode_options;
   encode_options.last_turn_only = options.last_turn_only;
-  sample = encode_chat(tokenizer, chat_template, conversation, encode_options);
+  try {
+    sample = encode_chat(tokenizer, chat_template, conversation, encode_options);
+  } catch (const ChatTemplateError& e) {  // the chosen template cannot write this data: a configuration error
+    throw ConfigError(fmt::format("{}:{}: {}", options.input_path.string(), line_number, e.what()));
+  }
   truncated = false;
   const auto length = static_cast<int64_t>(sample.input_ids.size());
   if (length > options.max_length) {

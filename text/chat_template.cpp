@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "config/errors.hpp"
+#include "text/tojson.hpp"
 #include "text/utf8.hpp"
 
 namespace dflow::text {
@@ -43,6 +44,35 @@ void add_chatml_turn(Output& out, const Message& message) {
   out.add(fmt::format("<|im_start|>{}\n{}<|im_end|>\n", role_name(message.role), message.content));
 }
 
+// Qwen2.5's and Qwen3's system turn when the conversation offers tools.
+std::string qwen_tools_system_turn(std::string_view system_text, const std::vector<std::string>& tools) {
+  std::string turn = fmt::format(
+      "<|im_start|>system\n{}# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+      system_text);
+  for (const auto& tool : tools) turn += "\n" + tool;
+  return turn + "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+                "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+                "<args-json-object>}\n</tool_call><|im_end|>\n";
+}
+
+// The calls of an assistant turn, as the model writes them (so learned): one
+// block each, a newline before all but a first that follows no content.
+// Qwen2.5 writes string arguments through tojson (quoted), Qwen3 as they are.
+void add_tool_calls(Output& out, const Message& message, bool after_content, bool quote_string_arguments, int index) {
+  for (size_t k = 0; k < message.tool_calls.size(); ++k) {
+    const ToolCall& call = message.tool_calls[k];
+    if (k > 0 || after_content) out.add("\n", true, index);
+    std::string arguments = call.arguments;
+    if (call.arguments_is_string && quote_string_arguments) {
+      arguments.clear();
+      append_python_json_string(arguments, call.arguments);
+    }
+    out.add(fmt::format("<tool_call>\n{{\"name\": \"{}\", \"arguments\": {}}}\n</tool_call>", call.name, arguments),
+            true, index);
+  }
+}
+
 class Qwen3 final : public ChatTemplate {
  public:
   std::string_view name() const override { return "qwen3"; }
@@ -51,7 +81,12 @@ class Qwen3 final : public ChatTemplate {
   std::vector<Segment> render(const Conversation& c, const RenderOptions& options) const override {
     Output out;
     const auto& m = c.messages;
-    if (!m.empty() && m[0].role == Role::System) add_chatml_turn(out, m[0]);
+    const bool system_first = !m.empty() && m[0].role == Role::System;
+    if (!c.tools.empty()) {
+      out.add(qwen_tools_system_turn(system_first ? m[0].content + "\n\n" : "", c.tools));
+    } else if (system_first) {
+      add_chatml_turn(out, m[0]);
+    }
     const size_t last_query = last_query_index(c);
     for (size_t i = 0; i < m.size(); ++i) {
       const Message& message = m[i];
@@ -107,10 +142,13 @@ class Qwen3 final : public ChatTemplate {
     } else {
       out.add(content, true, index);
     }
+    add_tool_calls(out, message, /*after_content=*/!content.empty(), /*quote_string_arguments=*/false, index);
     out.add("<|im_end|>", true, index);
     out.add("\n");
   }
 };
+
+constexpr std::string_view kQwen25DefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 class Qwen25 final : public ChatTemplate {
  public:
@@ -121,10 +159,14 @@ class Qwen25 final : public ChatTemplate {
   std::vector<Segment> render(const Conversation& c, const RenderOptions& options) const override {
     Output out;
     const auto& m = c.messages;
-    if (!m.empty() && m[0].role == Role::System) {
+    const bool system_first = !m.empty() && m[0].role == Role::System;
+    if (!c.tools.empty()) {
+      const std::string system = system_first ? m[0].content : std::string(kQwen25DefaultSystem);
+      out.add(qwen_tools_system_turn(system + "\n\n", c.tools));
+    } else if (system_first) {
       add_chatml_turn(out, m[0]);
     } else {
-      out.add("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n");
+      out.add(fmt::format("<|im_start|>system\n{}<|im_end|>\n", kQwen25DefaultSystem));
     }
     for (size_t i = 0; i < m.size(); ++i) {
       const Message& message = m[i];
@@ -134,6 +176,10 @@ class Qwen25 final : public ChatTemplate {
       } else if (message.role == Role::Assistant) {
         out.add("<|im_start|>assistant\n");
         out.add(message.content, true, index);
+        // With calls the template writes "\n" + content only when there is
+        // content, and "\n<tool_call>" per call: the same text.
+        add_tool_calls(out, message, /*after_content=*/!message.content.empty(), /*quote_string_arguments=*/true,
+                       index);
         out.add("<|im_end|>", true, index);
         out.add("\n");
       } else if (message.role == Role::Tool) {
@@ -154,9 +200,21 @@ class Llama3 final : public ChatTemplate {
   std::string_view end_of_turn() const override { return "<|eot_id|>"; }
 
   std::vector<Segment> render(const Conversation& c, const RenderOptions& options) const override {
+    // Llama 3.0's template writes content only: calls and tools would vanish
+    // from the text, and the turn would teach an empty answer.
+    if (!c.tools.empty()) {
+      throw ChatTemplateError("tools: the llama3 chat template (Llama 3.0's) has no way to offer tools; use a Qwen "
+                              "template for tool-calling data, or leave the tools out");
+    }
     Output out;
     for (size_t i = 0; i < c.messages.size(); ++i) {
       const Message& message = c.messages[i];
+      if (!message.tool_calls.empty()) {
+        throw ChatTemplateError(fmt::format("messages[{}].tool_calls: the llama3 chat template (Llama 3.0's) has no "
+                                            "format for tool calls; use a Qwen template for tool-calling data, or "
+                                            "leave the calls out",
+                                            i));
+      }
       if (i == 0) out.add("<|begin_of_text|>");
       out.add(fmt::format("<|start_header_id|>{}<|end_header_id|>\n\n", role_name(message.role)));
       const bool assistant = message.role == Role::Assistant;

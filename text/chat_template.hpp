@@ -8,8 +8,15 @@
 #include <vector>
 
 #include "text/conversation.hpp"
+#include "text/text_error.hpp"
 
 namespace dflow::text {
+
+// A conversation the template has no way to write (tool calls under Llama 3.0's).
+class ChatTemplateError : public TextError {
+ public:
+  using TextError::TextError;
+};
 
 struct Segment {
   std::string text;
@@ -26,6 +33,7 @@ class ChatTemplate {
  public:
   virtual ~ChatTemplate() = default;
   virtual std::string_view name() const = 0;
+  // Throws ChatTemplateError, naming the message, for what the template cannot write.
   virtual std::vector<Segment> render(const Conversation& conversation, const RenderOptions& options) const = 0;
   // The token that ends an assistant turn ("<|im_end|>", "<|eot_id|>"): generation stops there.
   virtual std::string_view end_of_turn() const = 0;

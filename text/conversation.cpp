@@ -4,10 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/tojson.hpp"
+
 namespace dflow::text {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::optional<Role> parse_role(std::string_view name) {
   if (name == "system") return Role::System;
@@ -18,6 +20,28 @@ std::optional<Role> parse_role(std::string_view name) {
 }
 
 ConversationProblem problem(std::string reason, std::string detail) { return {std::move(reason), std::move(detail)}; }
+
+// OpenAI's {"type": "function", "function": {"name", "arguments"}} or the bare {"name", "arguments"}.
+std::optional<ConversationProblem> read_tool_calls(const json& list, const std::string& where,
+                                                   std::vector<ToolCall>& out) {
+  if (list.is_null()) return std::nullopt;
+  if (!list.is_array()) return problem("wrong_type", fmt::format("{}.tool_calls is not an array", where));
+  for (size_t k = 0; k < list.size(); ++k) {
+    const json& item = list[k];
+    const bool wrapped = item.is_object() && item.contains("function");
+    const json& call = wrapped ? item["function"] : item;
+    if (!call.is_object() || !call.contains("name") || !call["name"].is_string() || !call.contains("arguments")) {
+      return problem("wrong_type", fmt::format("{}.tool_calls[{}] is not {{\"function\": {{\"name\": string, "
+                                               "\"arguments\": ...}}}}",
+                                               where, k));
+    }
+    const json& arguments = call["arguments"];
+    out.push_back({call["name"].get<std::string>(),
+                   arguments.is_string() ? arguments.get<std::string>() : python_tojson(arguments),
+                   arguments.is_string()});
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -33,6 +57,7 @@ std::string_view role_name(Role role) {
 
 std::optional<ConversationProblem> read_conversation(const json& line, Conversation& out) {
   out.messages.clear();
+  out.tools.clear();
   if (!line.is_object()) return problem("wrong_type", "the line is not a JSON object");
   const bool openai = line.contains("messages");
   const bool sharegpt = !openai && line.contains("conversations");
@@ -40,6 +65,10 @@ std::optional<ConversationProblem> read_conversation(const json& line, Conversat
   const char* list_key = openai ? "messages" : "conversations";
   const char* role_key = openai ? "role" : "from";
   const char* content_key = openai ? "content" : "value";
+  if (line.contains("tools") && !line["tools"].is_null()) {
+    if (!line["tools"].is_array()) return problem("wrong_type", "tools is not an array");
+    for (const json& tool : line["tools"]) out.tools.push_back(python_tojson(tool));
+  }
   const json& list = line[list_key];
   if (!list.is_array()) return problem("wrong_type", fmt::format("{} is not an array", list_key));
   if (list.empty()) return problem("empty", fmt::format("{} is empty", list_key));
@@ -56,7 +85,7 @@ std::optional<ConversationProblem> read_conversation(const json& line, Conversat
                                                  "tool",
                                                  list_key, i, role_key, role_text));
     }
-    Message message{*role, "", std::nullopt};
+    Message message{*role, "", std::nullopt, {}};
     if (item.contains(content_key) && !item[content_key].is_null()) {
       if (!item[content_key].is_string()) {
         return problem("wrong_type", fmt::format("{}[{}].{} is not a string", list_key, i, content_key));
@@ -65,6 +94,11 @@ std::optional<ConversationProblem> read_conversation(const json& line, Conversat
     }
     if (*role == Role::Assistant && item.contains("reasoning_content") && item["reasoning_content"].is_string()) {
       message.reasoning = item["reasoning_content"].get<std::string>();
+    }
+    if (*role == Role::Assistant && item.contains("tool_calls")) {
+      if (auto bad = read_tool_calls(item["tool_calls"], fmt::format("{}[{}]", list_key, i), message.tool_calls)) {
+        return bad;
+      }
     }
     out.messages.push_back(std::move(message));
   }

@@ -2,7 +2,8 @@
 // A conversation as users hold it: OpenAI-style {"messages": [{"role",
 // "content"}]} or ShareGPT {"conversations": [{"from", "value"}]} (human ->
 // user, gpt -> assistant), read into one form. An assistant message may carry
-// its reasoning (`reasoning_content`), as Qwen3's template reads it.
+// its reasoning (`reasoning_content`), as Qwen3's template reads it, and its
+// `tool_calls`; the line may carry the `tools` the model was offered.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,14 +16,22 @@ namespace dflow::text {
 enum class Role { System, User, Assistant, Tool };
 std::string_view role_name(Role role);  // "system", "user", "assistant", "tool"
 
+struct ToolCall {
+  std::string name;
+  std::string arguments;             // as given when a string, else its JSON as the templates' tojson writes it
+  bool arguments_is_string = false;  // Qwen3 writes a string as it is, Qwen2.5 as a JSON string
+};
+
 struct Message {
   Role role = Role::User;
   std::string content;
   std::optional<std::string> reasoning;  // assistant only
+  std::vector<ToolCall> tool_calls;      // assistant only
 };
 
 struct Conversation {
   std::vector<Message> messages;
+  std::vector<std::string> tools;  // each tool's JSON as tojson writes it; empty: no tools
 };
 
 // Why a line is not a conversation: a stable reason name and the detail.
@@ -32,7 +41,9 @@ struct ConversationProblem {
 };
 
 // Fills `out` and returns nullopt, or says what is wrong. Accepts "messages"
-// (role/content) or "conversations" (from/value).
-std::optional<ConversationProblem> read_conversation(const nlohmann::json& line, Conversation& out);
+// (role/content) or "conversations" (from/value). Parse the line as
+// ordered_json: tool-call arguments are rendered with their keys in the order
+// of the line, as Python keeps them.
+std::optional<ConversationProblem> read_conversation(const nlohmann::ordered_json& line, Conversation& out);
 
 }  // namespace dflow::text

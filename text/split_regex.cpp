@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "config/errors.hpp"
+#include "text/regex_classes.hpp"
 #include "text/text_error.hpp"
 
 namespace dflow::text {
@@ -42,9 +43,14 @@ SplitRegex::SplitRegex(const std::string& pattern, const std::string& source)
     : pattern_(pattern), impl_(std::make_unique<Impl>()) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                              PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error, &offset, nullptr);
+  const auto compile = [&](std::string_view text) {
+    return pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), PCRE2_UTF | PCRE2_UCP, &error,
+                         &offset, nullptr);
+  };
+  impl_->code = compile(with_tokenizers_classes(pattern));
   if (!impl_->code) {
+    // The error and its offset in the pattern as the file writes it.
+    if (pcre2_code* original = compile(pattern)) pcre2_code_free(original);
     throw ConfigError(fmt::format("{}: the split regex does not compile ({} at offset {}): {}", source,
                                   pcre2_message(error), offset, pattern));
   }

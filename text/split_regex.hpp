@@ -1,9 +1,9 @@
 #pragma once
 // The pre-tokenizer's split regex (Hugging Face's Split with behavior
 // Isolated): matches and the gaps between them become separate pieces.
-// PCRE2 in UTF + UCP mode with JIT. Hugging Face uses Oniguruma; on the
-// classes these patterns use (\p{L}, \p{N}, \s with U+0085 and U+2028) the
-// two agree, which the exactness test checks.
+// PCRE2 in UTF + UCP mode with JIT. Hugging Face uses Oniguruma, which reads
+// \s, \p{L} and \p{N} otherwise: they are written out as Oniguruma reads them
+// (regex_classes.hpp), and the exactness test checks every code point.
 #include <memory>
 #include <string>
 #include <string_view>

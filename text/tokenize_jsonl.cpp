@@ -13,12 +13,31 @@ namespace {
 
 using nlohmann::json;
 
+// get<std::vector<int32_t>>() would narrow 4294967297, 1.5 and true to 1.
+std::vector<int32_t> token_ids(const Tokenizer& tokenizer, const json& list) {
+  std::vector<int32_t> ids;
+  ids.reserve(list.size());
+  const int64_t vocab = tokenizer.vocab_size();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& id = list[i];
+    const bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() < static_cast<uint64_t>(vocab)
+                                                  : id.is_number_integer() && id.get<int64_t>() >= 0 &&
+                                                        id.get<int64_t>() < vocab;
+    if (!in_range) {
+      throw TextError(fmt::format("ids[{}] is {}, not a token id of {} (an integer in [0, {}))", i, id.dump(),
+                                  tokenizer.file().string(), vocab));
+    }
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return ids;
+}
+
 json convert(const Tokenizer& tokenizer, const json& line, const TokenizeJsonlOptions& options) {
   if (options.decode) {
     if (!line.is_object() || !line.contains("ids") || !line["ids"].is_array()) {
       throw TextError("expected {\"ids\": [...]}");
     }
-    return json{{"text", tokenizer.decode(line["ids"].get<std::vector<int32_t>>(), options.skip_special_tokens)}};
+    return json{{"text", tokenizer.decode(token_ids(tokenizer, line["ids"]), options.skip_special_tokens)}};
   }
   if (!line.is_object() || !line.contains("text") || !line["text"].is_string()) {
     throw TextError("expected {\"text\": \"...\"}");

@@ -67,9 +67,19 @@ Tokenizer::Tokenizer(Spec spec) : file_(spec.file), nfc_(spec.nfc) {
   if (spec.split_pattern) split_ = std::make_unique<SplitRegex>(*spec.split_pattern, file_.string() + " pre_tokenizer");
   added_ = std::move(spec.added_tokens);
   std::vector<const AddedToken*> raw, normalized;
+  // tokenizers matches a "normalized": true token by its normalized content
+  // (in the normalized text), so a decomposed "e\u0301" token matches "é".
+  std::vector<AddedToken> normalized_forms;
+  normalized_forms.reserve(added_.size());
   for (size_t i = 0; i < added_.size(); ++i) {
     added_by_id_[added_[i].id] = i;
-    (added_[i].normalized ? normalized : raw).push_back(&added_[i]);
+    if (added_[i].normalized) {
+      normalized_forms.push_back(added_[i]);
+      normalized_forms.back().content = normalize(added_[i].content);
+      normalized.push_back(&normalized_forms.back());
+    } else {
+      raw.push_back(&added_[i]);
+    }
   }
   raw_matcher_ = std::make_unique<AddedTokenMatcher>(raw);
   normalized_matcher_ = std::make_unique<AddedTokenMatcher>(normalized);

@@ -93,7 +93,33 @@ void read_pre_tokenizer(const json& node, Tokenizer::Spec& spec) {
   if (!byte_level) refuse(spec.file, "the pre_tokenizer has no ByteLevel step (not a byte-level tokenizer)");
 }
 
-void read_model(const json& model, Tokenizer::Spec& spec) {
+// Ids index a dense table: one far beyond the number of tokens would make it
+// huge ({"a": 1073741824} is 2^30 entries) for nothing. A few reserved holes
+// are fine.
+constexpr int64_t kReservedIds = 65536;
+
+int64_t id_limit(const json& root) {
+  const json& model = root.at("model");
+  const size_t vocab = model.contains("vocab") ? model["vocab"].size() : 0;
+  const size_t added = root.contains("added_tokens") ? root["added_tokens"].size() : 0;
+  return static_cast<int64_t>(vocab + added) + kReservedIds;
+}
+
+void check_id(const Tokenizer::Spec& spec, const json& id, const std::string& token, const char* where,
+              int64_t limit) {
+  // get<int64_t>() of a float out of range is undefined behaviour, and of 2^64 - 1 is -1: integers only, compared
+  // unsigned when they are.
+  const bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() < static_cast<uint64_t>(limit)
+                                                : id.is_number_integer() && id.get<int64_t>() >= 0 &&
+                                                      id.get<int64_t>() < limit;
+  if (!in_range) {
+    refuse(spec.file, fmt::format("{} token {} has id {}, not an integer in [0, {}) (the number of tokens plus {} "
+                                  "reserved ids; beyond, the vocabulary would be left sparse)",
+                                  where, json(token).dump(), id.dump(), limit, kReservedIds));
+  }
+}
+
+void read_model(const json& model, int64_t limit, Tokenizer::Spec& spec) {
   const std::string type = type_of(model);
   if (type != "BPE") refuse(spec.file, fmt::format("tokenizer model type '{}' is not supported", type));
   if (flag(model, "byte_fallback", false)) refuse(spec.file, "BPE with byte_fallback: true is not supported");
@@ -105,12 +131,8 @@ void read_model(const json& model, Tokenizer::Spec& spec) {
   spec.ignore_merges = flag(model, "ignore_merges", false);
   const json& vocab = model.value("vocab", json::object());
   for (const auto& [token, id_value] : vocab.items()) {
-    // get<int64_t>() of a float out of range is undefined behaviour: integers only.
-    if (!id_value.is_number_integer()) {
-      refuse(spec.file, fmt::format("vocab id {} of token {} is not an integer", id_value.dump(), json(token).dump()));
-    }
+    check_id(spec, id_value, token, "vocab", limit);
     const int64_t id = id_value.get<int64_t>();
-    if (id < 0 || id > (int64_t{1} << 30)) refuse(spec.file, fmt::format("vocab id {} is out of range", id));
     if (static_cast<size_t>(id) >= spec.vocab.size()) spec.vocab.resize(static_cast<size_t>(id) + 1);
     spec.vocab[static_cast<size_t>(id)] = to_bytes(spec.file, token, "vocab");
   }
@@ -132,18 +154,13 @@ void read_model(const json& model, Tokenizer::Spec& spec) {
   }
 }
 
-void read_added_tokens(const json& list, Tokenizer::Spec& spec) {
+void read_added_tokens(const json& list, int64_t limit, Tokenizer::Spec& spec) {
   for (const json& node : list) {
     AddedToken token;
     token.content = node.at("content").get<std::string>();
-    // get<int32_t>() would wrap 2^32 + 300 to 300 (and a float out of range is
-    // undefined behaviour): an integer in the vocabulary's range, or refused.
+    // get<int32_t>() would wrap 2^32 + 300 to 300: checked first.
     const json& id = node.at("id");
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (int64_t{1} << 30) ||
-        (id.is_number_unsigned() && id.get<uint64_t>() > (uint64_t{1} << 30))) {
-      refuse(spec.file, fmt::format("added token {} has id {}, not an integer in [0, 2^30]",
-                                    json(token.content).dump(), id.dump()));
-    }
+    check_id(spec, id, token.content, "added", limit);
     token.id = id.get<int32_t>();
     token.special = flag(node, "special", false);
     token.normalized = flag(node, "normalized", !token.special);
@@ -172,13 +189,14 @@ Tokenizer::Spec read_tokenizer_spec(const std::filesystem::path& path) {
   json root;
   try {
     root = json::parse(buffer.str());
-    read_model(root.at("model"), spec);
+    const int64_t limit = id_limit(root);
+    read_model(root.at("model"), limit, spec);
     read_normalizer(root.value("normalizer", json()), spec);
     if (!root.contains("pre_tokenizer") || root["pre_tokenizer"].is_null()) {
       refuse(spec.file, "there is no pre_tokenizer (not a byte-level tokenizer)");
     }
     read_pre_tokenizer(root["pre_tokenizer"], spec);
-    read_added_tokens(root.value("added_tokens", json::array()), spec);
+    read_added_tokens(root.value("added_tokens", json::array()), limit, spec);
   } catch (const json::exception& e) {
     throw ConfigError(fmt::format("{}: not a Hugging Face tokenizer.json: {}", spec.file.string(), e.what()));
   }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "config/errors.hpp"
 #include "data/checksum.hpp"
 #include "text/chat_encode.hpp"
 
@@ -90,7 +91,7 @@ ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const te
     text::Conversation conversation;
     std::optional<text::ConversationProblem> problem;
     try {
-      problem = text::read_conversation(json::parse(line), conversation);
+      problem = text::read_conversation(nlohmann::ordered_json::parse(line), conversation);
     } catch (const json::exception& e) {
       problem = text::ConversationProblem{"bad_json", e.what()};
     }
@@ -101,7 +102,12 @@ ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const te
       report.rejected.push_back(rejection(line_number, problem->reason, problem->detail));
       continue;
     }
-    const auto prompt32 = text::encode_prompt(tokenizer, chat_template, conversation, options.enable_thinking);
+    std::vector<int32_t> prompt32;
+    try {
+      prompt32 = text::encode_prompt(tokenizer, chat_template, conversation, options.enable_thinking);
+    } catch (const text::ChatTemplateError& e) {  // the chosen template cannot write this data
+      throw ConfigError(options.chats.string() + ":" + std::to_string(line_number) + ": " + e.what());
+    }
     const std::vector<int64_t> prompt(prompt32.begin(), prompt32.end());
     const auto response = target.generate(prompt, options.max_new_tokens, options.temperature,
                                           data::hash_combine(options.seed, static_cast<uint64_t>(line_number)), stop);

@@ -140,3 +140,21 @@ TEST_CASE("DatasetTokenizer.TrainingWithAnotherTokenizerIsRefused") {
   // Data prepared from token ids records no tokenizer: nothing to check.
   CHECK_NOTHROW(check_dataset_tokenizer({none.path().string()}, none.path()));
 }
+
+TEST_CASE("PrepareChats.ToolCallsUnderLlama3AreAConfigErrorNamingTheLine") {
+  TempDir dir;
+  auto options = options_for(dir);
+  options.tokenizer = real_tokenizer("llama3");
+  options.chat_template = "llama3";
+  const std::string calls = R"("tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}])";
+  write_lines(options.input_path, {kGood, R"({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", )" +
+                                              calls + "}]}"});
+  try {
+    prepare_chats(options);
+    FAIL("no error");
+  } catch (const dflow::ConfigError& e) {
+    const std::string message = e.what();
+    CHECK_MESSAGE(message.find(options.input_path.string() + ":2:") != std::string::npos, message);
+    CHECK_MESSAGE(message.find("messages[1].tool_calls") != std::string::npos, message);
+  }
+}

@@ -7,6 +7,7 @@
 #include "text/chat_encode.hpp"
 #include "text/chat_template.hpp"
 #include "text/conversation.hpp"
+#include "text/text_error.hpp"
 #include "text/tokenizer.hpp"
 #include "text_fixtures.hpp"
 
@@ -15,10 +16,11 @@ namespace {
 using namespace dflow::text;
 using namespace dflow::text::test;
 using nlohmann::json;
+using nlohmann::ordered_json;  // key order kept, as Python keeps it: tool-call arguments are rendered in it
 
 struct ChatCase {
   std::string template_name;
-  json messages;
+  ordered_json messages, tools;
   RenderOptions options;
   std::string text;  // what jinja2 rendered from the model's own template
 };
@@ -29,8 +31,8 @@ std::vector<ChatCase> read_chat_cases() {
   std::ifstream in(path);
   std::vector<ChatCase> cases;
   for (std::string line; std::getline(in, line);) {
-    const json j = json::parse(line);
-    ChatCase c{j["template"], j["messages"], {}, j["text"]};
+    const ordered_json j = ordered_json::parse(line);
+    ChatCase c{j["template"], j["messages"], j.value("tools", ordered_json()), {}, j["text"]};
     c.options.add_generation_prompt = j["add_generation_prompt"];
     c.options.enable_thinking = !(j["enable_thinking"].is_boolean() && !j["enable_thinking"].get<bool>());
     cases.push_back(std::move(c));
@@ -38,9 +40,11 @@ std::vector<ChatCase> read_chat_cases() {
   return cases;
 }
 
-Conversation conversation_of(const json& messages) {
+Conversation conversation_of(const ordered_json& messages, const ordered_json& tools = nullptr) {
   Conversation c;
-  const auto problem = read_conversation(json{{"messages", messages}}, c);
+  ordered_json line{{"messages", messages}};
+  if (!tools.is_null()) line["tools"] = tools;
+  const auto problem = read_conversation(line, c);
   REQUIRE_MESSAGE(!problem, problem->detail);
   return c;
 }
@@ -67,14 +71,17 @@ std::shared_ptr<const Tokenizer> tokenizer_for(const std::string& template_name)
 TEST_CASE("ChatTemplate.RendersExactlyAsTheModelsJinjaTemplate") {
   const auto cases = read_chat_cases();
   REQUIRE(cases.size() >= 50);
-  int wrong = 0;
+  int wrong = 0, with_tools = 0;
   for (const auto& c : cases) {
-    const std::string text = join_segments(chat_template(c.template_name).render(conversation_of(c.messages), c.options));
+    with_tools += c.messages.dump().find("\"tool_calls\"") != std::string::npos || !c.tools.is_null();
+    const std::string text =
+        join_segments(chat_template(c.template_name).render(conversation_of(c.messages, c.tools), c.options));
     if (text != c.text && ++wrong <= 3) {
       MESSAGE(c.template_name << " on " << c.messages.dump() << "\n  dflow  " << json(text).dump() << "\n  jinja2 "
                               << json(c.text).dump());
     }
   }
+  CHECK(with_tools >= 20);  // tool calls and tools lists, with both Qwen templates
   CHECK(wrong == 0);
 }
 
@@ -99,7 +106,8 @@ TEST_CASE("ChatEncode.TokenizingPerMessageEqualsTokenizingTheWholeText") {
     const auto tokenizer = tokenizer_for(c.template_name);
     ChatEncodeOptions options;
     options.render = c.options;
-    const auto sample = encode_chat(*tokenizer, chat_template(c.template_name), conversation_of(c.messages), options);
+    const auto sample =
+        encode_chat(*tokenizer, chat_template(c.template_name), conversation_of(c.messages, c.tools), options);
     if (sample.input_ids != tokenizer->encode(c.text) && ++wrong <= 3) MESSAGE("differs: " << json(c.text).dump());
     CHECK(sample.loss_mask.size() == sample.input_ids.size());
   }
@@ -175,4 +183,80 @@ TEST_CASE("Conversation.ShareGptAndOpenAiFormsAndTheirErrors") {
   problem = read_conversation(json::parse(R"({"text": "x"})"), c);
   REQUIRE(problem);
   CHECK(problem->reason == "missing_key");
+}
+
+namespace {
+
+ordered_json tool_call_message(const std::string& content, const ordered_json& arguments) {
+  ordered_json m = msg("assistant", content);
+  const ordered_json function = {{"name", "f"}, {"arguments", arguments}};
+  m["tool_calls"] = ordered_json::array({{{"type", "function"}, {"function", function}}});
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("ChatEncode.ToolCallsAreLearnedAsTheModelWritesThem") {
+  const auto qwen = tokenizer_for("qwen3");
+  const ordered_json arguments = ordered_json::parse(R"({"b": 1, "a": "x"})");  // kept in this order
+  const std::string call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"b\": 1, \"a\": \"x\"}}\n</tool_call>";
+  for (const std::string name : {"qwen3", "qwen2.5"}) {
+    CAPTURE(name);
+    const auto without_content = conversation_of(ordered_json::array(
+        {msg("user", "Q"), tool_call_message("", arguments), msg("tool", "42"), msg("assistant", "Done.")}));
+    CHECK(learned_text(*qwen, encode_chat(*qwen, chat_template(name), without_content)) ==
+          call + "<|im_end|>Done.<|im_end|>");
+    const auto with_content = conversation_of(ordered_json::array(
+        {msg("user", "Q"), tool_call_message("Checking.", arguments), msg("tool", "42"), msg("assistant", "Done.")}));
+    CHECK(learned_text(*qwen, encode_chat(*qwen, chat_template(name), with_content)) ==
+          "Checking.\n" + call + "<|im_end|>Done.<|im_end|>");
+  }
+  // Arguments given as a string: Qwen3 writes it as it is, Qwen2.5 as a JSON string (its template's tojson).
+  const auto as_string = conversation_of(
+      ordered_json::array({msg("user", "Q"), tool_call_message("", R"({"b": 1})"), msg("tool", "42")}));
+  CHECK(learned_text(*qwen, encode_chat(*qwen, chat_template("qwen3"), as_string)) ==
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"b\": 1}}\n</tool_call><|im_end|>");
+  CHECK(learned_text(*qwen, encode_chat(*qwen, chat_template("qwen2.5"), as_string)) ==
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"b\\\": 1}\"}\n</tool_call><|im_end|>");
+}
+
+TEST_CASE("ChatTemplate.Llama3RefusesToolCallsAndToolsItCannotWrite") {
+  const auto llama = tokenizer_for("llama3");
+  const auto calls = conversation_of(ordered_json::array({msg("user", "Q"), tool_call_message("", {{"k", 1}})}));
+  std::string message;
+  try {
+    encode_chat(*llama, chat_template("llama3"), calls);
+  } catch (const TextError& e) {
+    message = e.what();
+  }
+  CHECK_MESSAGE(message.find("messages[1].tool_calls") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("llama3") != std::string::npos, message);
+  const auto tools = conversation_of(ordered_json::array({msg("user", "Q"), msg("assistant", "A")}),
+                                     ordered_json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}}));
+  message.clear();
+  try {
+    encode_chat(*llama, chat_template("llama3"), tools);
+  } catch (const TextError& e) {
+    message = e.what();
+  }
+  CHECK_MESSAGE(message.starts_with("tools:"), message);
+}
+
+TEST_CASE("Conversation.MalformedToolCallsAreNamed") {
+  Conversation c;
+  for (const auto& [line, where] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"messages": [{"role": "assistant", "content": "", "tool_calls": {"name": "f"}}]})",
+            "messages[0].tool_calls is not an array"},
+           {R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]})",
+            "messages[0].tool_calls[0]"},
+           {R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}]})",
+            "messages[0].tool_calls[0]"},
+           {R"({"messages": [{"role": "assistant", "tool_calls": [7]}]})", "messages[0].tool_calls[0]"},
+           {R"({"tools": {"type": "function"}, "messages": [{"role": "user", "content": "x"}]})", "tools"}}) {
+    CAPTURE(line);
+    const auto problem = read_conversation(json::parse(line), c);
+    REQUIRE(problem);
+    CHECK(problem->reason == "wrong_type");
+    CHECK_MESSAGE(problem->detail.find(where) != std::string::npos, problem->detail);
+  }
 }

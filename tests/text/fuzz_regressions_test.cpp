@@ -37,7 +37,7 @@ TEST_CASE("TextFuzz.AddedTokenIdBeyondTheVocabularyRangeIsRefused") {
   json spec = tiny_tokenizer_json();
   spec["added_tokens"][1]["id"] = (int64_t{1} << 32) + 301;
   const auto message = load_error(dir, spec);
-  CHECK_MESSAGE(message.find("added token \"<|im_end|>\" has id 4294967597, not an integer in [0, 2^30]") !=
+  CHECK_MESSAGE(message.find("added token \"<|im_end|>\" has id 4294967597, not an integer in [0, 65799)") !=
                     std::string::npos,
                 message);
   spec["added_tokens"][1]["id"] = 301.5;
@@ -51,7 +51,7 @@ TEST_CASE("TextFuzz.VocabIdThatIsNotAnIntegerIsRefused") {
   json spec = tiny_tokenizer_json();
   spec["model"]["vocab"]["a"] = 2.22222e105;
   const auto message = load_error(dir, spec);
-  CHECK_MESSAGE(message.find("vocab id 2.22222e+105 of token \"a\" is not an integer") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("vocab token \"a\" has id 2.22222e+105, not an integer") != std::string::npos, message);
 }
 
 TEST_CASE("TextFuzz.ChatLineWithANumberTooLargeForADoubleIsBadJson") {

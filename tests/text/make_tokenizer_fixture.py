@@ -8,10 +8,13 @@ it into a `tokenizers.Tokenizer`; we give it Qwen2's split regex, NFC and
 Qwen2's added tokens (ids 151643...), and a second copy with Llama 3's split
 regex, Llama 3's special tokens and `ignore_merges` (as Llama 3's file has).
 
-Writes into OUT_DIR (never into the repository; a few seconds, then cached):
+Writes into OUT_DIR (never into the repository; a minute, then cached):
   qwen2/tokenizer.json, llama3/tokenizer.json
   cases.jsonl   one line per generated text: {"text", "qwen2": ids, "llama3": ids,
                 "qwen2_decoded": HF decode of the qwen2 ids}
+  qwen2_normalized/tokenizer.json, normalized_cases.jsonl  qwen2 plus added tokens with
+                "normalized": true whose content is not NFC: {"text", "ids"} per line
+  split_cases.jsonl  the split regexes on every Unicode code point (see write_split_cases)
   stamp         hash of this script and the package versions: a changed script
                 or package regenerates everything
 Usage: make_tokenizer_fixture.py OUT_DIR [NUM_TEXTS]
@@ -129,6 +132,56 @@ def fixed_texts():
             "1\u0085\u00852", "1\u2028\u20282", "1\u00a0\u00a02", "1\u180e\u180e2", "1\u200b\u200b2"]
 
 
+# Added tokens with "normalized": true are matched in the normalized text, and
+# `tokenizers` normalizes their content first: written here in decomposed
+# form (NFC composes them), one special, one the Angstrom sign (NFC: U+00C5).
+NORMALIZED_ADDED = [("cafe\u0301", False), ("<|spe\u0301cial|>", True), ("\u212b", False), ("A\u030a\u0301", False)]
+NORMALIZED_TEXTS = ["cafe\u0301", "caf\u00e9", "a cafe\u0301 and a caf\u00e9!", "cafe\u0301s", "<|spe\u0301cial|>",
+                    "<|sp\u00e9cial|>x", "\u212b \u00c5 A\u030a", "\u01fa A\u030a\u0301",
+                    "<|im_end|>caf\u00e9<|im_end|>", "no tokens here", "cafe", "caf\u00e9\u0301"]
+
+
+def write_normalized_cases(out_dir, qwen):
+    from tokenizers import AddedToken, Tokenizer
+    tok = Tokenizer.from_str(qwen.to_str())
+    tok.add_tokens([AddedToken(t, normalized=True, special=special) for t, special in NORMALIZED_ADDED])
+    os.makedirs(os.path.join(out_dir, "qwen2_normalized"), exist_ok=True)
+    tok.save(os.path.join(out_dir, "qwen2_normalized", "tokenizer.json"))
+    with open(os.path.join(out_dir, "normalized_cases.jsonl"), "w", encoding="utf-8") as f:
+        for text in NORMALIZED_TEXTS:
+            ids = tok.encode(text, add_special_tokens=False).ids
+            f.write(json.dumps({"text": text, "ids": ids}, ensure_ascii=False) + "\n")
+
+
+# Each code point alone and between letters, digits and spaces: the regex
+# classes (\p{L}, \p{N}, \s) must agree with the regex engine of `tokenizers`
+# on every one, including code points newer than a library's Unicode tables.
+SPLIT_CONTEXTS = [("", ""), ("a", "a"), ("1", "1"), (" ", " ")]
+
+
+def write_split_cases(out_dir):
+    """split_cases.jsonl: a first line {"patterns": {name: regex}, "contexts": [[before, after]]}, then runs of
+    consecutive code points that split alike: {"first", "last", name: [piece ends in code points, per context]}."""
+    from tokenizers import Regex, pre_tokenizers
+    patterns = {"qwen2": QWEN2_PATTERN, "llama3": LLAMA3_PATTERN}
+    splitters = {name: pre_tokenizers.Split(Regex(p), behavior="isolated") for name, p in patterns.items()}
+    runs = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:  # surrogates are not text
+            continue
+        c = chr(cp)
+        ends = {name: [[end for _, (_, end) in s.pre_tokenize_str(before + c + after)]
+                       for before, after in SPLIT_CONTEXTS] for name, s in splitters.items()}
+        if runs and runs[-1]["last"] == cp - 1 and all(runs[-1][n] == ends[n] for n in patterns):
+            runs[-1]["last"] = cp
+        else:
+            runs.append({"first": cp, "last": cp, **ends})
+    with open(os.path.join(out_dir, "split_cases.jsonl"), "w", encoding="utf-8") as f:
+        f.write(json.dumps({"patterns": patterns, "contexts": SPLIT_CONTEXTS}, ensure_ascii=False) + "\n")
+        for run in runs:
+            f.write(json.dumps(run) + "\n")
+
+
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
@@ -152,6 +205,8 @@ def main():
             f.write(json.dumps({"text": text, "qwen2": q.ids, "llama3": l.ids,
                                 "qwen2_decoded": qwen.decode(q.ids, skip_special_tokens=False)},
                                ensure_ascii=False) + "\n")
+    write_normalized_cases(out_dir, qwen)
+    write_split_cases(out_dir)
     open(stamp_path, "w").write(stamp_text())
     print(f"[fixture] wrote {len(texts)} cases and two tokenizer.json files to {out_dir}")
 

@@ -4,8 +4,9 @@ chat template (templates/*.jinja, sources in their first line) rendered with
 the `jinja2` PyPI package the way transformers' apply_chat_template renders it
 (sandboxed, trim_blocks, lstrip_blocks, loopcontrols), on a set of conversations.
 
-Writes OUT_DIR/chat_cases.jsonl: {"template", "messages", "add_generation_prompt",
-"enable_thinking", "text"} per line. Usage: render_chat_templates.py OUT_DIR
+Writes OUT_DIR/chat_cases.jsonl: {"template", "messages", "tools", "add_generation_prompt",
+"enable_thinking", "text"} per line. Conversations with tool calls or a tools list are
+rendered with the Qwen templates only: Llama 3's drops them, and dflow refuses them there. Usage: render_chat_templates.py OUT_DIR
 """
 import json
 import os
@@ -38,6 +39,41 @@ def t(text):
     return {"role": "tool", "content": text}
 
 
+def call(name, arguments, wrapped=True):
+    inner = {"name": name, "arguments": arguments}
+    return {"type": "function", "function": inner} if wrapped else inner
+
+
+def ac(text, calls, reasoning=None):
+    m = a(text, reasoning)
+    m["tool_calls"] = calls
+    return m
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather \"now\" in a city",
+                                            "parameters": {"type": "object", "required": ["city"],
+                                                           "properties": {"city": {"type": "string"},
+                                                                          "unit": {"enum": ["c", "f"]}}}}}
+# Arguments as an object (key order kept, as Python keeps it), as a string, several
+# calls in one turn, with and without content, reasoning, numbers, escapes, Unicode.
+TOOL_CONVERSATIONS = [
+    [u("Weather in Paris?"), ac("", [call("get_weather", {"city": "Paris", "unit": "c"})]), t('{"temp": 22}'),
+     a("22C in Paris.")],
+    [u("Weather?"), ac("Let me check.", [call("get_weather", '{"city": "Paris"}')]), t("sunny"), a("Sunny.")],
+    [u("Both"), ac("", [call("zeta", {"z": 1, "a": [1, 2.5, None, True, False], "m": {}}),
+                        call("alpha", '{"raw": "string"}'), call("empty", {})])],
+    [u("Odd values"), ac("Calling.\n", [call("f", {"s": "quote \" back\\slash\nnew\ttab\u0001\u007f Zürich 🌍 </tool_call>",
+                                                     "n": [0, -7, 1.0, 0.1, -0.0, 1e-7, 1e16, 123456789.125, 1e22, 2 ** 63]})])],
+    [u("Unwrapped"), ac("", [call("f", {"x": "y"}, wrapped=False), call("g", "not json at all", wrapped=False)])],
+    [u("Think, then call"), ac("<think>\nI should call f.\n</think>\n\n", [call("f", {"k": "v"})])],
+    [u("Reason, then call"), ac("", [call("f", {"k": "v"})], reasoning="Plan: call f."), t("done"),
+     ac("\n", [call("g", {})]), t("ok"), a("All done.")],
+    {"tools": [WEATHER], "messages": [u("Weather in Paris?"), ac("", [call("get_weather", {"city": "Paris"})])]},
+    {"tools": [WEATHER, {"type": "function", "function": {"name": "noop"}}],
+     "messages": [s("You are a weather bot."), u("Hi"), a("Hello!")]},
+    {"tools": [], "messages": [u("An empty tools list is no tools"), a("ok")]},
+]
+
 CONVERSATIONS = [
     [u("Hi"), a("Hello! How can I help?")],
     [s("You are terse."), u("What is 2+2?"), a("4")],
@@ -56,9 +92,9 @@ CONVERSATIONS = [
 ]
 
 
-def render(env, template, messages, add_generation_prompt, enable_thinking):
+def render(env, template, messages, tools, add_generation_prompt, enable_thinking):
     kwargs = {"messages": messages, "add_generation_prompt": add_generation_prompt,
-              "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "tools": None}
+              "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "tools": tools}
     if enable_thinking is not None:
         kwargs["enable_thinking"] = enable_thinking
     return template.render(**kwargs)
@@ -72,7 +108,11 @@ def main():
     lines = []
     for name, file in TEMPLATES.items():
         template = env.from_string(open(os.path.join(HERE, "templates", file), encoding="utf-8").read())
-        for messages in CONVERSATIONS:
+        conversations = [{"messages": m, "tools": None} for m in CONVERSATIONS]
+        if name != "llama3":
+            conversations += [c if isinstance(c, dict) else {"messages": c, "tools": None} for c in TOOL_CONVERSATIONS]
+        for conversation in conversations:
+            messages, tools = conversation["messages"], conversation["tools"]
             ends_with_user = messages[-1]["role"] != "assistant"
             options = [(False, None)]
             if ends_with_user:
@@ -80,8 +120,9 @@ def main():
             else:
                 options += [(True, False)] if name == "qwen3" else []
             for add_generation_prompt, enable_thinking in options:
-                text = render(env, template, messages, add_generation_prompt, enable_thinking)
-                lines.append({"template": name, "messages": messages, "add_generation_prompt": add_generation_prompt,
+                text = render(env, template, messages, tools, add_generation_prompt, enable_thinking)
+                lines.append({"template": name, "messages": messages, "tools": tools,
+                              "add_generation_prompt": add_generation_prompt,
                               "enable_thinking": enable_thinking, "text": text})
     path = os.path.join(out_dir, "chat_cases.jsonl")
     with open(path + ".tmp", "w", encoding="utf-8") as f:

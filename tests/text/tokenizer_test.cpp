@@ -213,3 +213,67 @@ TEST_CASE("DraftMarks.AcceptedDraftsAreWrappedAndTargetTokensAreNot") {
   // Output cut short inside a cycle (max_new_tokens): what there is, still marked.
   CHECK(mark_accepted_drafts(*tok, {259, 260, 'o'}, {16}) == "hello⟦ wo⟧");
 }
+
+TEST_CASE("Tokenizer.IdsThatLeaveTheVocabularySparseAreRefusedNamingTokenAndId") {
+  TempDir dir;
+  SUBCASE("a vocabulary id far beyond the number of tokens") {
+    json spec = tiny_tokenizer_json();
+    spec["model"]["vocab"]["zz"] = 1073741824;
+    write_json(dir / "tokenizer.json", spec);
+    const std::string message = error_of([&] { Tokenizer::load(dir.path()); });
+    CHECK_MESSAGE(message.find("\"zz\"") != std::string::npos, message);
+    CHECK_MESSAGE(message.find("1073741824") != std::string::npos, message);
+    CHECK_MESSAGE(message.find((dir / "tokenizer.json").string()) != std::string::npos, message);
+    CHECK_THROWS_AS(Tokenizer::load(dir.path()), dflow::ConfigError);
+  }
+  SUBCASE("an added token far beyond the number of tokens") {
+    json spec = tiny_tokenizer_json();
+    spec["added_tokens"].push_back({{"id", 1073741824}, {"content", "<|far|>"}, {"special", true}});
+    write_json(dir / "tokenizer.json", spec);
+    const std::string message = error_of([&] { Tokenizer::load(dir.path()); });
+    CHECK_MESSAGE(message.find("\"<|far|>\"") != std::string::npos, message);
+    CHECK_MESSAGE(message.find("1073741824") != std::string::npos, message);
+    CHECK_THROWS_AS(Tokenizer::load(dir.path()), dflow::ConfigError);
+  }
+  SUBCASE("a few holes (reserved ids) are fine") {
+    auto tok = tiny(dir);  // 261 vocabulary entries, added tokens at 300 and 301
+    CHECK(tok->vocab_size() == 302);
+  }
+}
+
+TEST_CASE("TokenizeJsonl.DecodeRefusesIdsThatAreNotTokenIdsNamingTheLine") {
+  TempDir dir;
+  auto tok = tiny(dir);
+  std::ostringstream ignored;
+  // Each was narrowed to an int32 before: 4294967297 -> 1, 1.5 -> 1, true -> 1.
+  for (const std::string ids : {"4294967297", "1.5", "-1", "true", "\"65\"", "302", "2147483648", "65.0"}) {
+    CAPTURE(ids);
+    std::istringstream in("{\"ids\": [65]}\n{\"ids\": [" + ids + ", 65]}\n");
+    const std::string message =
+        error_of([&] { tokenize_jsonl(*tok, in, ignored, "ids.jsonl", {.decode = true}); });
+    CHECK_MESSAGE(message.find("ids.jsonl:2:") == 0, message);
+    CHECK_MESSAGE(message.find("ids[0] is " + ids) != std::string::npos, message);
+  }
+  std::istringstream fine("{\"ids\": [300, 65, 301]}\n");
+  std::ostringstream out;
+  tokenize_jsonl(*tok, fine, out, "ids.jsonl", {.decode = true});
+  CHECK(out.str() == "{\"text\":\"<|im_start|>A<|im_end|>\"}\n");
+}
+
+// tokenizers normalizes the content of a "normalized": true added token before
+// matching it in the normalized text: a decomposed "cafe\u0301" token matches
+// both spellings of café once NFC has run.
+TEST_CASE("Tokenizer.NormalizedAddedTokensMatchAsHuggingFaceMatchesThem") {
+  auto tok = Tokenizer::load(real_tokenizer("qwen2_normalized"));
+  std::ifstream in(fixture_dir() / "normalized_cases.jsonl");
+  int cases = 0, wrong = 0;
+  for (std::string line; std::getline(in, line); ++cases) {
+    const json j = json::parse(line);
+    const Ids ids = tok->encode(j["text"].get<std::string>());
+    if (ids != j["ids"].get<Ids>() && ++wrong <= 5) {
+      MESSAGE("differs on " << j["text"].dump() << "\n  dflow " << show_ids(ids) << "\n  HF    " << j["ids"].dump());
+    }
+  }
+  CHECK(cases >= 10);
+  CHECK(wrong == 0);
+}
