@@ -7,7 +7,8 @@
 #      torch.utils.cmake_prefix_path, builds dflow and bench_gpu on all cores;
 #   2. CPU: `dflow version`, the demo for 60 steps on CPU (the reference);
 #   3. GPU: CUDA vs CPU (target forward, drafter forward+backward, fp32 and
-#      bf16); the demo for 60 steps on cuda:0 (loss follows the CPU run, no
+#      bf16, packed rows in bf16 through flash attention's variable-length
+#      kernel, or the per-document path where it cannot run); the demo for 60 steps on cuda:0 (loss follows the CPU run, no
 #      NaN, a checkpoint at step 30 resumes); a one-rank NCCL process group
 #      (the step's all-reduce); throughput at the qwen3-8b preset with the
 #      recipe in bf16 (bench_gpu throughput) and through the whole graph.
@@ -210,6 +211,7 @@ if [ $HAVE_GPU = 0 ]; then
 fi
 if run parity 120 "$BENCH" parity --target runs/demo/target; then
   row "CUDA vs CPU (fp32 1e-4, bf16 3e-2)" "ok" "$(grep RESULT "$RESULTS/parity.log" | awk '{printf "%s %s; ", $2, $5}')"
+  row "packed rows, bf16 attention path" "ok" "$(grep -m1 '^packed rows' "$RESULTS/parity.log" | cut -d: -f3- | cut -c2-)"
 else
   fail "CUDA vs CPU" "$(grep -E 'RESULT.*fail|error' "$RESULTS/parity.log" | tr '\n' ' ' | cut -c1-300)"
 fi
