@@ -27,11 +27,13 @@ namespace {
 // "1,2,3;4,5" for the Python scripts' argument.
 std::string rows_argument(const std::vector<std::vector<int64_t>>& rows) {
   std::ostringstream out;
+  out << "'";
   for (size_t r = 0; r < rows.size(); ++r) {
     for (size_t i = 0; i < rows[r].size(); ++i) out << (i ? "," : "") << rows[r][i];
     if (r + 1 < rows.size()) out << ";";
   }
-  return "'" + out.str() + "'";
+  out << "'";
+  return out.str();
 }
 
 dflow::testing::Outcome run_python(const std::string& script, const std::string& arguments) {
