@@ -1,7 +1,8 @@
 // GPU checks and measurements (tools/gpu_check.sh runs them on a GPU machine):
 //
 //   bench_gpu parity --target DIR   CUDA vs CPU: target forward and drafter
-//                                   forward+backward of a small model, fp32 and bf16
+//                                   forward+backward of a small model, fp32 and bf16;
+//                                   packed rows in bf16 (names the attention path taken)
 //   bench_gpu nccl                  a one-rank NCCL process group: the step's all-reduce path
 //   bench_gpu throughput --target DIR [--batch 4 --seq 3072 --anchors 512 --layers 5 --steps 5]
 //                                   the recipe in bf16: target tokens/s, drafter step time,
@@ -24,6 +25,7 @@
 
 #include "model/objective.hpp"
 #include "model/target.hpp"
+#include "model/varlen_attention.hpp"
 #include "train/adamw.hpp"
 #include "train/distributed.hpp"
 #include "train/launch_env.hpp"
@@ -137,6 +139,19 @@ bool parity(const Args& a) {
                  ((gpu_run.grads - cpu_run.grads).norm() / cpu_run.grads.norm()).item<double>(),
                  dtype == torch::kFloat32 ? 1e-3 : 1e-1);
   }
+  // Both rows packed into one in bf16: flash attention's variable-length
+  // kernel where this GPU runs it, else the per-document path (and a warning).
+  const auto gpu = model::TargetModel::load(a.target, cuda, torch::kBFloat16);
+  const int64_t rows = ids.size(0), length = ids.size(1);
+  const model::PackedDocuments packed{torch::arange(length, torch::kInt64).repeat({rows}).unsqueeze(0),
+                                      torch::arange(rows, torch::kInt64).repeat_interleave(length).unsqueeze(0)};
+  const torch::Tensor packed_features =
+      gpu.context_features(ids.reshape({1, rows * length}).to(cuda), packed, layer_ids).view({rows, length, -1});
+  const bool varlen = model::use_varlen_attention(cuda, torch::kBFloat16, config.head_dim);
+  std::printf("packed rows in bf16 on cuda:0: %s\n",
+              varlen ? "flash attention's variable-length kernel" : "the per-document path (the kernel cannot run here)");
+  ok &= report(std::string("packed_target_features_bf16_") + (varlen ? "varlen" : "per_document"),
+               max_relative(ref_features, packed_features), kBf16Tolerance);
   return ok;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/layers.hpp"
+#include "model/varlen_attention.hpp"
 
 namespace dflow::model {
 
@@ -35,14 +36,17 @@ DocumentAttention prepare_document_attention(const torch::Tensor& document_ids, 
     }
   }
   for (const DocumentSpan& span : out.spans) out.max_document_length = std::max(out.max_document_length, span.length);
-  if (device.is_cuda() && flash_dtype) {
+  // The kernel is tried here at a head_dim it takes (does this GPU and build
+  // run it at all?), and again at the model's head_dim when attending; the
+  // spans stay for the per-document path either way.
+  constexpr int64_t kTrialHeadDim = 64;
+  if (device.is_cuda() && flash_dtype && use_varlen_attention(device, dtype, kTrialHeadDim)) {
     // Each document of each row is one sequence of the flattened [B * S] tokens.
     std::vector<int32_t> starts;
     starts.reserve(out.spans.size() + 1);
     for (const DocumentSpan& span : out.spans) starts.push_back(static_cast<int32_t>(span.row * length + span.start));
     starts.push_back(static_cast<int32_t>(rows * length));
     out.cu_seqlens = torch::tensor(starts, torch::kInt32).to(device);
-    out.spans.clear();
   }
   return out;
 }
@@ -50,7 +54,7 @@ DocumentAttention prepare_document_attention(const torch::Tensor& document_ids, 
 torch::Tensor document_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                         const DocumentAttention& documents) {
   const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2), head_dim = q.size(3);
-  if (!documents.varlen()) {
+  if (!documents.varlen() || !use_varlen_attention(q.device(), q.scalar_type(), head_dim)) {
     // One causal call per document; the spans tile every row in order.
     std::vector<torch::Tensor> rows(static_cast<size_t>(batch));
     std::vector<torch::Tensor> parts;

@@ -21,10 +21,10 @@ struct PackedDocuments {
 };
 
 // Per-document causal attention, prepared once per forward and shared by
-// every layer. CUDA with half/bfloat16: cumulative document lengths over the
-// flattened rows for flash attention's variable-length kernel (no mask is
-// built). Elsewhere: each row's documents as spans, each attended on its own
-// with causal scaled_dot_product_attention, so a row of many short documents
+// every layer. CUDA half/bfloat16 where the kernel runs (varlen_attention.hpp):
+// cumulative document lengths over the flattened rows for flash attention's
+// variable-length kernel (no mask built). Otherwise: each row's documents as
+// spans (always kept), each attended with causal scaled_dot_product_attention, so a row of many short documents
 // costs the sum of their squares, not the row's (a dense block-diagonal mask
 // over the row would score every pair of the row, and lose the causal kernel).
 struct DocumentSpan {

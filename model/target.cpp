@@ -126,12 +126,15 @@ TargetOutput TargetModel::run(const torch::Tensor& input_ids, KVCache* cache, co
   torch::Tensor hidden = torch::embedding(embed_tokens_, input_ids.to(device_));  // [B, S, H]
   for (int64_t layer = 0; layer <= last_layer; ++layer) {
     hidden = decoder_layer(layer, hidden, rotary, cache, start, document_attention ? &*document_attention : nullptr);
+    // As Hugging Face's hidden_states[L], which the serving code reads as the
+    // last layer's feature: the last layer's output is the final norm's.
+    if (layer == config_.num_hidden_layers - 1) hidden = rms_norm(hidden, final_norm_, config_.rms_norm_eps);
     for (size_t i = 0; i < layer_ids.size(); ++i) {
       if (layer_ids[i] == layer) output.hidden_states[i] = hidden;
     }
   }
   if (cache != nullptr) cache->length_ = start + length;
-  if (want_logits) output.logits = at::linear(rms_norm(hidden, final_norm_, config_.rms_norm_eps), lm_head_);
+  if (want_logits) output.logits = at::linear(hidden, lm_head_);  // every layer ran: `hidden` is normed
   return output;
 }
 

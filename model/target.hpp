@@ -53,7 +53,7 @@ class KVCache {
 };
 
 struct TargetOutput {
-  std::vector<torch::Tensor> hidden_states;  // one per requested layer id, [B, S, H], before the final norm
+  std::vector<torch::Tensor> hidden_states;  // one per requested layer id, [B, S, H] (HF hidden_states[l + 1])
   torch::Tensor logits;                      // [B, S, V] when requested, else undefined
 };
 
@@ -70,8 +70,8 @@ class TargetModel {
   int64_t num_layers() const { return config_.num_hidden_layers; }
 
   // input_ids [B, S] int64, right-padded (padding after the real tokens, so
-  // causal attention keeps real positions exact). Layer l's feature is the
-  // residual stream after decoder layer l (HF hidden_states[l + 1]).
+  // causal attention keeps real positions exact). Layer l's feature is HF's hidden_states[l + 1]:
+  // the residual stream after decoder layer l; for the last layer, the final norm's output.
   TargetOutput forward(const torch::Tensor& input_ids, const std::vector<int64_t>& layer_ids,
                        bool want_logits) const;
 

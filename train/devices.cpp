@@ -14,4 +14,6 @@ torch::Device resolve_device(const std::string& text, int local_rank) {
 
 torch::Dtype parse_dtype(const std::string& text) { return text == "bfloat16" ? torch::kBFloat16 : torch::kFloat32; }
 
+bool copy_may_be_non_blocking(torch::Device destination) { return destination.is_cuda(); }
+
 }  // namespace dflow::train

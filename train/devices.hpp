@@ -15,4 +15,10 @@ torch::Device resolve_device(const std::string& text, int local_rank = 0);
 // "float32" | "bfloat16" (validated by the config).
 torch::Dtype parse_dtype(const std::string& text);
 
+// Whether a copy onto `destination` may be non_blocking. Onto a GPU it is
+// queued on the stream that the tensor's readers run on; into host memory
+// (a drafter on the CPU behind a CUDA target) it would land in pinned memory
+// whenever the GPU gets to it, after the host had read the tensor.
+bool copy_may_be_non_blocking(torch::Device destination);
+
 }  // namespace dflow::train

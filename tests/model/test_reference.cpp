@@ -84,8 +84,13 @@ TEST_CASE("Model.Reference.TargetMatchesNaiveLoops") {
                                                          w.up, w.down)));
     }
     h = next;
+    // The last layer's feature is the final norm's output (HF's hidden_states[L]).
+    std::vector<nv::Vec> feature = h;
+    if (layer == c.num_hidden_layers - 1) {
+      for (auto& ht : feature) ht = nv::rms_norm(ht, nv::to_vec(raw.at("model.norm.weight")), s.eps);
+    }
     CAPTURE(layer);
-    CHECK(torch::allclose(out.hidden_states[static_cast<size_t>(layer)][0], nv::to_tensor(h), 1e-9, 1e-9));
+    CHECK(torch::allclose(out.hidden_states[static_cast<size_t>(layer)][0], nv::to_tensor(feature), 1e-9, 1e-9));
   }
   std::vector<nv::Vec> logits;
   const nv::Mat head = nv::to_mat(raw.at("lm_head.weight"));

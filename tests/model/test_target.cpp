@@ -54,9 +54,8 @@ TEST_CASE("Model.Target.LoadsTinyHFCheckpoint") {
   const torch::Tensor features = target.context_features(ids, {0, 3, 1});
   CHECK(features.sizes() == torch::IntArrayRef({2, 7, 192}));
   CHECK(torch::equal(features.narrow(2, 64, 64), out.hidden_states[1]));
-  // Layer 3 is the last: its feature is the residual stream before the final norm.
-  const torch::Tensor renormed = rms_norm(out.hidden_states[1], raw.at("model.norm.weight"), 1e-6);
-  CHECK(torch::allclose(target.lm_head(renormed), out.logits, 1e-5, 1e-5));
+  // Layer 3 is the last: its feature is the final norm's output (HF's hidden_states[L]), the LM head's input.
+  CHECK(torch::allclose(target.lm_head(out.hidden_states[1]), out.logits, 1e-5, 1e-5));
 
   const TargetModel bf16 = TargetModel::load(tiny_target_dir(), torch::kCPU, torch::kBFloat16);
   const torch::Tensor bf16_logits = bf16.forward(ids, {}, true).logits.to(torch::kFloat32);
