@@ -146,6 +146,53 @@ TEST_CASE("Guard.Quarantine.packed_rows_count_and_resume_like_unpacked_ones") {
   check_quarantine_and_resume("pad_bucket.pack", {"data.max_length=512", "data.buckets=[64, 128, 512]"});
 }
 
+TEST_CASE("Guard.Quarantine.a_rise_taken_as_the_new_level_releases_the_samples_it_quarantined") {
+  // Loss x20 at steps 11-12 (a short run of spikes: quarantined for good)
+  // and at steps 15-18, a rise that lasts: steps 15-17 are quarantined while
+  // the verdict is open, step 18 (the 4th spike in a row) makes it the loss's
+  // new level, so the samples of 15-17 were good and come back.
+  auto faulted = [](config::Config c) {
+    for (int64_t step : {10, 11, 14, 15, 16, 17}) c = with_fault(std::move(c), "spike", step, 20);
+    return c;
+  };
+  const std::vector<std::string> common{"train.epochs=2", "guard.policy=quarantine", "guard.warmup_steps=8"};
+  auto dir = fresh_dir("guard-release"), split_dir = fresh_dir("guard-release-split");
+  auto result = nodes::run_training(faulted(small_run_config(dir, common)), {});
+  auto records = step_records(dir);
+  REQUIRE(records.size() == static_cast<size_t>(result.total_steps));
+  REQUIRE(records[19]["epoch"] == 0);
+  for (size_t i : {10, 11, 14, 15, 16}) CHECK_MESSAGE(records[i]["guard"]["action"] == "quarantined", "step ", i + 1);
+  const auto& level = records[17]["guard"];
+  INFO(level.dump());
+  CHECK(level["action"] == "applied");
+  CHECK(level["rebaselined"] == 4);
+  std::vector<int64_t> pending;
+  for (size_t i : {14, 15, 16})
+    for (int64_t id : records[i]["sample_ids"]) pending.push_back(id);
+  CHECK(level["released_sample_ids"] == nlohmann::json(pending));
+  CHECK(records[18]["guard"]["action"] == "applied");
+
+  // Only the short run's samples stay out; the released ones train in epoch 1.
+  data::SampleSet kept_out;
+  for (size_t i : {10, 11})
+    for (int64_t id : records[i]["sample_ids"]) kept_out.insert(id);
+  const auto quarantined = data::read_quarantine(dir / "quarantine.jsonl");
+  CHECK(quarantined == kept_out);
+  check_epoch_1_accounting(records, kept_out, "uninterrupted");
+
+  // Stopped while the verdict is open (after step 16) and resumed: the same run.
+  auto split_overrides = common;
+  split_overrides.push_back("run.max_steps=16");
+  nodes::run_training(faulted(small_run_config(split_dir, split_overrides)), {});
+  nodes::RunOptions resume;
+  resume.resume = "latest";
+  nodes::run_training(faulted(small_run_config(split_dir, common)), resume);
+  auto split = step_records(split_dir);
+  REQUIRE(split.size() == records.size());
+  for (size_t i = 0; i < records.size(); ++i) CHECK_MESSAGE(split[i] == records[i], "step ", i + 1);
+  CHECK(data::read_quarantine(split_dir / "quarantine.jsonl") == kept_out);
+}
+
 namespace {
 double mean_loss(const std::vector<nlohmann::json>& records, size_t from, size_t to) {
   double sum = 0;
