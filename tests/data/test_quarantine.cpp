@@ -50,6 +50,9 @@ TEST_CASE("Quarantine.File.a_corrupt_line_is_named_a_torn_last_line_is_ignored")
   CHECK_THROWS_WITH_AS(read_quarantine(path), doctest::Contains(line_2.c_str()), DataError);
   std::ofstream(path) << "oops\n{\"sample_ids\": [3]}\n";
   CHECK_THROWS_WITH_AS(read_quarantine(path), doctest::Contains(line_1.c_str()), DataError);
+  std::ofstream(path) << "{\"sample_ids\": [1]}\n{\"released_sample_ids\": 2}\n";
+  const std::string release_2 = path.string() + ":2: \"released_sample_ids\" is not a list";
+  CHECK_THROWS_WITH_AS(read_quarantine(path), doctest::Contains(release_2.c_str()), DataError);
   std::ofstream(path) << "{\"sample_ids\": [1]}\n{\"sample_ids\": [2, 3";  // a crash mid-append
   CHECK(read_quarantine(path) == SampleSet{1});
 }
