@@ -15,8 +15,7 @@ namespace dflow::data {
 
 namespace fs = std::filesystem;
 
-SampleSet read_quarantine(const fs::path& path) {
-  SampleSet ids;
+SampleSet read_quarantine(const fs::path& path, SampleSet ids) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return ids;
   std::stringstream buffer;
@@ -32,28 +31,37 @@ SampleSet read_quarantine(const fs::path& path) {
     auto fail = [&](const std::string& what) {
       return DataError(path.string() + ":" + std::to_string(line_no) + ": " + what +
                        "; the quarantine file is written by the stability guard (one JSON object per line with "
-                       "\"sample_ids\"): repair or remove that line");
+                       "\"sample_ids\" or \"released_sample_ids\"): repair or remove that line");
     };
     auto record = nlohmann::json::parse(line, nullptr, false);
     if (record.is_discarded()) {
       if (!terminated) break;  // a torn final write
       throw fail("not valid JSON");
     }
-    if (!record.is_object() || !record.contains("sample_ids") || !record["sample_ids"].is_array())
-      throw fail("expected an object with a \"sample_ids\" list");
-    for (const auto& id : record["sample_ids"]) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0)
-        throw fail("sample id " + id.dump() + " is not a non-negative integer");
-      ids.insert(id.get<int64_t>());
-    }
+    auto ids_of = [&](const char* key) {
+      std::vector<int64_t> out;
+      if (!record.contains(key)) return out;
+      if (!record[key].is_array()) throw fail(std::string("\"") + key + "\" is not a list");
+      for (const auto& id : record[key]) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0)
+          throw fail("sample id " + id.dump() + " is not a non-negative integer");
+        out.push_back(id.get<int64_t>());
+      }
+      return out;
+    };
+    if (!record.is_object() || !(record.contains("sample_ids") || record.contains("released_sample_ids")))
+      throw fail("expected an object with a \"sample_ids\" or \"released_sample_ids\" list");
+    for (int64_t id : ids_of("sample_ids")) ids.insert(id);
+    for (int64_t id : ids_of("released_sample_ids")) ids.erase(id);
   }
   return ids;
 }
 
-void append_quarantine(const fs::path& path, int64_t global_step, const std::string& reason,
-                       const std::vector<int64_t>& sample_ids) {
-  const std::string line =
-      nlohmann::json{{"global_step", global_step}, {"reason", reason}, {"sample_ids", sample_ids}}.dump() + "\n";
+namespace {
+
+// One JSON line, appended and fsynced before the run goes on.
+void append_line(const fs::path& path, const nlohmann::json& record) {
+  const std::string line = record.dump() + "\n";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   auto fail = [&](const char* what) {
     const int error = errno;
@@ -70,6 +78,18 @@ void append_quarantine(const fs::path& path, int64_t global_step, const std::str
   }
   if (::fsync(fd) != 0) throw fail("fsync");
   ::close(fd);
+}
+
+}  // namespace
+
+void append_quarantine(const fs::path& path, int64_t global_step, const std::string& reason,
+                       const std::vector<int64_t>& sample_ids) {
+  append_line(path, {{"global_step", global_step}, {"reason", reason}, {"sample_ids", sample_ids}});
+}
+
+void append_release(const fs::path& path, int64_t global_step, const std::string& reason,
+                    const std::vector<int64_t>& sample_ids) {
+  append_line(path, {{"global_step", global_step}, {"reason", reason}, {"released_sample_ids", sample_ids}});
 }
 
 PlannedBatch without_samples(const PlannedBatch& batch, const SampleSet& excluded, std::span<const int32_t> lengths) {

@@ -54,6 +54,8 @@ def quarantine_seeds():
         '{"global_step": 40, "reason": "rollback", "sample_ids": [1, 2, 3]}\n')
     put("fuzz_quarantine", "torn.jsonl", '{"global_step": 1, "sample_ids": [5]}\n{"global_step": 2, "sample_')
     put("fuzz_quarantine", "bad.jsonl", '{"sample_ids": [-1]}\n')
+    put("fuzz_quarantine", "release.jsonl",
+        '{"global_step": 15, "sample_ids": [1, 2]}\n{"global_step": 18, "released_sample_ids": [2, 9]}\n')
 
 
 def byte_level_alphabet():

@@ -47,7 +47,7 @@ class DrafterStep final : public graph::FunctionBody {
       if (!quarantined.count(ids[r])) keep.push_back(static_cast<int64_t>(r));
     if (keep.size() == ids.size()) return out;
     out.batch.plan = data::without_samples(in.batch.plan, quarantined, run_.dataset.lengths());
-    out.batch.excluded_rows += static_cast<int64_t>(ids.size() - keep.size());
+    out.batch.excluded_samples += static_cast<int64_t>(ids.size() - keep.size());
     if (in.batch.packed()) {
       // A packed row keeps its other samples: the quarantined ones stay as
       // documents of their own (nothing else attends to them) without a loss.
@@ -77,10 +77,10 @@ class DrafterStep final : public graph::FunctionBody {
     const auto& position = batch.position;
     inject_node_faults(run_, name_, position.global_step);
     auto s = StepTotals::zeros(run_.drafter_spec.block_size, run_.config.data.buckets.size());
-    s.excluded_samples = batch.excluded_rows;
+    s.excluded_samples = batch.excluded_samples;
     // A rank's empty share of a short last step is no micro-batch; a planned
     // batch whose rows were all quarantined still is one.
-    s.micro_batches = batch.plan.rows() > 0 || batch.excluded_rows > 0 ? 1 : 0;
+    s.micro_batches = batch.plan.rows() > 0 || batch.excluded_samples > 0 ? 1 : 0;
     // Every row quarantined, or this rank's empty share of a short last step:
     // no loss and no gradient; the step's sums get zeros from this micro-batch.
     if (batch.plan.rows() == 0) return s;

@@ -6,7 +6,9 @@
 // that every rank takes part in every step's all-reduce and applies the same
 // update. Samples quarantined when the run started are dropped from their
 // batches here (the plan, its steps and cursors are unchanged; a batch may be
-// left empty).
+// left empty), except from packed rows: drafter_step masks those, as it does
+// samples quarantined later, since a row without them would pack and draw
+// anchors differently and a resumed run would not be the uninterrupted one.
 #include "nodes/messages.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
@@ -42,8 +44,10 @@ class LoadShards final : public graph::SourceBody {
         // Within a step, batch j goes to rank j % world_size (data/plan.cpp).
         const int64_t index = step_ * plan->batches_per_step() + rank + int64_t{micro_} * run_.options.world_size;
         const data::PlannedBatch& planned = plan->batches()[static_cast<size_t>(index)];
-        loaded.plan = data::without_samples(planned, run_.quarantined_at_start, run_.dataset.lengths());
-        loaded.excluded_rows = planned.rows() - loaded.plan.rows();
+        loaded.plan = planned.packed() ? planned
+                                       : data::without_samples(planned, run_.quarantined_at_start, run_.dataset.lengths());
+        // Samples, not rows (drafter_step counts those of packed rows).
+        loaded.excluded_samples = static_cast<int64_t>(planned.sample_ids.size() - loaded.plan.sample_ids.size());
       }
       if (++micro_ >= loaded.position.micros_in_step) ++step_, micro_ = 0;
       const auto cost = static_cast<uint64_t>(loaded.plan.padded_tokens);

@@ -16,11 +16,11 @@
 
 namespace dflow::nodes {
 
-// "LoadedBatch": a planned batch of this rank, its quarantined rows dropped.
+// "LoadedBatch": a planned batch of this rank, its quarantined samples dropped.
 struct LoadedBatch {
   data::PlannedBatch plan;
   StepPosition position;
-  int64_t excluded_rows = 0;  // planned rows dropped as quarantined
+  int64_t excluded_samples = 0;  // planned samples dropped as quarantined (not rows: a packed row holds several)
 };
 
 // "PaddedBatch": tensors ready for a target worker, collated once from the
@@ -31,7 +31,7 @@ struct PaddedBatch {
   torch::Tensor input_ids;  // [B, S] int64, CPU (pinned when a target is on CUDA)
   torch::Tensor loss_mask;  // [B, S] uint8
   torch::Tensor lengths;    // [B] int64: real tokens per row
-  int64_t excluded_rows = 0;  // planned rows dropped as quarantined (by the loader)
+  int64_t excluded_samples = 0;  // planned samples dropped as quarantined (by the loader)
   // Packed batches (pad_bucket.pack) only, else undefined: several samples per row.
   torch::Tensor position_ids;  // [B, S] int64: position within the token's sample
   torch::Tensor document_ids;  // [B, S] int32: the token's sample within its row (padding: one more)

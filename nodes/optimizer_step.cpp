@@ -78,6 +78,8 @@ class OptimizerStep final : public graph::FunctionBody {
       state.quarantine(run_, step_index + 1, guard.reason(), totals.sample_ids);
       evidence["quarantined_sample_ids"] = totals.sample_ids;
     }
+    if (auto released = state.settle_pending_quarantine(run_, step_index + 1, guard, totals.sample_ids); !released.empty())
+      evidence["released_sample_ids"] = std::move(released);
     if (guard.rollback && !good_) {
       guard.rollback = false, guard.halt = true, guard.action = "halted";  // nothing to go back to yet
       evidence["note"] = "no good snapshot yet (the first is validated one step after step " +
@@ -87,10 +89,14 @@ class OptimizerStep final : public graph::FunctionBody {
     if (!guard.kind.empty()) warn(step, guard, evidence);
     if (guard.rebaselined > 0) {
       evidence["rebaselined"] = guard.rebaselined;
+      const std::string released = evidence.contains("released_sample_ids")
+                                       ? log::str("; the ", evidence["released_sample_ids"].size(),
+                                                  " sample(s) they quarantined are released")
+                                       : "";
       log::warn("guard", log::str("step ", step.position.global_step + 1, ": ", guard.metric, " ", guard.value,
                                   " above the spike threshold ", guard.threshold, " for ", guard.rebaselined,
                                   " steps in a row: a new level, not a spike; applied, and those steps are ",
-                                  guard.metric, "'s new baseline"));
+                                  guard.metric, "'s new baseline", released));
     }
     if (guard.halt) halt(state, step_index, guard);
 

@@ -44,7 +44,7 @@ class PadBucket final : public graph::FunctionBody {
     auto options = torch::TensorOptions().pinned_memory(pin_);
     PaddedBatch padded{loaded.plan, loaded.position, torch::empty({rows, length}, options.dtype(torch::kInt64)),
                        torch::empty({rows, length}, options.dtype(torch::kUInt8)),
-                       torch::empty({rows}, options.dtype(torch::kInt32)), loaded.excluded_rows};
+                       torch::empty({rows}, options.dtype(torch::kInt32)), loaded.excluded_samples};
     if (loaded.plan.packed()) {
       padded.position_ids = torch::empty({rows, length}, options.dtype(torch::kInt64));
       padded.document_ids = torch::empty({rows, length}, options.dtype(torch::kInt32));

@@ -142,9 +142,14 @@ void RunContext::plan_run() {
 void RunContext::start_from(const train::LoadedCheckpoint& ckpt) {
   start = Progress::from_json(ckpt.run_state);
   // The file may be newer than the checkpoint (samples quarantined after it):
-  // both are excluded.
-  quarantined_at_start = data::read_quarantine(quarantine_path);
-  for (int64_t id : ckpt.run_state.value("quarantine", std::vector<int64_t>{})) quarantined_at_start.insert(id);
+  // both are excluded, the file's lines applied in order over the
+  // checkpoint's set (a release line takes samples back).
+  const auto saved = ckpt.run_state.value("quarantine", std::vector<int64_t>{});
+  quarantined_at_start = data::read_quarantine(quarantine_path, data::SampleSet(saved.begin(), saved.end()));
+  // Those of an open run of spikes the guard may still release: drafter_step
+  // drops them while they are quarantined (TrainableState), so a release
+  // brings them back as in an uninterrupted run.
+  for (int64_t id : ckpt.run_state.value("quarantine_pending", std::vector<int64_t>{})) quarantined_at_start.erase(id);
   for (int64_t id : quarantined_at_start)
     if (id >= dataset.size())
       throw std::runtime_error(quarantine_path.string() + " or checkpoint " + ckpt.dir.string() +

@@ -96,7 +96,8 @@ class RunContext {
   Progress start;                        // completed steps and cursor at start
   std::string resumed_from;              // checkpoint dir, or empty
   // Samples excluded from training when the run started (quarantine.jsonl
-  // and the checkpoint): the loader drops them. Fixed for the invocation, so
+  // and the checkpoint): the loader drops them (drafter_step masks them in
+  // packed rows). Fixed for the invocation, so
   // the loader running ahead stays deterministic; samples quarantined later
   // are in the trainable state's live set.
   data::SampleSet quarantined_at_start;

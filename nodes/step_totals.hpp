@@ -17,7 +17,7 @@ struct StepTotals {
   int64_t real_tokens = 0;
   int64_t padded_tokens = 0;
   int64_t micro_batches = 0;
-  int64_t excluded_samples = 0;               // planned rows dropped because they are quarantined
+  int64_t excluded_samples = 0;               // planned samples dropped because they are quarantined
   std::vector<double> correct_per_position;   // [block_size] per block slot k
   std::vector<double> count_per_position;     // [block_size]
   // Per bucket index (token_budget batching): the bucket's batches, its share

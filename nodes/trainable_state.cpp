@@ -50,7 +50,8 @@ train::CheckpointState TrainableState::snapshot(const RunContext& run) const {
                       {"total_steps", run.total_steps},
                       {"world_size", run.options.world_size},
                       {"guard", guard.state()},
-                      {"quarantine", std::vector<int64_t>(quarantined.begin(), quarantined.end())}});
+                      {"quarantine", std::vector<int64_t>(quarantined.begin(), quarantined.end())},
+                      {"quarantine_pending", quarantine_pending}});
   return s;
 }
 
@@ -63,12 +64,38 @@ void TrainableState::restore(const train::LoadedCheckpoint& ckpt) {
   }
   optimizer->load_state_tensors(ckpt.optimizer_tensors, ckpt.optimizer_steps);
   guard.restore(ckpt.run_state.value("guard", nlohmann::json::object()));
+  // Left to drafter_step, not the loader (RunContext::start_from): a release may still come.
+  quarantine_pending = ckpt.run_state.value("quarantine_pending", std::vector<int64_t>{});
+  quarantined.insert(quarantine_pending.begin(), quarantine_pending.end());
 }
 
 void TrainableState::quarantine(const RunContext& run, int64_t global_step, const std::string& reason,
                                 const std::vector<int64_t>& ids) {
   quarantined.insert(ids.begin(), ids.end());
   if (run.options.rank == 0) data::append_quarantine(run.quarantine_path, global_step, reason, ids);
+}
+
+std::vector<int64_t> TrainableState::settle_pending_quarantine(const RunContext& run, int64_t global_step,
+                                                               const train::GuardVerdict& verdict,
+                                                               const std::vector<int64_t>& sample_ids) {
+  std::vector<int64_t> released;
+  if (verdict.rebaselined > 0 && !quarantine_pending.empty()) {
+    released = std::move(quarantine_pending);
+    for (int64_t id : released) quarantined.erase(id);
+    if (run.options.rank == 0)
+      data::append_release(run.quarantine_path, global_step,
+                           "released: " + verdict.metric + " above its spike threshold for " +
+                               std::to_string(verdict.rebaselined) + " steps in a row is its new level",
+                           released);
+  }
+  if (verdict.quarantine && verdict.spike_run > 1) {
+    quarantine_pending.insert(quarantine_pending.end(), sample_ids.begin(), sample_ids.end());
+  } else {
+    // The run is over (what it quarantined stays so), or this spike starts one.
+    quarantine_pending.clear();
+    if (verdict.quarantine && verdict.spike_run == 1) quarantine_pending = sample_ids;
+  }
+  return released;
 }
 
 RollbackSnapshot TrainableState::take_rollback_snapshot() const {

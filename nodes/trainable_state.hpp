@@ -48,6 +48,10 @@ class TrainableState {
   train::StabilityGuard guard;
   Progress progress;
   data::SampleSet quarantined;  // live: grown by optimizer_step, read by drafter_step
+  // The samples quarantined by the guard's current run of spikes (policy
+  // quarantine), in step order: released if the run becomes its metric's new
+  // level. Checkpointed, so a resumed run can still release them.
+  std::vector<int64_t> quarantine_pending;
   // Clocks of the token's holders, for the records' timings.
   std::chrono::steady_clock::time_point last_step_end{};       // optimizer_step
   std::chrono::steady_clock::time_point last_allreduce_end{};  // accumulate
@@ -61,6 +65,15 @@ class TrainableState {
   // Adds `ids` to the live set and (rank 0) appends them to quarantine.jsonl, fsynced.
   void quarantine(const RunContext& run, int64_t global_step, const std::string& reason,
                   const std::vector<int64_t>& ids);
+  // After `verdict` on the step with `sample_ids`: a spike quarantined its
+  // samples at once, but its verdict is final only when its run of spikes
+  // ends. A run that lasts is the metric's new level (verdict.rebaselined):
+  // its earlier steps were no spikes, and the samples they quarantined are
+  // released (out of the live set; rank 0 appends the release to
+  // quarantine.jsonl) and returned.
+  std::vector<int64_t> settle_pending_quarantine(const RunContext& run, int64_t global_step,
+                                                 const train::GuardVerdict& verdict,
+                                                 const std::vector<int64_t>& sample_ids);
 
   RollbackSnapshot take_rollback_snapshot() const;
   // Parameters, optimizer and the guard's baseline back to the snapshot's. A

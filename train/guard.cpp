@@ -109,6 +109,7 @@ GuardVerdict StabilityGuard::decide(const GuardSignal& signal) {
     return applied;
   }
   if (v.kind.empty()) return v;
+  if (may_rebase) v.spike_run = static_cast<int>(spike_run_.size());
   v.apply = false;
   v.halt = v.halt || (policy == "halt" && v.kind != "empty");
   v.quarantine = policy == "quarantine" && (v.kind == "non_finite" || v.kind == "spike");

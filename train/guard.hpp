@@ -35,6 +35,8 @@ struct GuardVerdict {
   int cliff_steps = 0;     // consecutive steps above the cliff threshold so far
   int rebaselined = 0;     // > 0: `metric` spiked this many steps in a row, so that is its new
                            // baseline (value/threshold say what rose); the step is applied
+  int spike_run = 0;       // > 0: this spike is the n-th in a row on `metric`, a run that may
+                           // yet become its new level (then its earlier steps were no spikes)
   std::string action = "applied";  // applied | skipped | quarantined | rolled_back | halted
   std::string reason() const;      // "loss 41.2 > spike threshold 9.7"
 };

@@ -29,6 +29,20 @@ TEST_CASE("Quarantine.File.appends_and_reads_back_every_id") {
   CHECK(read_quarantine(path) == SampleSet{5, 17, 803});
 }
 
+TEST_CASE("Quarantine.File.released_samples_leave_it_in_line_order") {
+  // A run of spikes the guard later took as a new level: its samples come back.
+  auto path = temp_file("release.jsonl");
+  std::ofstream(path) << "{\"global_step\": 12, \"sample_ids\": [7, 8]}\n"
+                         "{\"global_step\": 15, \"sample_ids\": [1, 2]}\n"
+                         "{\"global_step\": 16, \"sample_ids\": [3]}\n"
+                         "{\"global_step\": 18, \"released_sample_ids\": [1, 2, 3]}\n"
+                         "{\"global_step\": 40, \"sample_ids\": [2]}\n";
+  CHECK(read_quarantine(path) == SampleSet{2, 7, 8});
+  // Applied over a start set (a checkpoint's): a release takes back from it too.
+  CHECK(read_quarantine(path, SampleSet{1, 9}) == SampleSet{2, 7, 8, 9});
+  CHECK(read_quarantine(temp_file("absent.jsonl"), SampleSet{4}) == SampleSet{4});
+}
+
 TEST_CASE("Quarantine.File.a_corrupt_line_is_named_a_torn_last_line_is_ignored") {
   auto path = temp_file("bad.jsonl");
   std::ofstream(path) << "{\"global_step\": 1, \"sample_ids\": [1, 2]}\n{\"sample_ids\": [3, \"x\"]}\n";
@@ -36,6 +50,9 @@ TEST_CASE("Quarantine.File.a_corrupt_line_is_named_a_torn_last_line_is_ignored")
   CHECK_THROWS_WITH_AS(read_quarantine(path), doctest::Contains(line_2.c_str()), DataError);
   std::ofstream(path) << "oops\n{\"sample_ids\": [3]}\n";
   CHECK_THROWS_WITH_AS(read_quarantine(path), doctest::Contains(line_1.c_str()), DataError);
+  std::ofstream(path) << "{\"sample_ids\": [1]}\n{\"released_sample_ids\": 2}\n";
+  const std::string release_2 = path.string() + ":2: \"released_sample_ids\" is not a list";
+  CHECK_THROWS_WITH_AS(read_quarantine(path), doctest::Contains(release_2.c_str()), DataError);
   std::ofstream(path) << "{\"sample_ids\": [1]}\n{\"sample_ids\": [2, 3";  // a crash mid-append
   CHECK(read_quarantine(path) == SampleSet{1});
 }

@@ -13,6 +13,7 @@ using namespace dflow;
 using testing::fresh_dir;
 using testing::small_run_config;
 using testing::step_records;
+using testing::with_pad;
 
 namespace {
 config::Config with_fault(config::Config c, const std::string& kind, int64_t step, double factor = 100) {
@@ -76,47 +77,120 @@ TEST_CASE("Guard.Spike.skipped_under_skip_applied_under_none") {
   }
 }
 
-TEST_CASE("Guard.Quarantine.a_quarantined_sample_is_absent_from_every_batch_of_the_resumed_run") {
-  auto dir = fresh_dir("guard-quarantine");
-  const std::vector<std::string> common{"train.epochs=2", "guard.policy=quarantine", "guard.warmup_steps=8"};
-  auto first_overrides = common;
-  first_overrides.push_back("run.max_steps=14");
-  nodes::run_training(with_fault(small_run_config(dir, first_overrides), "spike", 12, 1000), {});
+namespace {
+// Epoch 1 plans every sample once: what its steps trained on and what they
+// excluded add up to the dataset, and the excluded are the quarantined.
+void check_epoch_1_accounting(const std::vector<nlohmann::json>& records, const data::SampleSet& quarantined,
+                              const std::string& run) {
+  const auto dataset = data::Dataset::open({(testing::assets_dir() / "data").string()});
+  std::set<int64_t> trained;
+  int64_t planned = 0, excluded = 0;
+  for (const auto& r : records) {
+    if (r["epoch"] != 1) continue;
+    for (int64_t id : r["sample_ids"]) {
+      CHECK_MESSAGE(!quarantined.count(id), run, ": quarantined sample ", id, " in step ", r["global_step"]);
+      trained.insert(id);
+    }
+    planned += static_cast<int64_t>(r["sample_ids"].size()) + r["excluded_samples"].get<int64_t>();
+    excluded += r["excluded_samples"].get<int64_t>();
+  }
+  INFO(run);
+  CHECK(static_cast<int64_t>(trained.size() + quarantined.size()) == dataset.size());
+  CHECK(excluded == static_cast<int64_t>(quarantined.size()));  // samples, however they are batched
+  CHECK(planned == dataset.size());
+}
+
+// A spike at step 13 quarantines its samples; the run stops after step 14
+// and is resumed (its loader drops them), and the same run goes on
+// uninterrupted (drafter_step drops them): the same records either way.
+void check_quarantine_and_resume(const std::string& pad, std::vector<std::string> common) {
+  auto dir = fresh_dir("guard-quarantine-" + pad), uninterrupted_dir = fresh_dir("guard-quarantine-whole-" + pad);
+  common.insert(common.end(), {"train.epochs=2", "guard.policy=quarantine", "guard.warmup_steps=8"});
+  auto config = [&](const std::filesystem::path& out, std::vector<std::string> extra) {
+    extra.insert(extra.begin(), common.begin(), common.end());
+    return with_pad(small_run_config(out, extra), pad);
+  };
+  nodes::run_training(with_fault(config(dir, {"run.max_steps=14"}), "spike", 12, 1000), {});
   auto first = step_records(dir);
   REQUIRE(first.size() == 14);
   REQUIRE(first[12]["guard"]["action"] == "quarantined");
   CHECK(first[12]["guard"]["quarantined_sample_ids"] == first[12]["sample_ids"]);
   const auto quarantined = data::read_quarantine(dir / "quarantine.jsonl");
   for (int64_t id : first[12]["sample_ids"]) CHECK(quarantined.count(id));
+  CHECK(quarantined.size() == first[12]["sample_ids"].size());
   REQUIRE(first.back()["epoch"] == 0);  // so every sample is planned again in the resumed part
 
   nodes::RunOptions resume;
   resume.resume = "latest";
-  auto result = nodes::run_training(small_run_config(dir, common), resume);
+  auto result = nodes::run_training(config(dir, {}), resume);
   auto all = step_records(dir);
   REQUIRE(all.size() == static_cast<size_t>(result.total_steps));
-  std::set<int64_t> trained_in_epoch_1;
-  int64_t excluded = 0;
-  for (size_t i = first.size(); i < all.size(); ++i) {
-    for (int64_t id : all[i]["sample_ids"]) {
-      CHECK_MESSAGE(!quarantined.count(id), "quarantined sample ", id, " in step ", all[i]["global_step"]);
-      if (all[i]["epoch"] == 1) trained_in_epoch_1.insert(id);
-    }
-    if (all[i]["epoch"] == 1) excluded += all[i]["excluded_samples"].get<int64_t>();
-  }
-  // Epoch 1 planned every sample: all but the quarantined ones were trained on.
-  const auto dataset = data::Dataset::open({(testing::assets_dir() / "data").string()});
-  CHECK(static_cast<int64_t>(trained_in_epoch_1.size() + quarantined.size()) == dataset.size());
-  CHECK(excluded == static_cast<int64_t>(quarantined.size()));
+  check_epoch_1_accounting(all, quarantined, "resumed");
 
-  // Without the interruption drafter_step drops them from epoch 1 (the loader
-  // could not know them yet), and the run is the same run.
-  auto uninterrupted_dir = fresh_dir("guard-quarantine-uninterrupted");
-  nodes::run_training(with_fault(small_run_config(uninterrupted_dir, common), "spike", 12, 1000), {});
+  nodes::run_training(with_fault(config(uninterrupted_dir, {}), "spike", 12, 1000), {});
   auto uninterrupted = step_records(uninterrupted_dir);
   REQUIRE(uninterrupted.size() == all.size());
   CHECK(data::read_quarantine(uninterrupted_dir / "quarantine.jsonl") == quarantined);
+  check_epoch_1_accounting(uninterrupted, quarantined, "uninterrupted");
   for (size_t i = 0; i < all.size(); ++i) CHECK_MESSAGE(uninterrupted[i] == all[i], "step ", i + 1);
+}
+}  // namespace
+
+TEST_CASE("Guard.Quarantine.a_quarantined_sample_is_absent_from_every_batch_of_the_resumed_run") {
+  check_quarantine_and_resume("pad_bucket.token_budget", {});
+}
+
+TEST_CASE("Guard.Quarantine.packed_rows_count_and_resume_like_unpacked_ones") {
+  // Several samples per row: a quarantined sample rarely empties its row,
+  // and excluded_samples still counts samples, not rows.
+  check_quarantine_and_resume("pad_bucket.pack", {"data.max_length=512", "data.buckets=[64, 128, 512]"});
+}
+
+TEST_CASE("Guard.Quarantine.a_rise_taken_as_the_new_level_releases_the_samples_it_quarantined") {
+  // Loss x20 at steps 11-12 (a short run of spikes: quarantined for good)
+  // and at steps 15-18, a rise that lasts: steps 15-17 are quarantined while
+  // the verdict is open, step 18 (the 4th spike in a row) makes it the loss's
+  // new level, so the samples of 15-17 were good and come back.
+  auto faulted = [](config::Config c) {
+    for (int64_t step : {10, 11, 14, 15, 16, 17}) c = with_fault(std::move(c), "spike", step, 20);
+    return c;
+  };
+  const std::vector<std::string> common{"train.epochs=2", "guard.policy=quarantine", "guard.warmup_steps=8"};
+  auto dir = fresh_dir("guard-release"), split_dir = fresh_dir("guard-release-split");
+  auto result = nodes::run_training(faulted(small_run_config(dir, common)), {});
+  auto records = step_records(dir);
+  REQUIRE(records.size() == static_cast<size_t>(result.total_steps));
+  REQUIRE(records[19]["epoch"] == 0);
+  for (size_t i : {10, 11, 14, 15, 16}) CHECK_MESSAGE(records[i]["guard"]["action"] == "quarantined", "step ", i + 1);
+  const auto& level = records[17]["guard"];
+  INFO(level.dump());
+  CHECK(level["action"] == "applied");
+  CHECK(level["rebaselined"] == 4);
+  std::vector<int64_t> pending;
+  for (size_t i : {14, 15, 16})
+    for (int64_t id : records[i]["sample_ids"]) pending.push_back(id);
+  CHECK(level["released_sample_ids"] == nlohmann::json(pending));
+  CHECK(records[18]["guard"]["action"] == "applied");
+
+  // Only the short run's samples stay out; the released ones train in epoch 1.
+  data::SampleSet kept_out;
+  for (size_t i : {10, 11})
+    for (int64_t id : records[i]["sample_ids"]) kept_out.insert(id);
+  const auto quarantined = data::read_quarantine(dir / "quarantine.jsonl");
+  CHECK(quarantined == kept_out);
+  check_epoch_1_accounting(records, kept_out, "uninterrupted");
+
+  // Stopped while the verdict is open (after step 16) and resumed: the same run.
+  auto split_overrides = common;
+  split_overrides.push_back("run.max_steps=16");
+  nodes::run_training(faulted(small_run_config(split_dir, split_overrides)), {});
+  nodes::RunOptions resume;
+  resume.resume = "latest";
+  nodes::run_training(faulted(small_run_config(split_dir, common)), resume);
+  auto split = step_records(split_dir);
+  REQUIRE(split.size() == records.size());
+  for (size_t i = 0; i < records.size(); ++i) CHECK_MESSAGE(split[i] == records[i], "step ", i + 1);
+  CHECK(data::read_quarantine(split_dir / "quarantine.jsonl") == kept_out);
 }
 
 namespace {

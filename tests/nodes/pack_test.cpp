@@ -14,14 +14,9 @@ using namespace dflow;
 using testing::fresh_dir;
 using testing::small_run_config;
 using testing::step_records;
+using testing::with_pad;
 
 namespace {
-
-config::Config with_pad(config::Config config, const std::string& type) {
-  for (auto& n : config.pipeline.nodes)
-    if (n.name == "pad") n.type = type;
-  return config;
-}
 
 struct EpochTotals {
   std::vector<int64_t> sample_ids;

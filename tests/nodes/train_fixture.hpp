@@ -60,6 +60,13 @@ inline config::Config small_run_config(const fs::path& out_dir, std::vector<std:
   return config::load_config("", small_run_overrides(out_dir, std::move(extra)));
 }
 
+// The config with its batching node ("pad") of another kind: pad_bucket.pack, say.
+inline config::Config with_pad(config::Config config, const std::string& type) {
+  for (auto& n : config.pipeline.nodes)
+    if (n.name == "pad") n.type = type;
+  return config;
+}
+
 inline fs::path fresh_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("dflow-e2e-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(d);

@@ -142,6 +142,7 @@ TEST_CASE("Guard.Skip.a_rise_that_lasts_is_a_new_level_not_a_spike") {
     CHECK_FALSE(v.apply);
     CHECK(v.kind == "spike");
     CHECK(v.metric == "grad_norm");
+    CHECK(v.spike_run == i + 1);  // the run so far: its verdict is open
   }
   // A guard restored from a checkpoint here decides the fourth step the same.
   StabilityGuard resumed(guard_config("skip"));
@@ -150,6 +151,7 @@ TEST_CASE("Guard.Skip.a_rise_that_lasts_is_a_new_level_not_a_spike") {
   CHECK(fourth.apply);
   CHECK(fourth.kind.empty());
   CHECK(fourth.rebaselined == 4);
+  CHECK(fourth.spike_run == 0);
   CHECK(fourth.metric == "grad_norm");
   CHECK(resumed.decide(risen(3)).rebaselined == 4);
   g.record_applied(risen(3));
