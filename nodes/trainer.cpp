@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 
+#include "config/errors.hpp"
 #include "config/log.hpp"
 #include "graph/export.hpp"
 #include "graph/pipeline.hpp"
@@ -27,10 +28,10 @@ namespace {
 void refuse_existing_checkpoints(const config::Config& config, const RunOptions& options) {
   const fs::path out_dir = config.run.out_dir;
   if (auto existing = train::list_checkpoints(out_dir / "checkpoints"); !existing.empty() && !options.overwrite)
-    throw std::runtime_error(out_dir.string() + " already holds checkpoints (newest " +
-                             existing.back().filename().string() +
-                             "): continue it with --resume latest, start over with --overwrite (deletes them), "
-                             "or choose another run.out_dir");
+    throw ConfigError(out_dir.string() + " already holds checkpoints (newest " +
+                      existing.back().filename().string() +
+                      "): continue it with --resume latest, start over with --overwrite (deletes them), "
+                      "or choose another run.out_dir");
 }
 
 void start_fresh(const RunContext& run) {

@@ -3,7 +3,8 @@
 // WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free MASTER_PORT).
 // Forwards SIGINT/SIGTERM to them; when one fails, the others get
 // distributed.timeout_s to notice and exit, then are terminated; exits 1
-// naming the rank that failed first. A rank that is stopped (SIGSTOP: hung
+// naming the rank that failed first (2 when it refused its config or the
+// resume). A rank that is stopped (SIGSTOP: hung
 // as far as the others can tell) is named as the cause when the others then
 // fail, and is killed once they have (a stopped process notices nothing).
 #include <signal.h>
@@ -146,8 +147,11 @@ int launch(int world_size, const std::vector<std::string>& train_args, double ti
   std::string others;
   for (int r = 0; r < world_size; ++r)
     if (r != first_failed) others += "; rank " + std::to_string(r) + " " + describe_status(ranks[r].status);
-  throw std::runtime_error(hung + "rank " + std::to_string(first_failed) + " failed first: it " +
-                           describe_status(ranks[first_failed].status) + others);
+  const std::string message = hung + "rank " + std::to_string(first_failed) + " failed first: it " +
+                              describe_status(ranks[first_failed].status) + others;
+  const int status = ranks[first_failed].status;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 2) throw ConfigError(message);  // it refused the config or resume
+  throw std::runtime_error(message);
 }
 
 }  // namespace

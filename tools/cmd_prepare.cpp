@@ -58,7 +58,9 @@ void add_prepare_command(CLI::App& app, Action& action) {
                   "conversation, in input order");
   sub->add_option("--out", options.out_dir, "output directory for the shards")->required();
   sub->add_option("--max-length", options.max_length, "longest sample in tokens")->capture_default_str();
-  sub->add_option("--too-long", too_long, "truncate | skip: what to do with longer samples")->capture_default_str();
+  sub->add_option("--too-long", too_long, "truncate | skip: what to do with longer samples")
+      ->check(CLI::IsMember({"truncate", "skip"}))
+      ->capture_default_str();
   sub->add_option("--vocab-size", options.vocab_size, "refuse ids >= this (0: unchecked)")->capture_default_str();
   sub->add_option("--samples-per-shard", options.samples_per_shard)->capture_default_str();
   sub->add_flag("--overwrite", options.overwrite, "replace an existing output directory");
