@@ -104,6 +104,9 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   result.last_record = summary.last_record;
   result.last_checkpoint = summary.last_checkpoint;
   result.metrics_path = (run.out_dir / "metrics.jsonl").string();
+  const auto& sinks = config.metrics.sinks;
+  if (std::find(sinks.begin(), sinks.end(), "tensorboard") != sinks.end())
+    result.tensorboard_dir = (run.out_dir / "tensorboard").string();
   result.telemetry = graph::to_json(pipeline->telemetry());
   // The report's bottleneck analysis over the whole invocation, for the console.
   const nlohmann::json last = {{"kind", "step"}, {"global_step", result.completed_steps},
@@ -147,6 +150,9 @@ std::string summarize(const TrainResult& r) {
         << 100.0 * static_cast<double>(r.real_tokens) / static_cast<double>(r.padded_tokens) << "% (" << r.real_tokens
         << " real of " << r.padded_tokens << " padded tokens)";
   out << "\n  metrics: " << r.metrics_path;
+  if (!r.tensorboard_dir.empty())
+    out << "\n  tensorboard: " << r.tensorboard_dir << " (tensorboard --logdir "
+        << fs::path(r.tensorboard_dir).parent_path().string() << ")";
   out << "\n  checkpoint: " << (r.last_checkpoint.empty() ? "(none written by this invocation)" : r.last_checkpoint);
   if (!r.telemetry.is_null()) out << "\n" << report::summary_table(r.telemetry);
   if (!r.findings.empty()) {
