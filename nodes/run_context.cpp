@@ -153,6 +153,10 @@ void RunContext::plan_run() {
   steps_per_epoch = plans().get(0)->steps_per_epoch();
   total_steps = steps_per_epoch * config.train.epochs;
   stop_step = config.run.max_steps > 0 ? std::min<int64_t>(config.run.max_steps, total_steps) : total_steps;
+  // A stop fault interrupts the run as a kill would (but with its final
+  // checkpoint): unlike run.max_steps it leaves the LR schedule the run's.
+  for (const auto& f : config.faults)
+    if (f.kind == "stop") stop_step = std::min(stop_step, f.step);
 }
 
 void RunContext::start_from(const train::LoadedCheckpoint& ckpt) {

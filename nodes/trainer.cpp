@@ -43,6 +43,19 @@ void start_fresh(const RunContext& run) {
   fs::remove(run.quarantine_path);
 }
 
+// What the LR schedule spans, and why, said at start: so that a short run's
+// decay (or a long one's) surprises no one.
+std::string describe_schedule(const RunContext& run, const train::Schedule& schedule) {
+  const std::string why =
+      !run.resumed_from.empty()               ? "as the run started with"
+      : schedule.total_steps < run.total_steps ? log::str("run.max_steps ends the run before train.epochs ", run.config.train.epochs,
+                                                         " x ", run.steps_per_epoch, " steps per epoch")
+                                               : log::str("train.epochs ", run.config.train.epochs, " x ", run.steps_per_epoch,
+                                                         " steps per epoch");
+  return log::str("schedule: ", schedule.kind, " over ", schedule.total_steps, " steps (warmup ", schedule.warmup_steps(),
+                  "): ", why);
+}
+
 bool declares(const config::PipelineConfig& pipeline, const std::string& type) {
   return std::any_of(pipeline.nodes.begin(), pipeline.nodes.end(), [&](const auto& n) { return n.type == type; });
 }
@@ -55,6 +68,7 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   if (!resume) refuse_existing_checkpoints(config, options);
   const RunContext run(config, options, resume ? &*resume : nullptr);
   auto state = std::make_unique<TrainableState>(run, resume ? &*resume : nullptr);
+  log::info("train", describe_schedule(run, state->schedule));
   resume.reset();  // the checkpoint's tensors are in the state now
   if (run.resumed_from.empty()) start_fresh(run);
   else if (options.rank == 0) train::remove_stale_temporaries(run.checkpoints_dir);  // a killed writer's leftovers

@@ -291,9 +291,10 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir) {
 }
 
 std::vector<std::string> incompatible_config_keys(const std::string& saved_yaml, const std::string& current_yaml) {
-  // What a resumed run computes depends on these; run.max_steps, threads,
-  // logging, metrics, checkpoint cadence, keep and error policy
-  // (checkpoint.*) and epochs may change freely.
+  // What a resumed run computes depends on these; threads, logging, metrics,
+  // checkpoint cadence, keep and error policy (checkpoint.*) may change
+  // freely, and run.max_steps within the saved LR schedule (checked where
+  // the trainable state takes the checkpoint's schedule).
   static const std::vector<std::string> kDecisive{"run.seed", "model.", "data.", "train.epochs", "train.grad_accum",
                                                  "train.anchors_per_sequence", "train.loss_decay_gamma",
                                                  "train.lr", "train.warmup_ratio", "train.schedule",

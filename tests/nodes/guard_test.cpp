@@ -79,9 +79,8 @@ TEST_CASE("Guard.Spike.skipped_under_skip_applied_under_none") {
 TEST_CASE("Guard.Quarantine.a_quarantined_sample_is_absent_from_every_batch_of_the_resumed_run") {
   auto dir = fresh_dir("guard-quarantine");
   const std::vector<std::string> common{"train.epochs=2", "guard.policy=quarantine", "guard.warmup_steps=8"};
-  auto first_overrides = common;
-  first_overrides.push_back("run.max_steps=14");
-  nodes::run_training(with_fault(small_run_config(dir, first_overrides), "spike", 12, 1000), {});
+  // Stopped after step 14 by a stop fault, so the LR schedule stays the whole run's.
+  nodes::run_training(with_fault(with_fault(small_run_config(dir, common), "spike", 12, 1000), "stop", 14), {});
   auto first = step_records(dir);
   REQUIRE(first.size() == 14);
   REQUIRE(first[12]["guard"]["action"] == "quarantined");

@@ -17,6 +17,16 @@ using testing::step_records;
 
 namespace {
 
+// Stopped after `step` steps as an interruption would (a stop fault): the LR
+// schedule stays the whole run's, which run.max_steps would size instead.
+config::Config stopped_after(config::Config c, int64_t step) {
+  config::FaultDecl stop;
+  stop.kind = "stop";
+  stop.step = step;
+  c.faults.push_back(stop);
+  return c;
+}
+
 config::Config with_pad(config::Config config, const std::string& type) {
   for (auto& n : config.pipeline.nodes)
     if (n.name == "pad") n.type = type;
@@ -92,7 +102,7 @@ TEST_CASE("Train.Pack.resume_continues_exactly") {
   };
   auto result = nodes::run_training(config(whole, {"train.epochs=2"}), {});
   const int64_t stop = result.total_steps / 2 + 1;
-  nodes::run_training(config(split, {"train.epochs=2", "run.max_steps=" + std::to_string(stop)}), {});
+  nodes::run_training(stopped_after(config(split, {"train.epochs=2"}), stop), {});
   nodes::RunOptions resume;
   resume.resume = "latest";
   // Another batching policy would continue a different run: refused.

@@ -179,7 +179,8 @@ TEST_CASE("Dist.Failure.a_killed_rank_makes_the_other_exit_naming_it") {
 
 TEST_CASE("Dist.Resume.two_ranks_stopped_and_resumed_continue_with_identical_records") {
   auto dir = fresh_dir("dist-resume");
-  auto first = run(dflow_bin() + " launch -n 2 " + write_config(dir, {"train.grad_accum=1", "run.max_steps=3"}).string());
+  auto first = run(dflow_bin() + " launch -n 2 " +
+                   write_config(dir, {"train.grad_accum=1"}, "faults: [{kind: stop, step: 3}]\n").string());
   INFO(first.output);
   REQUIRE(first.exit_code == 0);
   auto config = write_config(dir, {"train.grad_accum=1"});

@@ -90,6 +90,9 @@ TEST_CASE("Cli.ExitCodes.every_refusal_of_user_input_exits_2_and_runtime_failure
       // Run time: what was given is fine, what happened is not.
       {"inspect of a checkpoint that fails its checksum", "inspect " + (empty / "damaged").string(), 1,
        "does not match its checksum"},
+      // Last: refused, it would otherwise have trained on in the run directory.
+      {"a resume past the end of the run's LR schedule (run.max_steps 2 sized it)",
+       "train " + config + " --resume latest --set run.max_steps=4", 2, "the run's LR schedule ends at step 2"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.what);

@@ -26,6 +26,9 @@ TEST_CASE("Cli.Train.summary_names_the_tensorboard_folder_when_the_sink_writes_o
   auto o = train_two_steps(with, "[jsonl, tensorboard]");
   INFO(o.output);
   REQUIRE(o.exit_code == 0);
+  // At start: what the LR schedule spans (run.max_steps sizes it).
+  CHECK(o.output.find("schedule: cosine over 2 steps (warmup 1): run.max_steps ends the run before train.epochs 6 x ") !=
+        std::string::npos);
   CHECK(o.output.find("metrics: " + (with / "metrics.jsonl").string()) != std::string::npos);
   CHECK(o.output.find("tensorboard: " + (with / "tensorboard").string() + " (tensorboard --logdir " + with.string() +
                       ")") != std::string::npos);
