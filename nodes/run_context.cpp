@@ -13,6 +13,22 @@ namespace dflow::nodes {
 
 namespace {
 
+// The paths the config names, checked before anything opens them: a wrong
+// one is a configuration error naming its key (exit 2), not a loader's failure.
+const config::Config& with_existing_paths(const config::Config& config) {
+  if (config.data.train.empty())
+    throw ConfigError("data.train is empty: list at least one directory made by dflow prepare");
+  for (const fs::path dir : config.data.train)
+    if (!fs::is_directory(dir))
+      throw ConfigError("data.train: " + dir.string() + (fs::exists(dir) ? " is not a directory" : " does not exist") +
+                        "; list directories made by dflow prepare");
+  const fs::path target = config.model.target.path;
+  if (!fs::is_directory(target))
+    throw ConfigError("model.target.path: " + target.string() + (fs::exists(target) ? " is not a directory" : " does not exist") +
+                      "; point it at the target model (Hugging Face layout: config.json and *.safetensors)");
+  return config;
+}
+
 }  // namespace
 
 std::string Batching::signature() const {
@@ -54,19 +70,19 @@ std::optional<train::LoadedCheckpoint> open_resume_checkpoint(const config::Conf
   if (!differences.empty()) {
     std::string list;
     for (const auto& d : differences) list += "\n  " + d;
-    throw std::runtime_error("checkpoint " + dir.string() + " was written with an incompatible config:" + list);
+    throw ConfigError("checkpoint " + dir.string() + " was written with an incompatible config:" + list);
   }
   const int saved_world = ckpt.run_state.value("world_size", 1);
   if (saved_world != options.world_size) {
     // The plan splits each step into world_size x grad_accum batches: another
     // world size would regroup the batches and continue a different run.
     const int64_t accum = config.train.grad_accum;
-    throw std::runtime_error("checkpoint " + dir.string() + " was written with world_size " +
-                             std::to_string(saved_world) + ", this run has world_size " +
-                             std::to_string(options.world_size) + " (WORLD_SIZE): batches per step would change from " +
-                             std::to_string(saved_world * accum) + " to " + std::to_string(options.world_size * accum) +
-                             " (world_size x train.grad_accum " + std::to_string(accum) + "); resume with " +
-                             std::to_string(saved_world) + " rank(s)");
+    throw ConfigError("checkpoint " + dir.string() + " was written with world_size " +
+                      std::to_string(saved_world) + ", this run has world_size " +
+                      std::to_string(options.world_size) + " (WORLD_SIZE): batches per step would change from " +
+                      std::to_string(saved_world * accum) + " to " + std::to_string(options.world_size * accum) +
+                      " (world_size x train.grad_accum " + std::to_string(accum) + "); resume with " +
+                      std::to_string(saved_world) + " rank(s)");
   }
   return ckpt;
 }
@@ -78,7 +94,7 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
       out_dir(config.run.out_dir),
       checkpoints_dir(out_dir / "checkpoints"),
       quarantine_path(out_dir / "quarantine.jsonl"),
-      dataset(data::Dataset::open(config.data.train)),
+      dataset(data::Dataset::open(with_existing_paths(config).data.train)),
       batching(batching_of(config.pipeline)) {
   text::check_dataset_tokenizer(config.data.train, config.model.target.path);  // ids must mean the same text
   auto log_plan = [](const data::EpochPlan& plan) {
@@ -137,6 +153,10 @@ void RunContext::plan_run() {
   steps_per_epoch = plans().get(0)->steps_per_epoch();
   total_steps = steps_per_epoch * config.train.epochs;
   stop_step = config.run.max_steps > 0 ? std::min<int64_t>(config.run.max_steps, total_steps) : total_steps;
+  // A stop fault interrupts the run as a kill would (but with its final
+  // checkpoint): unlike run.max_steps it leaves the LR schedule the run's.
+  for (const auto& f : config.faults)
+    if (f.kind == "stop") stop_step = std::min(stop_step, f.step);
 }
 
 void RunContext::start_from(const train::LoadedCheckpoint& ckpt) {

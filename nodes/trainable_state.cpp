@@ -1,6 +1,25 @@
 #include "nodes/trainable_state.hpp"
 
+#include <algorithm>
+
+#include "config/errors.hpp"
+
 namespace dflow::nodes {
+
+namespace {
+
+// The steps the LR schedule spans: the run's, epochs x steps per epoch, or
+// run.max_steps when that ends the run sooner (so a short run warms up and
+// decays within itself, as in other trainers). Fixed when the run starts: a
+// resume continues the checkpoint's schedule (older checkpoints spanned
+// total_steps), since another length would change every later step's LR.
+int64_t schedule_steps(const RunContext& run, const train::LoadedCheckpoint* resume) {
+  if (resume) return resume->run_state.value("schedule_steps", resume->run_state.value("total_steps", run.total_steps));
+  const int64_t max_steps = run.config.run.max_steps;
+  return max_steps > 0 ? std::min(max_steps, run.total_steps) : run.total_steps;
+}
+
+}  // namespace
 
 TrainableState::TrainableState(const RunContext& run, const train::LoadedCheckpoint* resume) : guard(run.config.guard) {
   const auto& config = run.config;
@@ -13,7 +32,13 @@ TrainableState::TrainableState(const RunContext& run, const train::LoadedCheckpo
   adam.weight_decay = config.train.weight_decay;
   optimizer = std::make_unique<train::AdamW>(parameters(), adam);
   schedule.peak_lr = config.train.lr;
-  schedule.total_steps = run.total_steps;
+  schedule.total_steps = schedule_steps(run, resume);
+  if (resume && run.stop_step > schedule.total_steps)
+    throw ConfigError("checkpoint " + resume->dir.string() + ": the run's LR schedule ends at step " +
+                      std::to_string(schedule.total_steps) +
+                      " (set by run.max_steps when the run started), but this run would train to step " +
+                      std::to_string(run.stop_step) + ", past its end: resume with run.max_steps " +
+                      std::to_string(schedule.total_steps) + " or less, or start a new run for a longer schedule");
   schedule.warmup_ratio = config.train.warmup_ratio;
   schedule.kind = config.train.schedule;
   progress = run.start;
@@ -48,6 +73,7 @@ train::CheckpointState TrainableState::snapshot(const RunContext& run) const {
   s.run_state = progress.to_json();
   s.run_state.update({{"steps_per_epoch", run.steps_per_epoch},
                       {"total_steps", run.total_steps},
+                      {"schedule_steps", schedule.total_steps},
                       {"world_size", run.options.world_size},
                       {"guard", guard.state()},
                       {"quarantine", std::vector<int64_t>(quarantined.begin(), quarantined.end())},

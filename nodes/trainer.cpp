@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 
+#include "config/errors.hpp"
 #include "config/log.hpp"
 #include "graph/export.hpp"
 #include "graph/pipeline.hpp"
@@ -27,10 +28,10 @@ namespace {
 void refuse_existing_checkpoints(const config::Config& config, const RunOptions& options) {
   const fs::path out_dir = config.run.out_dir;
   if (auto existing = train::list_checkpoints(out_dir / "checkpoints"); !existing.empty() && !options.overwrite)
-    throw std::runtime_error(out_dir.string() + " already holds checkpoints (newest " +
-                             existing.back().filename().string() +
-                             "): continue it with --resume latest, start over with --overwrite (deletes them), "
-                             "or choose another run.out_dir");
+    throw ConfigError(out_dir.string() + " already holds checkpoints (newest " +
+                      existing.back().filename().string() +
+                      "): continue it with --resume latest, start over with --overwrite (deletes them), "
+                      "or choose another run.out_dir");
 }
 
 void start_fresh(const RunContext& run) {
@@ -40,6 +41,19 @@ void start_fresh(const RunContext& run) {
   if (fs::is_directory(run.checkpoints_dir))
     for (const auto& entry : fs::directory_iterator(run.checkpoints_dir)) fs::remove_all(entry.path());
   fs::remove(run.quarantine_path);
+}
+
+// What the LR schedule spans, and why, said at start: so that a short run's
+// decay (or a long one's) surprises no one.
+std::string describe_schedule(const RunContext& run, const train::Schedule& schedule) {
+  const std::string why =
+      !run.resumed_from.empty()               ? "as the run started with"
+      : schedule.total_steps < run.total_steps ? log::str("run.max_steps ends the run before train.epochs ", run.config.train.epochs,
+                                                         " x ", run.steps_per_epoch, " steps per epoch")
+                                               : log::str("train.epochs ", run.config.train.epochs, " x ", run.steps_per_epoch,
+                                                         " steps per epoch");
+  return log::str("schedule: ", schedule.kind, " over ", schedule.total_steps, " steps (warmup ", schedule.warmup_steps(),
+                  "): ", why);
 }
 
 bool declares(const config::PipelineConfig& pipeline, const std::string& type) {
@@ -54,6 +68,7 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   if (!resume) refuse_existing_checkpoints(config, options);
   const RunContext run(config, options, resume ? &*resume : nullptr);
   auto state = std::make_unique<TrainableState>(run, resume ? &*resume : nullptr);
+  log::info("train", describe_schedule(run, state->schedule));
   resume.reset();  // the checkpoint's tensors are in the state now
   if (run.resumed_from.empty()) start_fresh(run);
   else if (options.rank == 0) train::remove_stale_temporaries(run.checkpoints_dir);  // a killed writer's leftovers
@@ -104,6 +119,9 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   result.last_record = summary.last_record;
   result.last_checkpoint = summary.last_checkpoint;
   result.metrics_path = (run.out_dir / "metrics.jsonl").string();
+  const auto& sinks = config.metrics.sinks;
+  if (std::find(sinks.begin(), sinks.end(), "tensorboard") != sinks.end())
+    result.tensorboard_dir = (run.out_dir / "tensorboard").string();
   result.telemetry = graph::to_json(pipeline->telemetry());
   // The report's bottleneck analysis over the whole invocation, for the console.
   const nlohmann::json last = {{"kind", "step"}, {"global_step", result.completed_steps},
@@ -147,6 +165,9 @@ std::string summarize(const TrainResult& r) {
         << 100.0 * static_cast<double>(r.real_tokens) / static_cast<double>(r.padded_tokens) << "% (" << r.real_tokens
         << " real of " << r.padded_tokens << " padded tokens)";
   out << "\n  metrics: " << r.metrics_path;
+  if (!r.tensorboard_dir.empty())
+    out << "\n  tensorboard: " << r.tensorboard_dir << " (tensorboard --logdir "
+        << fs::path(r.tensorboard_dir).parent_path().string() << ")";
   out << "\n  checkpoint: " << (r.last_checkpoint.empty() ? "(none written by this invocation)" : r.last_checkpoint);
   if (!r.telemetry.is_null()) out << "\n" << report::summary_table(r.telemetry);
   if (!r.findings.empty()) {

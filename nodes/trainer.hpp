@@ -15,6 +15,7 @@ struct TrainResult {
   nlohmann::json last_record;  // the final step's record (empty if no step ran)
   std::string last_checkpoint;
   std::string metrics_path;
+  std::string tensorboard_dir;  // empty without the tensorboard sink
   nlohmann::json telemetry;    // the graph's telemetry at the end
   std::vector<std::string> findings;    // where the graph waited, in words (report::analyze)
   std::vector<nlohmann::json> alarms;   // drain alarms raised during the run

@@ -9,6 +9,7 @@
 #include "model/drafter.hpp"
 #include "model/target.hpp"
 #include "tools/cli.hpp"
+#include "tools/thread_option.hpp"
 #include "train/checkpoint.hpp"
 #include "train/evaluate.hpp"
 #include "train/regenerate.hpp"
@@ -55,7 +56,7 @@ void add_eval_command(CLI::App& app, Action& action) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--seed", options.seed, "sampling seed (per prompt: hash(seed, prompt index))")->capture_default_str();
-  sub->add_option("--threads", threads, "LibTorch intra-op threads")->capture_default_str();
+  add_threads_option(*sub, threads);
   sub->add_option("--json", json_out, "also write the report as JSON to this file");
   sub->add_option("--show", options.keep_outputs,
                   "print the decoded text of the first N prompts and their answers, accepted drafts marked")
@@ -116,6 +117,7 @@ void add_regenerate_command(CLI::App& app, Action& action) {
                                                "written as training JSONL with the loss mask on the response");
   static std::string target_dir, prompts, chats, chat_template = "qwen3", out;
   static bool enable_thinking = false;
+  static int threads = 1;
   static train::RegenerateOptions options;
   sub->add_option("--target", target_dir, "target model directory (with --chats: also its tokenizer.json)")->required();
   sub->add_option("--prompts", prompts, "JSONL: {\"prompt_ids\": [...]} or samples (their prompts are used)");
@@ -132,8 +134,10 @@ void add_regenerate_command(CLI::App& app, Action& action) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--seed", options.seed)->capture_default_str();
+  add_threads_option(*sub, threads);
   sub->callback([&action] {
     action = [] {
+      torch::set_num_threads(threads);
       if (prompts.empty() == chats.empty()) throw ConfigError("regenerate needs exactly one of --prompts and --chats");
       if (!chats.empty()) text::chat_template(chat_template);  // an unknown name fails before the model loads
       auto target = model::TargetModel::load(target_dir);

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "tools/cli.hpp"
+#include "tools/thread_option.hpp"
 #include "train/checkpoint.hpp"
 
 namespace dflow::cli {
@@ -36,9 +37,12 @@ int list_tensors(const std::string& title, const std::map<std::string, torch::Te
 void add_inspect_command(CLI::App& app, Action& action) {
   auto* sub = app.add_subcommand("inspect", "list a checkpoint's tensors and report any NaN or Inf (exit 1 if found)");
   static std::string path;
+  static int threads = 1;
   sub->add_option("CKPT", path, "checkpoint directory (step-N), or a run directory (its latest)")->required();
+  add_threads_option(*sub, threads);
   sub->callback([&action] {
     action = [] {
+      torch::set_num_threads(threads);
       auto dir = train::resolve_checkpoint(std::filesystem::path(path) / "checkpoints", path);
       auto ckpt = train::read_checkpoint(dir);
       const auto& s = ckpt.run_state;

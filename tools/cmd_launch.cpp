@@ -3,9 +3,11 @@
 // WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free MASTER_PORT).
 // Forwards SIGINT/SIGTERM to them; when one fails, the others get
 // distributed.timeout_s to notice and exit, then are terminated; exits 1
-// naming the rank that failed first. A rank that is stopped (SIGSTOP: hung
-// as far as the others can tell) is named as the cause when the others then
-// fail, and is killed once they have (a stopped process notices nothing).
+// naming the rank that failed first and, when that rank's error names another
+// as lost or stuck, that one as the cause (exit 2 when the first refused its
+// config). A rank that is stopped (SIGSTOP: hung as far as the others can
+// tell) is named as the cause when the others then fail, and is killed once
+// they have (a stopped process notices nothing).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,7 +15,11 @@
 #include <atomic>
 #include <cstring>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include "config/config.hpp"
@@ -44,10 +50,33 @@ struct Rank {
   bool hung_killed = false;  // killed here for staying stopped too long
 };
 
-pid_t spawn_rank(int rank, int world_size, int port, const std::vector<std::string>& args) {
+namespace fs = std::filesystem;
+
+// Where a rank leaves its error line (main() writes it), so that the final
+// line can say which rank the first failure blamed.
+fs::path error_file(const fs::path& dir, int rank) { return dir / ("rank-" + std::to_string(rank) + ".error"); }
+
+std::string read_error(const fs::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  return line.size() > 400 ? line.substr(0, 400) + "..." : line;
+}
+
+// The rank another rank's error names as lost, stuck or failed before it, or -1.
+int rank_blamed_by(const std::string& error, int own_rank) {
+  static const std::regex named("lost rank ([0-9]+)|rank ([0-9]+) is alive but never reached it|rank ([0-9]+) failed: ");
+  for (auto it = std::sregex_iterator(error.begin(), error.end(), named); it != std::sregex_iterator(); ++it)
+    for (size_t g = 1; g < it->size(); ++g)
+      if ((*it)[g].matched && std::stoi((*it)[g].str()) != own_rank) return std::stoi((*it)[g].str());
+  return -1;
+}
+
+pid_t spawn_rank(int rank, int world_size, int port, const std::vector<std::string>& args, const fs::path& errors) {
   pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("dflow launch: fork failed for rank " + std::to_string(rank));
   if (pid > 0) return pid;
+  ::setenv("DFLOW_LAUNCH_ERROR_FILE", error_file(errors, rank).c_str(), 1);
   ::setenv("RANK", std::to_string(rank).c_str(), 1);
   ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
   ::setenv("WORLD_SIZE", std::to_string(world_size).c_str(), 1);
@@ -70,8 +99,10 @@ int launch(int world_size, const std::vector<std::string>& train_args, double ti
   action.sa_handler = remember_signal;
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
+  const fs::path errors = fs::temp_directory_path() / ("dflow-launch-" + std::to_string(::getpid()));
+  fs::create_directories(errors);
   std::vector<Rank> ranks(world_size);
-  for (int r = 0; r < world_size; ++r) ranks[r].pid = spawn_rank(r, world_size, port, train_args);
+  for (int r = 0; r < world_size; ++r) ranks[r].pid = spawn_rank(r, world_size, port, train_args, errors);
   std::cerr << "[launch] " << world_size << " ranks on 127.0.0.1:" << port << "\n";
 
   using clock = std::chrono::steady_clock;
@@ -142,12 +173,21 @@ int launch(int world_size, const std::vector<std::string>& train_args, double ti
     if (first_failed >= 0 && !killed && since_failure > timeout_s + 20) signal_all(SIGKILL), killed = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  const std::string error = first_failed < 0 ? "" : read_error(error_file(errors, first_failed));
+  std::error_code ignored;
+  fs::remove_all(errors, ignored);
   if (first_failed < 0) return 0;
   std::string others;
   for (int r = 0; r < world_size; ++r)
     if (r != first_failed) others += "; rank " + std::to_string(r) + " " + describe_status(ranks[r].status);
-  throw std::runtime_error(hung + "rank " + std::to_string(first_failed) + " failed first: it " +
-                           describe_status(ranks[first_failed].status) + others);
+  // The first to exit is often the one that gave up waiting: its error says for whom.
+  const int blamed = hung.empty() ? rank_blamed_by(error, first_failed) : -1;
+  const std::string message = hung + (blamed >= 0 ? "rank " + std::to_string(blamed) + " held the run up: " : "") +
+                              "rank " + std::to_string(first_failed) + " failed first: it " +
+                              describe_status(ranks[first_failed].status) + (error.empty() ? "" : ": " + error) + others;
+  const int status = ranks[first_failed].status;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 2) throw ConfigError(message);  // it refused the config or resume
+  throw std::runtime_error(message);
 }
 
 }  // namespace

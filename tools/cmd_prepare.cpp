@@ -1,5 +1,7 @@
 // `dflow prepare IN.jsonl --out DIR` (token ids, or conversations with
 // --tokenizer and --chat-template) and `dflow make-tiny-target --out DIR`.
+#include <torch/torch.h>
+
 #include <iostream>
 
 #include "config/errors.hpp"
@@ -7,6 +9,7 @@
 #include "model/tiny_target.hpp"
 #include "text/chat_prepare.hpp"
 #include "tools/cli.hpp"
+#include "tools/thread_option.hpp"
 
 namespace dflow::cli {
 
@@ -55,7 +58,9 @@ void add_prepare_command(CLI::App& app, Action& action) {
                   "conversation, in input order");
   sub->add_option("--out", options.out_dir, "output directory for the shards")->required();
   sub->add_option("--max-length", options.max_length, "longest sample in tokens")->capture_default_str();
-  sub->add_option("--too-long", too_long, "truncate | skip: what to do with longer samples")->capture_default_str();
+  sub->add_option("--too-long", too_long, "truncate | skip: what to do with longer samples")
+      ->check(CLI::IsMember({"truncate", "skip"}))
+      ->capture_default_str();
   sub->add_option("--vocab-size", options.vocab_size, "refuse ids >= this (0: unchecked)")->capture_default_str();
   sub->add_option("--samples-per-shard", options.samples_per_shard)->capture_default_str();
   sub->add_flag("--overwrite", options.overwrite, "replace an existing output directory");
@@ -105,6 +110,8 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
   auto* shard_option = sub->add_option("--max-shard-mib", max_shard_mib,
                                        "write shards of at most this size plus model.safetensors.index.json "
                                        "(a preset's default: 512; 0: one model.safetensors)");
+  static int threads = 1;
+  add_threads_option(*sub, threads);
   static std::string device = "cpu";
   sub->add_option("--device", device, "where random weights are drawn: cpu, or cuda (a Qwen3-8B-sized model in seconds)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
@@ -115,6 +122,7 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
     if (preset.empty() || dtype_option->count() > 0) options.dtype = dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
     if (preset.empty() || shard_option->count() > 0) options.max_shard_bytes = max_shard_mib << 20;
     action = [] {
+      torch::set_num_threads(threads);
       auto config = model::make_tiny_target(options);
       std::cout << "wrote " << options.out_dir.string() << ": " << config.num_hidden_layers << " layers, hidden "
                 << config.hidden_size << ", vocab " << config.vocab_size << ", "

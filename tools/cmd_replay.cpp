@@ -8,6 +8,7 @@
 #include "config/config.hpp"
 #include "config/errors.hpp"
 #include "tools/cli.hpp"
+#include "tools/thread_option.hpp"
 #include "train/checkpoint.hpp"
 #include "train/replay.hpp"
 
@@ -28,7 +29,7 @@ void add_replay_command(CLI::App& app, Common& common, Action& action) {
       ->check(CLI::ExistingFile);
   sub->add_flag("--json", json_stdout, "print the result as JSON instead of a table");
   sub->add_option("--json-out", json_out, "also write the result as JSON to this file");
-  sub->add_option("--threads", threads, "LibTorch intra-op threads")->capture_default_str();
+  add_threads_option(*sub, threads);
   add_common_options(*sub, common);
   sub->callback([&action, &common] {
     action = [&common] {

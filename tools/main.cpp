@@ -1,10 +1,22 @@
 // dflow: train DFlash speculative-decoding drafters with a YAML-declared
 // oneTBB flow graph.
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include "config/errors.hpp"
 #include "config/log.hpp"
 #include "tools/cli.hpp"
+
+namespace {
+
+// One error line; under `dflow launch` also left where the launcher reads it.
+void report_error(const std::exception& e) {
+  std::cerr << "dflow: error: " << e.what() << "\n";
+  if (const char* file = std::getenv("DFLOW_LAUNCH_ERROR_FILE")) std::ofstream(file) << e.what() << "\n";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace dflow;
@@ -37,10 +49,10 @@ int main(int argc, char** argv) {
     if (!common.log_level.empty()) log::set_level(common.log_level);
     return action ? action() : 0;
   } catch (const ConfigError& e) {
-    std::cerr << "dflow: error: " << e.what() << "\n";
+    report_error(e);
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "dflow: error: " << e.what() << "\n";
+    report_error(e);
     return 1;
   }
 }

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "config/config_keys.hpp"
+#include "config/errors.hpp"
 #include "data/checksum.hpp"
 #include "train/checkpoint_cleanup.hpp"
 #include "train/checkpoint_files.hpp"
@@ -183,9 +184,10 @@ fs::path resolve_pointer(const fs::path& checkpoints_dir, const std::string& poi
   // complete checkpoint: that one is the latest.
   if (!fs::exists(file) && pointer == "latest")
     if (auto complete = list_checkpoints(checkpoints_dir); !complete.empty()) return complete.back();
+  // Asked for a checkpoint that was never written: the request is wrong (exit 2).
   if (!fs::exists(file))
-    throw std::runtime_error("checkpoint: no '" + pointer + "' in " + checkpoints_dir.string() +
-                             (pointer == "latest" ? ": nothing to resume" : ": no evaluation has written one"));
+    throw ConfigError("checkpoint: no '" + pointer + "' in " + checkpoints_dir.string() +
+                      (pointer == "latest" ? ": nothing to resume" : ": no evaluation has written one"));
   std::string name = read_file(file);
   name.erase(name.find_last_not_of(" \n\r\t") + 1);
   fs::path dir = checkpoints_dir / name;
@@ -261,7 +263,7 @@ fs::path resolve_checkpoint(const fs::path& checkpoints_dir, const std::string& 
   if (fs::is_regular_file(p) && (p.filename() == "latest" || p.filename() == "best"))
     return resolve_pointer(p.parent_path(), p.filename().string());
   if (fs::exists(p / "checkpoints" / "latest")) return resolve_pointer(p / "checkpoints", "latest");
-  throw std::runtime_error("checkpoint: '" + which + "' is not a complete checkpoint (no " + kManifest + ")");
+  throw ConfigError("checkpoint: '" + which + "' is not a complete checkpoint (no " + kManifest + ")");
 }
 
 LoadedCheckpoint read_checkpoint(const fs::path& dir) {

@@ -110,7 +110,8 @@ void check_quarantine_and_resume(const std::string& pad, std::vector<std::string
     extra.insert(extra.begin(), common.begin(), common.end());
     return with_pad(small_run_config(out, extra), pad);
   };
-  nodes::run_training(with_fault(config(dir, {"run.max_steps=14"}), "spike", 12, 1000), {});
+  // Stopped after step 14 by a stop fault, so the LR schedule stays the whole run's.
+  nodes::run_training(with_fault(with_fault(config(dir, {}), "spike", 12, 1000), "stop", 14), {});
   auto first = step_records(dir);
   REQUIRE(first.size() == 14);
   REQUIRE(first[12]["guard"]["action"] == "quarantined");
@@ -181,9 +182,8 @@ TEST_CASE("Guard.Quarantine.a_rise_taken_as_the_new_level_releases_the_samples_i
   check_epoch_1_accounting(records, kept_out, "uninterrupted");
 
   // Stopped while the verdict is open (after step 16) and resumed: the same run.
-  auto split_overrides = common;
-  split_overrides.push_back("run.max_steps=16");
-  nodes::run_training(faulted(small_run_config(split_dir, split_overrides)), {});
+  // (A stop fault, so that the LR schedule stays the whole run's.)
+  nodes::run_training(with_fault(faulted(small_run_config(split_dir, common)), "stop", 16), {});
   nodes::RunOptions resume;
   resume.resume = "latest";
   nodes::run_training(faulted(small_run_config(split_dir, common)), resume);

@@ -18,6 +18,16 @@ using testing::with_pad;
 
 namespace {
 
+// Stopped after `step` steps as an interruption would (a stop fault): the LR
+// schedule stays the whole run's, which run.max_steps would size instead.
+config::Config stopped_after(config::Config c, int64_t step) {
+  config::FaultDecl stop;
+  stop.kind = "stop";
+  stop.step = step;
+  c.faults.push_back(stop);
+  return c;
+}
+
 struct EpochTotals {
   std::vector<int64_t> sample_ids;
   int64_t real_tokens = 0, padded_tokens = 0;
@@ -87,7 +97,7 @@ TEST_CASE("Train.Pack.resume_continues_exactly") {
   };
   auto result = nodes::run_training(config(whole, {"train.epochs=2"}), {});
   const int64_t stop = result.total_steps / 2 + 1;
-  nodes::run_training(config(split, {"train.epochs=2", "run.max_steps=" + std::to_string(stop)}), {});
+  nodes::run_training(stopped_after(config(split, {"train.epochs=2"}), stop), {});
   nodes::RunOptions resume;
   resume.resume = "latest";
   // Another batching policy would continue a different run: refused.

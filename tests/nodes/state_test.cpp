@@ -13,6 +13,16 @@ using namespace dflow;
 using namespace dflow::testing;
 
 namespace {
+
+// Stopped after `step` steps as an interruption would (a stop fault): the LR
+// schedule stays the whole run's, which run.max_steps would size instead.
+config::Config stopped_after(config::Config c, int64_t step) {
+  config::FaultDecl stop;
+  stop.kind = "stop";
+  stop.step = step;
+  c.faults.push_back(stop);
+  return c;
+}
 template <class F>
 std::string error_of(F&& f) {
   try {
@@ -81,7 +91,7 @@ TEST_CASE("State.ModelToken.a_second_initial_token_is_refused_naming_the_node") 
 
 TEST_CASE("State.Resume.refuses_every_key_that_changes_what_is_computed") {
   auto dir = fresh_dir("compat");
-  nodes::run_training(small_run_config(dir, {"run.max_steps=2"}), {});
+  nodes::run_training(stopped_after(small_run_config(dir), 2), {});
   nodes::RunOptions resume;
   resume.resume = "latest";
   const std::vector<std::pair<std::string, std::string>> decisive{

@@ -16,15 +16,16 @@ TEST_CASE("Train.TensorBoard.run_and_resume_read_back_equal_to_metrics_jsonl") {
   auto dir = fresh_dir("tensorboard");
   const std::vector<std::string> overrides{"metrics.sinks=[jsonl, tensorboard]", "eval.every_steps=3",
                                            "checkpoint.every_steps=3"};
-  auto with = [&](std::string max_steps) {
-    auto o = overrides;
-    o.push_back("run.max_steps=" + max_steps);
-    return small_run_config(dir, o);
-  };
-  nodes::run_training(with("6"), {});
+  // A 12-step run stopped after step 6 (run.max_steps sizes the LR
+  // schedule, so it stays 12 and a stop fault ends the first invocation).
+  auto twelve_steps = overrides;
+  twelve_steps.push_back("run.max_steps=12");
+  auto stopped = small_run_config(dir, twelve_steps);
+  stopped.faults.push_back(config::FaultDecl{.kind = "stop", .step = 6});
+  nodes::run_training(stopped, {});
   nodes::RunOptions resume;
   resume.resume = "latest";
-  nodes::run_training(with("12"), resume);
+  nodes::run_training(small_run_config(dir, twelve_steps), resume);
 
   size_t files = 0;
   for (const auto& e : fs::directory_iterator(dir / "tensorboard"))

@@ -18,6 +18,15 @@ double mean_loss(const std::vector<nlohmann::json>& records, size_t begin, size_
   for (size_t i = begin; i < end; ++i) sum += records[i]["loss"].get<double>();
   return sum / static_cast<double>(end - begin);
 }
+// Stopped after `step` steps as an interruption would (a stop fault): the LR
+// schedule stays the whole run's, which run.max_steps would size instead.
+config::Config stopped_after(config::Config c, int64_t step) {
+  config::FaultDecl stop;
+  stop.kind = "stop";
+  stop.step = step;
+  c.faults.push_back(stop);
+  return c;
+}
 }  // namespace
 
 TEST_CASE("Train.Demo.loss_falls_clearly") {
@@ -57,7 +66,7 @@ TEST_CASE("Train.Resume.stopped_at_40_continues_exactly") {
   auto whole = fresh_dir("whole"), split = fresh_dir("split");
   auto result = nodes::run_training(small_run_config(whole, {"train.epochs=2"}), {});
   REQUIRE(result.total_steps > 45);
-  nodes::run_training(small_run_config(split, {"train.epochs=2", "run.max_steps=40"}), {});
+  nodes::run_training(stopped_after(small_run_config(split, {"train.epochs=2"}), 40), {});
   CHECK(step_records(split).size() == 40);
   nodes::RunOptions resume;
   resume.resume = "latest";

@@ -649,6 +649,10 @@ TEST_CASE("Drill.Rank.a_rank_stuck_with_its_process_alive_is_named_by_the_others
   CHECK(output.find("rank 0: ") != std::string::npos);
   CHECK(output.find("rank 1 is alive but never reached it (its last collective: ") != std::string::npos);
   CHECK(output.find("lost rank") == std::string::npos);  // it was not lost, and is not called so
+  // The launcher's final line blames the rank that rank 0's error names, not rank 0 for exiting first.
+  const size_t last = output.rfind("dflow: error: ");
+  REQUIRE(last != std::string::npos);
+  CHECK(output.substr(last, output.find('\n', last) - last).rfind("dflow: error: rank 1 held the run up: rank 0 failed first", 0) == 0);
   CHECK(check_checkpoints_dir(dir) >= 3);  // step-3, agreed before it got stuck
   figures({{"drill", "rank_stuck"}, {"victim_rank", 1}, {"timeout_s", kRankTimeoutS}, {"launcher_exit", code},
            {"exit_after_s", took_s}});
