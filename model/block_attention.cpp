@@ -1,9 +1,11 @@
 #include "model/block_attention.hpp"
 
 #include <algorithm>
+#include <span>
 #include <stdexcept>
 #include <utility>
 
+#include "model/block_plan.hpp"
 #include "model/layers.hpp"
 
 namespace dflow::model {
@@ -22,44 +24,72 @@ int64_t blocks_per_chunk_for_budget(int64_t batch_size, int64_t num_heads, int64
 
 namespace {
 
-// Batches a packed row's chunks (see BlockAttentionGroup). anchors, keep and
-// begins are the row's [N] per-block tensors on the device.
-void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const torch::Tensor& keep,
-                 const torch::Tensor& begins, int64_t context_length, int64_t max_scores_per_group,
-                 double min_group_fill, torch::Device device) {
-  const int64_t block_size = plan.block_size;
-  const auto& chunks = plan.chunks;
-  // Longest context first, so that each group pads to similar lengths. A
-  // chunk joins the open group only while the group stays within the score
-  // budget and the chunk's own scores fill at least min_group_fill of the padded
-  // shape it would run in: one long document must not pad a batch of short
-  // ones to its length (a group per length class instead, a few calls).
-  std::vector<size_t> order(chunks.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return chunks[a].context_length != chunks[b].context_length ? chunks[a].context_length > chunks[b].context_length
-                                                                : chunks[a].num_queries > chunks[b].num_queries;
-  });
-  std::vector<std::vector<size_t>> members;
-  int64_t max_q = 0, max_c = 0;
-  for (const size_t c : order) {
-    const int64_t own_q = chunks[c].num_queries, own_c = chunks[c].context_length;
-    const int64_t q = std::max(max_q, own_q), k = std::max(max_c, own_c);
-    const auto count = static_cast<int64_t>(members.empty() ? 0 : members.back().size() + 1);
-    const bool fits = !members.empty() &&
-                      (max_scores_per_group <= 0 || count * q * (k + q) <= max_scores_per_group) &&
-                      static_cast<double>(own_q * (own_c + own_q)) >= min_group_fill * static_cast<double>(q * (k + q));
-    if (!fits) {
-      members.emplace_back();
-      max_q = own_q;
-      max_c = own_c;
-    } else {
-      max_q = q;
-      max_c = k;
-    }
-    members.back().push_back(c);
+// A chunk of an unpacked batch (or of a packed batch of several rows): its
+// masks. Context strictly before each block's anchor (and from its
+// document's start when packed); its own block both ways.
+void add_chunk_masks(BlockAttentionChunk& chunk, const BlockRun& run, const torch::Tensor& anchors,
+                     const torch::Tensor& keep, const torch::Tensor& begins, int64_t block_size,
+                     torch::Device device) {
+  const auto long_options = torch::TensorOptions().device(device).dtype(torch::kInt64);
+  const int64_t batch = anchors.size(0), queries = chunk.num_queries;
+  const torch::Tensor slot_anchor = anchors.narrow(1, run.first_block, run.blocks).repeat_interleave(block_size, 1);  // [B, Q]
+  const torch::Tensor slot_keep = keep.narrow(1, run.first_block, run.blocks).repeat_interleave(block_size, 1);
+  const torch::Tensor context_position =
+      torch::arange(chunk.context_first, chunk.context_first + chunk.context_length, long_options)
+          .view({1, 1, chunk.context_length});
+  torch::Tensor context_visible = (context_position < slot_anchor.unsqueeze(-1)) & slot_keep.unsqueeze(-1);  // [B, Q, C]
+  if (begins.defined()) {
+    const torch::Tensor slot_begin = begins.narrow(1, run.first_block, run.blocks).repeat_interleave(block_size, 1);
+    context_visible = context_visible & (context_position >= slot_begin.unsqueeze(-1));
   }
+  const torch::Tensor slot_block = torch::arange(queries, long_options).floor_divide(block_size);  // [Q]
+  // Padding rows keep their own block too so that softmax stays finite;
+  // their outputs are zeroed through row_has_keys.
+  const torch::Tensor own_block =
+      (slot_block.unsqueeze(1) == slot_block.unsqueeze(0)).unsqueeze(0).expand({batch, queries, queries});
+  chunk.visible = torch::cat({context_visible, own_block}, -1).unsqueeze(1);  // [B, 1, Q, C + Q]
+  chunk.row_has_keys = slot_keep.view({batch, 1, queries, 1});
+}
 
+// The padded gather indices of one group, built on the CPU: padded queries
+// repeat the chunk's first slot, padded keys its first context position (its
+// own document either way).
+struct GroupIndex {
+  torch::Tensor query_index, query_real;      // [G, Qmax] int64, bool
+  torch::Tensor context_index, key_real;      // [G, Cmax] int64, bool
+};
+
+GroupIndex group_index(const std::vector<BlockAttentionChunk>& chunks, const std::vector<size_t>& members,
+                       int64_t queries, int64_t context, int64_t context_length) {
+  const auto count = static_cast<int64_t>(members.size());
+  GroupIndex out{torch::empty({count, queries}, torch::kInt64), torch::empty({count, queries}, torch::kBool),
+                 torch::empty({count, context}, torch::kInt64), torch::empty({count, context}, torch::kBool)};
+  auto qi = out.query_index.accessor<int64_t, 2>();
+  auto qr = out.query_real.accessor<bool, 2>();
+  auto ci = out.context_index.accessor<int64_t, 2>();
+  auto kr = out.key_real.accessor<bool, 2>();
+  const int64_t last_position = std::max<int64_t>(context_length - 1, 0);
+  for (int64_t g = 0; g < count; ++g) {
+    const BlockAttentionChunk& chunk = chunks[members[static_cast<size_t>(g)]];
+    for (int64_t q = 0; q < queries; ++q) {
+      qr[g][q] = q < chunk.num_queries;
+      qi[g][q] = chunk.first_query + (qr[g][q] ? q : 0);
+    }
+    for (int64_t k = 0; k < context; ++k) {
+      kr[g][k] = k < chunk.context_length;
+      ci[g][k] = std::min(chunk.context_first + (kr[g][k] ? k : 0), last_position);
+    }
+  }
+  return out;
+}
+
+// A packed row's groups (see BlockAttentionGroup): their masks and the
+// plan's gather indices. anchors, keep and begins are the row's [N] per-block
+// tensors on the device.
+void add_group_tensors(BlockAttentionPlan& plan, const std::vector<std::vector<size_t>>& groups,
+                       const torch::Tensor& anchors, const torch::Tensor& keep, const torch::Tensor& begins,
+                       int64_t context_length, torch::Device device) {
+  const int64_t block_size = plan.block_size;
   const auto long_options = torch::TensorOptions().device(device).dtype(torch::kInt64);
   const torch::Tensor slot_anchor = anchors.repeat_interleave(block_size);  // [N * Bs]
   const torch::Tensor slot_keep = keep.repeat_interleave(block_size);
@@ -68,55 +98,29 @@ void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const t
   std::vector<torch::Tensor> rows_in_order;   // per group: that row among all groups' padded rows
   std::vector<torch::Tensor> query_indices, context_indices;  // per group, see BlockAttentionPlan
   int64_t padded_rows = 0;
-  for (const auto& group_chunks : members) {
-    const auto count = static_cast<int64_t>(group_chunks.size());
+  for (const auto& members : groups) {
+    const auto count = static_cast<int64_t>(members.size());
     int64_t queries = 0, context = 0;
-    for (const size_t c : group_chunks) {
-      queries = std::max(queries, chunks[c].num_queries);
-      context = std::max(context, chunks[c].context_length);
+    for (const size_t c : members) {
+      queries = std::max(queries, plan.chunks[c].num_queries);
+      context = std::max(context, plan.chunks[c].context_length);
     }
-    // Indices on the CPU: padded queries repeat the chunk's first slot,
-    // padded keys its first context position (its own document either way).
-    torch::Tensor query_index = torch::empty({count, queries}, torch::kInt64);
-    torch::Tensor query_real = torch::empty({count, queries}, torch::kBool);
-    torch::Tensor context_index = torch::empty({count, context}, torch::kInt64);
-    torch::Tensor key_real = torch::empty({count, context}, torch::kBool);
-    auto qi = query_index.accessor<int64_t, 2>();
-    auto qr = query_real.accessor<bool, 2>();
-    auto ci = context_index.accessor<int64_t, 2>();
-    auto kr = key_real.accessor<bool, 2>();
-    const int64_t last_position = std::max<int64_t>(context_length - 1, 0);
-    for (int64_t g = 0; g < count; ++g) {
-      const BlockAttentionChunk& chunk = chunks[group_chunks[static_cast<size_t>(g)]];
-      for (int64_t q = 0; q < queries; ++q) {
-        qr[g][q] = q < chunk.num_queries;
-        qi[g][q] = chunk.first_query + (qr[g][q] ? q : 0);
-      }
-      for (int64_t k = 0; k < context; ++k) {
-        kr[g][k] = k < chunk.context_length;
-        ci[g][k] = std::min(chunk.context_first + (kr[g][k] ? k : 0), last_position);
-      }
-    }
-    BlockAttentionGroup group;
-    group.num_chunks = count;
-    group.max_queries = queries;
-    group.max_context = context;
-    const torch::Tensor real_rows = query_real.reshape({-1}).nonzero().squeeze(1);
-    slots_in_order.push_back(query_index.reshape({-1}).index_select(0, real_rows));
+    const GroupIndex index = group_index(plan.chunks, members, queries, context, context_length);
+    const torch::Tensor real_rows = index.query_real.reshape({-1}).nonzero().squeeze(1);
+    slots_in_order.push_back(index.query_index.reshape({-1}).index_select(0, real_rows));
     rows_in_order.push_back(real_rows + padded_rows);
     padded_rows += count * queries;
-    const torch::Tensor group_query_index = query_index.reshape({-1}).to(device);
-    const torch::Tensor group_context_index = context_index.reshape({-1}).to(device);
+    const torch::Tensor group_query_index = index.query_index.reshape({-1}).to(device);
+    const torch::Tensor group_context_index = index.context_index.reshape({-1}).to(device);
     query_indices.push_back(group_query_index);
     context_indices.push_back(group_context_index);
 
-    // Masks on the device, as for one chunk: context strictly before the
-    // block's anchor and from its document's start; its own block both ways.
+    // Masks on the device, as for one chunk.
     const torch::Tensor q_keep = slot_keep.index_select(0, group_query_index).view({count, queries}) &
-                                 query_real.to(device);  // [G, Q]
+                                 index.query_real.to(device);  // [G, Q]
     const torch::Tensor key_position = group_context_index.view({count, 1, context});
     const torch::Tensor context_visible =
-        key_real.to(device).unsqueeze(1) &
+        index.key_real.to(device).unsqueeze(1) &
         (key_position < slot_anchor.index_select(0, group_query_index).view({count, queries, 1})) &
         (key_position >= slot_begin.index_select(0, group_query_index).view({count, queries, 1})) &
         q_keep.unsqueeze(-1);  // [G, Q, C]
@@ -124,6 +128,10 @@ void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const t
     // Padded queries keep their own block too (finite softmax); they are dropped.
     const torch::Tensor own_block =
         (slot_block.unsqueeze(1) == slot_block.unsqueeze(0)).unsqueeze(0).expand({count, queries, queries});
+    BlockAttentionGroup group;
+    group.num_chunks = count;
+    group.max_queries = queries;
+    group.max_context = context;
     group.visible = torch::cat({context_visible, own_block}, -1).unsqueeze(1);  // [G, 1, Q, C + Q]
     group.row_has_keys = q_keep.view({count, 1, queries, 1});
     plan.groups.push_back(std::move(group));
@@ -133,6 +141,12 @@ void plan_groups(BlockAttentionPlan& plan, const torch::Tensor& anchors, const t
   plan.slot_rows = torch::empty_like(slots).index_put_({slots}, torch::cat(rows_in_order)).to(device);
   plan.group_query_index = torch::cat(query_indices);
   plan.group_context_index = torch::cat(context_indices);
+}
+
+template <class T>
+std::span<const T> span_of(const torch::Tensor& contiguous) {
+  return contiguous.defined() ? std::span<const T>(contiguous.data_ptr<T>(), static_cast<size_t>(contiguous.numel()))
+                              : std::span<const T>();
 }
 
 }  // namespace
@@ -154,106 +168,44 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
   BlockAttentionPlan plan;
   plan.block_size = block_size;
   plan.num_blocks = num_blocks;
-  if (blocks_per_chunk <= 0) blocks_per_chunk = std::max<int64_t>(1, num_blocks);
 
-  const torch::Tensor anchors_cpu = anchor_positions.to(torch::kCPU, torch::kInt64);
-  const torch::Tensor keep_cpu = block_keep.to(torch::kCPU, torch::kBool);
-  const torch::Tensor anchors_device = anchor_positions.to(device, torch::kInt64);
-  const torch::Tensor keep_device = block_keep.to(device, torch::kBool);
-  const auto long_options = torch::TensorOptions().device(device).dtype(torch::kInt64);
+  // Sizes first, on CPU copies (pure functions, model/block_plan.hpp).
   const bool packed = context_begin.defined();
-  const torch::Tensor begin_cpu = packed ? context_begin.to(torch::kCPU, torch::kInt64) : torch::Tensor();
-  const torch::Tensor begin_device = packed ? context_begin.to(device, torch::kInt64) : torch::Tensor();
-
-  // Chunks are runs of at most blocks_per_chunk blocks. A packed single row
-  // (the end-to-end layout of packed batches) is also cut wherever the
-  // blocks' document changes, so each chunk reads exactly its document's
-  // context: a chunk spanning two documents would read both for every query,
-  // half of it masked. Within a document, as within an unpacked row (see
-  // blocks_per_chunk_for_budget), a chunk's draft queries stay within the
-  // document's context: a document of C context positions is cut into
-  // ceil(C / block_size)-block chunks of near-equal size, so that the mostly
-  // masked draft-to-draft scores never outweigh the context ones.
-  const auto anchors_cpu_c = anchors_cpu.contiguous();
-  const auto keep_cpu_c = keep_cpu.contiguous();
-  const int64_t* anchor_at = anchors_cpu_c.data_ptr<int64_t>();  // [B, N]
-  const bool* keep_at = keep_cpu_c.data_ptr<bool>();
-  const torch::Tensor begin_cpu_c = packed ? begin_cpu.contiguous() : torch::Tensor();
-  const int64_t* begin_at = packed ? begin_cpu_c.data_ptr<int64_t>() : nullptr;
-  std::vector<std::pair<int64_t, int64_t>> runs;  // (first block, blocks)
-  const bool cut_at_documents = packed && batch == 1;
-  if (cut_at_documents) {
-    for (int64_t start = 0; start < num_blocks;) {
-      int64_t end = start, reach = 0;  // the document's blocks [start, end); its context end
-      while (end < num_blocks && begin_at[end] == begin_at[start]) {
-        if (keep_at[end]) reach = std::max(reach, anchor_at[end]);
-        ++end;
-      }
-      const int64_t context = std::clamp<int64_t>(reach, 0, context_length) - std::min(begin_at[start], context_length);
-      const int64_t cap = context > 0 ? std::clamp<int64_t>((context + block_size - 1) / block_size, 1, blocks_per_chunk)
-                                      : blocks_per_chunk;  // nothing visible (padding blocks only): no reason to cut
-      const int64_t blocks = end - start, pieces = (blocks + cap - 1) / cap;
-      for (int64_t piece = 0, first = start; piece < pieces; ++piece) {
-        const int64_t size = blocks / pieces + (piece < blocks % pieces ? 1 : 0);
-        runs.emplace_back(first, size);
-        first += size;
-      }
-      start = end;
-    }
-  } else {
-    for (int64_t start = 0; start < num_blocks; start += blocks_per_chunk)
-      runs.emplace_back(start, std::min(blocks_per_chunk, num_blocks - start));
-  }
-
-  for (const auto& [first_block, chunk_blocks] : runs) {
-    const int64_t num_queries = chunk_blocks * block_size;
-    // Only context strictly before the latest kept anchor of the chunk can be
-    // visible; for packed rows nothing before the earliest document start of
-    // its kept blocks.
-    int64_t chunk_end = 0, chunk_first = context_length;
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t j = first_block; j < first_block + chunk_blocks; ++j) {
-        if (!keep_at[b * num_blocks + j]) continue;
-        chunk_end = std::max(chunk_end, anchor_at[b * num_blocks + j]);
-        if (packed) chunk_first = std::min(chunk_first, begin_at[b * num_blocks + j]);
-      }
-    }
-    chunk_end = std::clamp<int64_t>(chunk_end, 0, context_length);
-    chunk_first = packed ? std::clamp<int64_t>(chunk_first, 0, chunk_end) : 0;
-    const int64_t chunk_context = chunk_end - chunk_first;
+  const torch::Tensor anchors_cpu = anchor_positions.to(torch::kCPU, torch::kInt64).contiguous();
+  const torch::Tensor keep_cpu = block_keep.to(torch::kCPU, torch::kBool).contiguous();
+  const torch::Tensor begin_cpu = packed ? context_begin.to(torch::kCPU, torch::kInt64).contiguous() : torch::Tensor();
+  const auto anchors = span_of<int64_t>(anchors_cpu);
+  const auto keep = span_of<bool>(keep_cpu);
+  const auto begins = span_of<int64_t>(begin_cpu);
+  // A packed single row (the end-to-end layout of packed batches) is cut
+  // where the blocks' document changes, and its chunks run batched in groups.
+  const bool one_packed_row = packed && batch == 1;
+  const std::vector<BlockRun> runs =
+      one_packed_row ? document_runs(anchors, keep, begins, context_length, block_size, blocks_per_chunk)
+                     : fixed_runs(num_blocks, blocks_per_chunk);
+  std::vector<ChunkExtent> extents;
+  extents.reserve(runs.size());
+  for (const BlockRun& run : runs) {
+    extents.push_back(chunk_extent(run, anchors, keep, begins, batch, num_blocks, block_size, context_length));
     BlockAttentionChunk chunk;
-    chunk.first_query = first_block * block_size;
-    chunk.num_queries = num_queries;
-    chunk.context_first = chunk_first;
-    chunk.context_length = chunk_context;
-    if (cut_at_documents) {  // runs in groups, masks built per group below
-      plan.chunks.push_back(std::move(chunk));
-      continue;
-    }
-
-    const torch::Tensor slot_anchor =
-        anchors_device.narrow(1, first_block, chunk_blocks).repeat_interleave(block_size, 1);  // [B, Q]
-    const torch::Tensor slot_keep = keep_device.narrow(1, first_block, chunk_blocks).repeat_interleave(block_size, 1);
-    const torch::Tensor context_position =
-        torch::arange(chunk_first, chunk_end, long_options).view({1, 1, chunk_context});
-    torch::Tensor context_visible = (context_position < slot_anchor.unsqueeze(-1)) & slot_keep.unsqueeze(-1);  // [B, Q, C]
-    if (packed) {
-      const torch::Tensor slot_begin =
-          begin_device.narrow(1, first_block, chunk_blocks).repeat_interleave(block_size, 1);  // [B, Q]
-      context_visible = context_visible & (context_position >= slot_begin.unsqueeze(-1));
-    }
-    const torch::Tensor slot_block = torch::arange(num_queries, long_options).floor_divide(block_size);  // [Q]
-    // Own block, both directions. Padding rows keep it too so that softmax
-    // stays finite; their outputs are zeroed through row_has_keys.
-    const torch::Tensor own_block =
-        (slot_block.unsqueeze(1) == slot_block.unsqueeze(0)).unsqueeze(0).expand({batch, num_queries, num_queries});
-
-    chunk.visible = torch::cat({context_visible, own_block}, -1).unsqueeze(1);  // [B, 1, Q, C + Q]
-    chunk.row_has_keys = slot_keep.view({batch, 1, num_queries, 1});
+    chunk.first_query = extents.back().first_query;
+    chunk.num_queries = extents.back().num_queries;
+    chunk.context_first = extents.back().context_first;
+    chunk.context_length = extents.back().context_length;
     plan.chunks.push_back(std::move(chunk));
   }
-  if (cut_at_documents) plan_groups(plan, anchors_device[0], keep_device[0], begin_device[0], context_length,
-                                    max_scores_per_group, min_group_fill, device);
+
+  // Then the tensors, on the device.
+  const torch::Tensor anchors_device = anchor_positions.to(device, torch::kInt64);
+  const torch::Tensor keep_device = block_keep.to(device, torch::kBool);
+  const torch::Tensor begin_device = packed ? context_begin.to(device, torch::kInt64) : torch::Tensor();
+  if (one_packed_row) {
+    add_group_tensors(plan, group_chunks(extents, max_scores_per_group, min_group_fill), anchors_device[0],
+                      keep_device[0], begin_device[0], context_length, device);
+  } else {
+    for (size_t i = 0; i < runs.size(); ++i)
+      add_chunk_masks(plan.chunks[i], runs[i], anchors_device, keep_device, begin_device, block_size, device);
+  }
   return plan;
 }
 
