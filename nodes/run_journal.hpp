@@ -31,7 +31,8 @@ struct RunSummary {
 
 class RunJournal {
  public:
-  // A fresh run starts a fresh metrics.jsonl; a resumed one appends.
+  // A fresh run starts a fresh metrics.jsonl; a resumed one keeps its
+  // records up to the checkpoint's step and appends (nodes/metrics_resume.hpp).
   explicit RunJournal(const RunContext& run);
 
   // One record to metrics.jsonl and TensorBoard (when they are sinks) and to the live view; one at a time.
