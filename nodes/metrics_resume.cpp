@@ -28,7 +28,7 @@ nlohmann::json saved_step_record(const fs::path& checkpoint, int64_t step) {
 
 void trim_metrics_to_checkpoint(const fs::path& metrics, const fs::path& checkpoint, int64_t checkpoint_step,
                                 bool restore_record) {
-  if (!fs::exists(metrics)) return;
+  if (!fs::is_regular_file(metrics)) return;  // none yet, or a device (a character device never ends)
   std::ifstream in(metrics, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read " + metrics.string() + " to resume it");
   const fs::path tmp = metrics.string() + ".tmp";
