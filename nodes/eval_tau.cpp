@@ -133,12 +133,7 @@ class EvalTau final : public graph::FunctionBody {
     const train::EvalReport report = train::evaluate_drafter(*drafter_, *run_.targets.front(), prompts_, options_);
     if (options_.should_stop()) return;  // cut short: the run is ending on an error
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    // The untrained baseline is the bar later evaluations must beat to become
-    // checkpoints/best, never a best checkpoint itself: begun before step 1,
-    // it would take a checkpoint's disk space from the start of every run.
-    const bool baseline = snapshot.global_step == 0 && run_.resumed_from.empty();
-    const bool improved = report.mean_tau > best_tau_ && !baseline;
-    if (baseline) best_tau_ = report.mean_tau;
+    const bool improved = report.mean_tau > best_tau_;
     nlohmann::json eval = {{"global_step", snapshot.global_step},
                            {"mean_tau", report.mean_tau},
                            {"prompts", report.prompts},
