@@ -4,29 +4,16 @@
 // writes an `eval` record (mean tau, its histogram, acceptance by position)
 // to the metrics plus a console line. The snapshot with the best tau so far
 // is written as checkpoints/best. A fresh run first evaluates the untrained
-// drafter (global_step 0, begun before step 1): the baseline every later tau
+// drafter (global_step 0, at its first firing): the baseline every later tau
 // is read against.
 //
 // It works on its own copy of the weights, off the model token, so training
-// continues meanwhile; it competes only for compute. Evaluations run on the
-// node's own thread, not on one of the graph's run.threads: busy graph
-// threads could leave an evaluation waiting until training ended (on 2
-// cores the baseline did). At most one snapshot waits behind the one being
-// evaluated (a further one blocks the node's input edge, whose capacity bounds
-// how far evaluation may fall behind); the last snapshot of the invocation
-// is not done before its evaluation is, so the run ends with every
-// evaluation written. Each record says how long its snapshot waited
-// (time.wait_s) and at which step the evaluation began (time.started_at_step).
-#include <atomic>
+// continues meanwhile; it competes only for compute. Its input edge bounds
+// how far it may fall behind.
 #include <chrono>
-#include <condition_variable>
-#include <exception>
-#include <iomanip>
-#include <mutex>
 #include <optional>
+#include <iomanip>
 #include <sstream>
-#include <stop_token>
-#include <thread>
 
 #include "config/errors.hpp"
 #include "config/log.hpp"
@@ -48,8 +35,8 @@ std::string fixed(double value, int digits) {
 
 class EvalTau final : public graph::FunctionBody {
  public:
-  EvalTau(const RunEnvironment& env, std::string name, std::stop_token stop)
-      : run_(env.run), journal_(env.journal), name_(std::move(name)), prompts_(env.run.eval_prompts), stop_(stop) {
+  EvalTau(const RunEnvironment& env, std::string name)
+      : run_(env.run), journal_(env.journal), name_(std::move(name)), prompts_(env.run.eval_prompts) {
     if (prompts_.empty()) throw std::logic_error("eval.tau: held-out prompts were not loaded before the graph was built");
     drafter_ = model::DFlashDrafter(run_.drafter_spec, 0);
     drafter_->to(run_.drafter_device);
@@ -59,79 +46,30 @@ class EvalTau final : public graph::FunctionBody {
     options_.temperature = run_.config.eval.temperature;
     options_.seed = run_.config.eval.seed;
     options_.compare_with_target = false;  // tau only: half the cost
-    options_.should_stop = [this] { return closing_.load() || stop_.stop_requested(); };
-    if (run_.options.rank != 0) return;
     // A resumed run keeps the best tau it had; a fresh one first measures
-    // the untrained drafter (its weights taken before any step), begun now.
+    // the untrained drafter (its weights taken now, before any step).
     if (!run_.resumed_from.empty()) {
       if (auto best = train::best_checkpoint_eval(run_.checkpoints_dir)) best_tau_ = best->value("mean_tau", best_tau_);
-    } else {
+    } else if (run_.options.rank == 0) {
       if (!env.untrained) throw std::logic_error("eval.tau: the untrained drafter's snapshot was not taken before the graph was built");
-      pending_ = Snapshot{*env.untrained};
+      baseline_ = *env.untrained;
     }
-    worker_ = std::thread([this] { work(); });
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return !pending_; });  // the baseline has begun
-  }
-
-  ~EvalTau() override {
-    {
-      std::lock_guard lock(mutex_);
-      closing_ = true;  // an evaluation under way stops at its next prompt
-    }
-    changed_.notify_all();
-    if (worker_.joinable()) worker_.join();
   }
 
   void process(graph::Inputs& in, graph::Emitter&) override {
     if (run_.options.rank != 0) return;
-    auto& snapshot = in.get<Snapshot>(0);
-    const bool last = snapshot.state.global_step >= run_.stop_step;
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, stop_, [&] { return !pending_ || failure_; });
-    if (failure_) std::rethrow_exception(failure_);
-    if (stop_.stop_requested()) return;
-    pending_ = std::move(snapshot);
-    changed_.notify_all();
-    if (!last) return;
-    changed_.wait(lock, stop_, [&] { return (!pending_ && !busy_) || failure_; });
-    if (failure_) std::rethrow_exception(failure_);
+    if (baseline_) {
+      evaluate(*baseline_);
+      baseline_.reset();
+    }
+    evaluate(in.get<Snapshot>(0).state);
   }
 
  private:
-  // The node's own thread: one snapshot after the other, until the node closes.
-  void work() {
-    std::unique_lock lock(mutex_);
-    while (true) {
-      changed_.wait(lock, [&] { return pending_ || closing_; });
-      if (closing_) break;
-      Snapshot snapshot = std::move(*pending_);
-      pending_.reset();
-      busy_ = true;
-      changed_.notify_all();
-      lock.unlock();
-      std::exception_ptr failure;
-      try {
-        evaluate(snapshot);
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      lock.lock();
-      busy_ = false;
-      failure_ = failure;
-      changed_.notify_all();
-      if (failure_) break;
-    }
-  }
-
-  void evaluate(const Snapshot& taken) {
-    const train::CheckpointState& snapshot = taken.state;
-    const auto started = std::chrono::steady_clock::now();
-    const double wait_s = std::chrono::duration<double>(started - taken.taken_at).count();
-    const int64_t started_at_step = journal_.summary().completed_steps;
+  void evaluate(const train::CheckpointState& snapshot) {
     load(snapshot.drafter_tensors);
+    const auto started = std::chrono::steady_clock::now();
     const train::EvalReport report = train::evaluate_drafter(*drafter_, *run_.targets.front(), prompts_, options_);
-    if (options_.should_stop()) return;  // cut short: the run is ending on an error
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const bool improved = report.mean_tau > best_tau_;
     nlohmann::json eval = {{"global_step", snapshot.global_step},
@@ -165,12 +103,10 @@ class EvalTau final : public graph::FunctionBody {
     record["generated_tokens"] = report.generated_tokens;
     record["best"] = improved;
     record["best_tau"] = best_tau_;
-    record["time"] = {{"eval_s", seconds}, {"wait_s", wait_s}, {"started_at_step", started_at_step},
-                      {"speculative_tokens_per_s", report.speculative_tokens_per_s}};
+    record["time"] = {{"eval_s", seconds}, {"speculative_tokens_per_s", report.speculative_tokens_per_s}};
     journal_.write(record);
     log::info("eval", log::str("step ", snapshot.global_step, ": tau ", fixed(report.mean_tau, 2), " on ",
-                               report.prompts, " held-out prompts (", fixed(seconds, 1), " s, begun ",
-                               fixed(wait_s, 1), " s after its snapshot, at step ", started_at_step, ")", best_note));
+                               report.prompts, " held-out prompts (", fixed(seconds, 1), " s)", best_note));
     journal_.eval_done(record, improved);
   }
 
@@ -191,15 +127,8 @@ class EvalTau final : public graph::FunctionBody {
   std::vector<std::vector<int64_t>> prompts_;
   model::DFlashDrafter drafter_{nullptr};
   train::EvalOptions options_;
-  double best_tau_ = -1.0;  // the worker's
-  std::stop_token stop_;    // the graph is cancelled or a node failed
-  std::mutex mutex_;
-  std::condition_variable_any changed_;
-  std::optional<Snapshot> pending_;  // waits for the worker (at most one)
-  bool busy_ = false;                // the worker is evaluating
-  std::exception_ptr failure_;       // the worker's error, for the graph
-  std::atomic<bool> closing_{false};
-  std::thread worker_;               // last: started once everything above exists
+  std::optional<train::CheckpointState> baseline_;  // a fresh run's untrained weights
+  double best_tau_ = -1.0;
 };
 
 }  // namespace
@@ -210,7 +139,7 @@ void register_eval_tau(graph::NodeRegistry& registry) {
   spec.description = "every eval.every_steps: tau by speculative decoding of held-out prompts; checkpoints/best";
   spec.inputs = {{"in", "Snapshot"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    return std::make_unique<EvalTau>(environment(context), context.name, context.stop);
+    return std::make_unique<EvalTau>(environment(context), context.name);
   };
   registry.add(std::move(spec));
 }

@@ -3,7 +3,6 @@
 // type name (given next to each struct).
 #include <torch/torch.h>
 
-#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -70,7 +69,6 @@ struct StepStats {
 // "Snapshot": the state after step k, before step k+1 (invariant 1).
 struct Snapshot {
   train::CheckpointState state;
-  std::chrono::steady_clock::time_point taken_at = std::chrono::steady_clock::now();  // an eval's wait counts from here
 };
 
 }  // namespace dflow::nodes

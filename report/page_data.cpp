@@ -91,11 +91,6 @@ nlohmann::json event_mark(const nlohmann::json& r) {
     const double tau = r["mean_tau"].get<double>();
     std::string text = std::to_string(tau);
     label = "eval: tau " + text.substr(0, text.find('.') + 3) + (r.value("best", false) ? " (best)" : "");
-    // How long its snapshot waited for the evaluation to begin (eval.tau's own thread).
-    if (const auto& time = field(r, "time"); time.is_object() && time.contains("wait_s") && time["wait_s"].is_number()) {
-      const std::string wait = std::to_string(time["wait_s"].get<double>());
-      label += "; begun " + wait.substr(0, wait.find('.') + 2) + " s after its snapshot";
-    }
     return {{"s", step}, {"kind", kind}, {"label", label}, {"tau", tau}};
   }
   else if (r.contains("reason") && r["reason"].is_string()) label = kind + ": " + r["reason"].get<std::string>();

@@ -64,10 +64,7 @@ void eval_points(const json& r, Points& p) {
   p.scalar("eval/mean_tau", r, "mean_tau");
   p.scalar("eval/best_tau", r, "best_tau");
   p.per_position("eval/acceptance", r.value("acceptance_by_position", json()));
-  if (r.contains("time")) {
-    p.scalar("eval/speculative_tokens_per_s", r["time"], "speculative_tokens_per_s");
-    p.scalar("eval/wait_s", r["time"], "wait_s");
-  }
+  if (r.contains("time")) p.scalar("eval/speculative_tokens_per_s", r["time"], "speculative_tokens_per_s");
 }
 
 void guard_text(const json& r, Points& p) {

@@ -84,7 +84,6 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
   spec_options.temperature = options.temperature;
   for (const auto& prompt : prompts) {
     if (options.max_prompts > 0 && r.prompts >= options.max_prompts) break;
-    if (options.should_stop && options.should_stop()) break;
     spec_options.seed = data::hash_combine(options.seed, static_cast<uint64_t>(r.prompts));
     std::vector<int64_t> reference;
     if (options.compare_with_target) {

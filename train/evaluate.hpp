@@ -4,7 +4,6 @@
 // and the speed-up; greedy runs also check losslessness (every output equals
 // target-only greedy decoding).
 #include <filesystem>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -21,7 +20,6 @@ struct EvalOptions {
   uint64_t seed = 0;             // sampling: per prompt hash(seed, prompt index)
   bool compare_with_target = true;  // also decode target-only: speed-up, and (greedy) the losslessness check
   int64_t keep_outputs = 0;         // the first N prompts' outputs are kept in the report (dflow eval --show)
-  std::function<bool()> should_stop;  // asked before each prompt: true ends the evaluation there
 };
 
 // One prompt's speculative output: tokens[0] is the target's, then per cycle

@@ -135,20 +135,3 @@ TEST_CASE("Eval.Prompts.an_id_outside_the_vocabulary_is_refused_naming_file_and_
   CHECK(error.find(std::to_string(wide.front())) != std::string::npos);
   CHECK(error.find("vocab") != std::string::npos);
 }
-
-TEST_CASE("Eval.Train.untrained_baseline_runs_beside_training_from_the_start") {
-  torch::set_num_threads(1);
-  auto dir = fresh_dir("eval-baseline");
-  // Two graph threads, evaluation only at the end (every_steps 0): the
-  // baseline still starts before step 1, on the evaluation's own thread.
-  auto result = nodes::run_training(
-      testing::small_run_config(dir, {"run.threads=2", "run.max_steps=12", "eval.every_steps=0"}), {});
-  const auto evals = eval_records(dir);
-  REQUIRE(evals.size() == 2);
-  CHECK(evals.front()["global_step"] == 0);
-  CHECK(evals.front()["time"].value("started_at_step", int64_t{-1}) == 0);
-  CHECK(evals.back()["global_step"] == result.completed_steps);
-  // Its wait for a thread is in the record (the report shows it).
-  CHECK(evals.back()["time"].contains("wait_s"));
-  CHECK(evals.back()["time"].value("started_at_step", int64_t{-1}) == result.completed_steps);
-}

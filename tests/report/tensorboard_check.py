@@ -85,7 +85,6 @@ def expected_points(records, restart_steps):
             for i, v in enumerate(r.get("acceptance_by_position", [])):
                 put(f"eval/acceptance@{i + 1}", step, v)
             put("eval/speculative_tokens_per_s", step, r.get("time", {}).get("speculative_tokens_per_s"))
-            put("eval/wait_s", step, r.get("time", {}).get("wait_s"))
         elif kind == "guard":
             texts[("guard", step)] = r
         elif kind == "alarm":
