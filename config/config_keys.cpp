@@ -46,7 +46,7 @@ KeySet<Config> declare() {
   k.add("run.log_level", [](Config& c) -> auto& { return c.run.log_level; }, may_change,
         "trace, debug, info, warn, error or off", one_of({"trace", "debug", "info", "warn", "error", "off"}));
   k.add("run.max_steps", [](Config& c) -> auto& { return c.run.max_steps; }, may_change,
-        "stop after this many optimizer steps in total (0: all epochs)",
+        "stop after this many optimizer steps in total (0: all epochs); sizes the LR schedule when it ends the run early",
         at_least<int64_t>(0, "must be >= 0 (0: run all epochs)"));
   // model
   k.add("model.target.path", [](Config& c) -> auto& { return c.model.target.path; }, must_match,

@@ -14,11 +14,9 @@
 #include <optional>
 #include <iomanip>
 #include <sstream>
-#include <unordered_set>
 
 #include "config/errors.hpp"
 #include "config/log.hpp"
-#include "data/checksum.hpp"
 #include "nodes/eval_tau.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_support.hpp"
@@ -29,54 +27,11 @@ namespace dflow::nodes {
 
 namespace {
 
-uint64_t prompt_hash(std::span<const int32_t> prompt) { return data::xxhash64(prompt); }
-
 std::string fixed(double value, int digits) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(digits) << value;
   return out.str();
 }
-
-}  // namespace
-
-std::vector<std::vector<int64_t>> held_out_prompts(const RunContext& run, const std::string& node) {
-  const auto& eval = run.config.eval;
-  const std::string where = "node '" + node + "' (eval.tau): eval.prompts: ";
-  if (!fs::is_regular_file(eval.prompts))
-    throw ConfigError(where + "cannot read the held-out prompts file '" + eval.prompts +
-                      "' (a JSONL file of {\"prompt_ids\": [...]} or samples that are not in the training data)");
-  std::vector<std::vector<int64_t>> candidates;
-  try {
-    candidates = train::read_prompts(eval.prompts);
-  } catch (const std::exception& e) {
-    throw ConfigError(where + e.what());
-  }
-  std::unordered_set<uint64_t> training;
-  for (int64_t i = 0; i < run.dataset.size(); ++i) {
-    const data::SampleView sample = run.dataset.sample(i);
-    size_t prompt_length = 0;
-    while (prompt_length < sample.loss_mask.size() && sample.loss_mask[prompt_length] == 0) ++prompt_length;
-    training.insert(prompt_hash(sample.input_ids.first(prompt_length)));
-  }
-  std::vector<std::vector<int64_t>> prompts;
-  int64_t dropped = 0;
-  for (auto& prompt : candidates) {
-    const std::vector<int32_t> narrow(prompt.begin(), prompt.end());
-    if (training.count(prompt_hash(narrow))) {
-      ++dropped;
-      continue;
-    }
-    prompts.push_back(std::move(prompt));
-    if (eval.max_prompts > 0 && static_cast<int64_t>(prompts.size()) == eval.max_prompts) break;
-  }
-  if (dropped > 0)
-    log::warn("eval", log::str(dropped, " prompts of ", eval.prompts, " are training prompts: left out of evaluation"));
-  if (prompts.empty())
-    throw ConfigError(where + "'" + eval.prompts + "' holds no prompt that is not a training prompt");
-  return prompts;
-}
-
-namespace {
 
 class EvalTau final : public graph::FunctionBody {
  public:

@@ -8,10 +8,25 @@
 #include <string>
 #include <vector>
 
+namespace dflow::data {
+class Dataset;
+}
+
 namespace dflow::nodes {
 
 class RunContext;
 
 std::vector<std::vector<int64_t>> held_out_prompts(const RunContext& run, const std::string& node);
+
+// What training_prompts() read of the dataset.
+struct PromptScanStats {
+  int64_t ids_read = 0;
+  int64_t mask_bytes_read = 0;
+};
+
+// For each of `prompts`: is it the prompt (the tokens before the first
+// trained one) of some sample of `dataset`?
+std::vector<bool> training_prompts(const data::Dataset& dataset, const std::vector<std::vector<int64_t>>& prompts,
+                                   PromptScanStats* stats = nullptr);
 
 }  // namespace dflow::nodes

@@ -2,55 +2,23 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <iterator>
 
 #include "config/log.hpp"
-
+#include "nodes/metrics_resume.hpp"
 #include "report/live_server.hpp"
 
 namespace dflow::nodes {
 
 namespace {
 
-// A run killed while writing a record can leave half a line at the end of
-// metrics.jsonl; a resumed run appending to it would glue its first record to
-// that half and make a line no reader can parse. The half line goes (its
-// step is recomputed after the checkpoint anyway).
-void drop_partial_last_line(const fs::path& path) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (ec || size == 0) return;
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.empty() || text.back() == '\n') return;
-  const size_t keep = text.find_last_of('\n') == std::string::npos ? 0 : text.find_last_of('\n') + 1;
-  fs::resize_file(path, keep, ec);
-  if (ec) throw std::runtime_error("cannot repair the partial last line of " + path.string() + ": " + ec.message());
-  log::warn("train", log::str("metrics.jsonl ended in a partial record (", text.size() - keep,
-                              " bytes, a run killed while writing it); removed before appending"));
+int64_t step_of(const nlohmann::json& record) {
+  const auto it = record.find("global_step");
+  return it != record.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
 }
 
-// The record of the checkpoint's step, which the checkpoint carries (its
-// state.json): appended when metrics.jsonl lacks it (the run was killed after
-// writing the checkpoint but before writing that record).
-void restore_checkpoint_record(const fs::path& metrics, const fs::path& checkpoint) {
-  std::ifstream state_in(checkpoint / "state.json");
-  const auto state = nlohmann::json::parse(state_in, nullptr, false);
-  if (state.is_discarded() || !state.contains("step_record")) return;
-  const auto& saved = state["step_record"];
-  const int64_t step = saved.value("global_step", int64_t{-1});
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    if (line.find("\"kind\":\"step\"") == std::string::npos) continue;
-    const auto r = nlohmann::json::parse(line, nullptr, false);
-    if (!r.is_discarded() && r.value("global_step", int64_t{-1}) == step) return;
-  }
-  in.close();
-  std::ofstream out(metrics, std::ios::app);
-  out << saved.dump() << "\n";
-  if (!out.flush()) throw std::runtime_error("cannot write " + metrics.string());
-  log::warn("train", log::str("metrics.jsonl lacked the record of step ", step,
-                              " (the run ended between saving that checkpoint and writing it); restored from ", checkpoint.string()));
+nlohmann::json loss_json(const SinkLoss& loss) {
+  return {{"kind", "alarm"}, {"alarm", "metrics_not_written"}, {"sink", loss.sink}, {"path", loss.path}, {"records", loss.records}, {"first_step", loss.first_step},
+          {"last_step", loss.last_step}, {"kinds", loss.kinds}, {"message", loss.message}};
 }
 
 }  // namespace
@@ -62,25 +30,73 @@ RunJournal::RunJournal(const RunContext& run) : run_(run) {
   summary_.completed_steps = run.start.completed_steps;
   if (run.options.rank != 0) return;
   // A resumed run never writes the steps up to its checkpoint again (report/tensorboard_sink.hpp).
-  if (has_sink("tensorboard"))
+  if (has_sink("tensorboard")) {
     tensorboard_ = std::make_unique<report::TensorBoardSink>(report::TensorBoardOptions{
         .dir = run.out_dir / "tensorboard", .resume_step = run.resumed_from.empty() ? -1 : run.start.completed_steps});
-  const auto path = run.out_dir / "metrics.jsonl";
-  if (!run.resumed_from.empty()) {
-    drop_partial_last_line(path);
-    if (jsonl_) restore_checkpoint_record(path, run.resumed_from);
+    tensorboard_loss_.sink = "tensorboard";
+    tensorboard_loss_.path = tensorboard_->file().string();
   }
-  metrics_jsonl_.open(path, std::ios::out | (run.resumed_from.empty() ? std::ios::trunc : std::ios::app));
-  if (!metrics_jsonl_) throw std::runtime_error("cannot write " + path.string());
+  const auto path = run.out_dir / "metrics.jsonl";
+  if (!run.resumed_from.empty()) trim_metrics_to_checkpoint(path, run.resumed_from, run.start.completed_steps, jsonl_);
+  metrics_jsonl_ = std::make_unique<report::AppendFile>(
+      path, run.resumed_from.empty() ? report::AppendFile::Mode::truncate : report::AppendFile::Mode::append);
+  jsonl_loss_.sink = "jsonl";
+  jsonl_loss_.path = path.string();
+}
+
+RunJournal::~RunJournal() = default;
+
+template <class Write>
+void RunJournal::write_to(SinkLoss& loss, const nlohmann::json& record, Write&& write,
+                          std::vector<nlohmann::json>& alarms) {
+  const int64_t step = step_of(record);
+  try {
+    write();
+    if (loss.failing)
+      log::info("metrics", log::str(loss.path, " is written again from step ", step, " (", loss.records,
+                                    " record(s) missing so far, listed at the end of the run)"));
+    loss.failing = false;
+  } catch (const std::exception& e) {
+    if (!loss.failing) {
+      const std::string message = std::string(e.what()) + "; training goes on, and this sink tries again with every record";
+      alarms.push_back({{"kind", "alarm"}, {"alarm", "metrics_not_written"}, {"sink", loss.sink}, {"path", loss.path},
+                        {"global_step", std::max<int64_t>(step, 0)}, {"message", message}});
+      if (loss.message.empty()) loss.message = e.what();
+    }
+    loss.failing = true;
+    ++loss.records;
+    ++loss.kinds[record.value("kind", "record")];
+    if (step >= 0) {
+      loss.first_step = loss.first_step < 0 ? step : std::min(loss.first_step, step);
+      loss.last_step = std::max(loss.last_step, step);
+    }
+  }
+}
+
+std::vector<nlohmann::json> RunJournal::write_to_sinks(const nlohmann::json& record) {
+  std::vector<nlohmann::json> alarms;
+  if (jsonl_ && metrics_jsonl_)
+    write_to(jsonl_loss_, record, [&] { metrics_jsonl_->append(record.dump() + "\n"); }, alarms);
+  if (tensorboard_) write_to(tensorboard_loss_, record, [&] { tensorboard_->write(record); }, alarms);
+  return alarms;
 }
 
 void RunJournal::write(const nlohmann::json& record) {
+  std::vector<nlohmann::json> alarms;
   {
     std::lock_guard lock(write_mutex_);
-    if (jsonl_ && metrics_jsonl_.is_open()) metrics_jsonl_ << record.dump() << "\n" << std::flush;
-    if (tensorboard_) tensorboard_->write(record);
+    alarms = write_to_sinks(record);
+    // An alarm goes to the sinks that still write; a sink that fails on it
+    // raises its own alarm once (each sink alarms once per outage).
+    for (size_t i = 0; i < alarms.size(); ++i)
+      for (auto& more : write_to_sinks(alarms[i])) alarms.push_back(std::move(more));
   }
   publish_live(record);
+  for (const auto& alarm : alarms) {
+    log::warn("metrics", log::str("the record of step ", alarm.value("global_step", int64_t{0}), " was not written: ",
+                                  alarm.value("message", "")));
+    publish_live(alarm);
+  }
 }
 
 void RunJournal::publish_live(const nlohmann::json& record) {
@@ -124,8 +140,15 @@ void RunJournal::checkpoint_failed(int64_t global_step, const std::string& messa
 }
 
 RunSummary RunJournal::summary() const {
-  std::lock_guard lock(summary_mutex_);
-  return summary_;
+  RunSummary summary;
+  {
+    std::lock_guard lock(summary_mutex_);
+    summary = summary_;
+  }
+  std::lock_guard lock(write_mutex_);
+  for (const SinkLoss* loss : {&jsonl_loss_, &tensorboard_loss_})
+    if (loss->records > 0) summary.alarms.push_back(loss_json(*loss));
+  return summary;
 }
 
 }  // namespace dflow::nodes

@@ -3,15 +3,25 @@
 // to metrics.jsonl and the live view, the end-of-run summary (last record,
 // evaluations, checkpoints, alarms) and the source's end-of-data signal.
 // Thread-safe; it holds no training state.
+//
+// A metrics sink that cannot write (a full disk) never stops the run and
+// never loses records silently: the first failed record raises an
+// `alarm` record (metrics_not_written, naming the sink, file, step and
+// reason) in the log, the live view and the sinks that still write; the
+// sink tries again with every record (a record is written whole or not at
+// all); and the end-of-run summary says how many records of which steps each
+// sink lacks.
 #include <atomic>
 #include <cstdint>
-#include <fstream>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "nodes/run_context.hpp"
+#include "report/append_file.hpp"
 #include "report/tensorboard_sink.hpp"
 
 namespace dflow::nodes {
@@ -23,16 +33,31 @@ struct RunSummary {
   nlohmann::json best_eval;
   std::string last_checkpoint;
   int64_t checkpoints_written = 0;
-  std::vector<nlohmann::json> alarms;  // drain alarms raised
+  // Drain alarms raised, then one metrics_not_written per sink that lost
+  // records: {"sink", "path", "records", "first_step", "last_step", "kinds", "message"}.
+  std::vector<nlohmann::json> alarms;
   std::vector<nlohmann::json> checkpoint_failures;  // {"global_step", "message"}: writes that failed (on_write_error: continue)
   int64_t real_tokens = 0;    // over the step records of this invocation
   int64_t padded_tokens = 0;
 };
 
+// One metrics sink's writes that failed: what the summary says it lacks.
+struct SinkLoss {
+  std::string sink;   // "jsonl", "tensorboard"
+  std::string path;
+  bool failing = false;  // the last write failed
+  int64_t records = 0;
+  int64_t first_step = -1, last_step = -1;
+  std::map<std::string, int64_t> kinds;  // record kind -> records lost
+  std::string message;  // the first failure's
+};
+
 class RunJournal {
  public:
-  // A fresh run starts a fresh metrics.jsonl; a resumed one appends.
+  // A fresh run starts a fresh metrics.jsonl; a resumed one keeps its
+  // records up to the checkpoint's step and appends (nodes/metrics_resume.hpp).
   explicit RunJournal(const RunContext& run);
+  ~RunJournal();
 
   // One record to metrics.jsonl and TensorBoard (when they are sinks) and to the live view; one at a time.
   void write(const nlohmann::json& record);
@@ -51,11 +76,17 @@ class RunJournal {
   std::atomic<bool> source_exhausted{false};
 
  private:
+  // Writes `record` to each sink; returns the alarms of sinks that just began to fail.
+  std::vector<nlohmann::json> write_to_sinks(const nlohmann::json& record);
+  template <class Write>
+  void write_to(SinkLoss& loss, const nlohmann::json& record, Write&& write, std::vector<nlohmann::json>& alarms);
+
   const RunContext& run_;
   bool jsonl_ = false;
-  std::mutex write_mutex_;
-  std::ofstream metrics_jsonl_;
+  mutable std::mutex write_mutex_;
+  std::unique_ptr<report::AppendFile> metrics_jsonl_;     // rank 0, when a sink
   std::unique_ptr<report::TensorBoardSink> tensorboard_;  // rank 0, when a sink
+  SinkLoss jsonl_loss_, tensorboard_loss_;                // guarded by write_mutex_
   mutable std::mutex summary_mutex_;
   RunSummary summary_;
 };

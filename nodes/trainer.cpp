@@ -176,8 +176,20 @@ std::string summarize(const TrainResult& r) {
   }
   for (const auto& failure : r.checkpoint_failures)
     out << "\n  ! " << failure.value("message", "");
-  for (const auto& alarm : r.alarms)
+  for (const auto& alarm : r.alarms) {
+    if (alarm.value("alarm", "") == "metrics_not_written") {
+      out << "\n  ! " << alarm.value("records", int64_t{0}) << " records not written to "
+          << alarm.value("path", std::string()) << ", of steps " << alarm.value("first_step", int64_t{0}) << ".."
+          << alarm.value("last_step", int64_t{0}) << " (";
+      std::string kinds;
+      const nlohmann::json by_kind = alarm.value("kinds", nlohmann::json::object());
+      for (const auto& [kind, count] : by_kind.items())
+        kinds += (kinds.empty() ? "" : ", ") + std::to_string(count.get<int64_t>()) + " " + kind;
+      out << kinds << "): " << alarm.value("message", std::string());
+      continue;
+    }
     out << "\n  ! drain alarm at step " << alarm.value("global_step", int64_t{0}) << ": " << alarm.value("message", "");
+  }
   return out.str();
 }
 

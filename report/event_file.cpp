@@ -3,9 +3,6 @@
 #include <isa-l/crc.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <stdexcept>
 
 #include "tensorboard_event.pb.h"
 
@@ -48,9 +45,8 @@ std::string frame_record(std::string_view data) {
   return record;
 }
 
-EventFileWriter::EventFileWriter(std::filesystem::path path, double wall_time) : path_(std::move(path)) {
-  out_.open(path_, std::ios::binary | std::ios::trunc);
-  if (!out_) throw std::runtime_error("tensorboard sink: cannot write " + path_.string() + ": " + std::strerror(errno));
+EventFileWriter::EventFileWriter(std::filesystem::path path, double wall_time)
+    : path_(std::move(path)), out_(path_, AppendFile::Mode::truncate) {
   tensorboard::Event event;
   event.set_wall_time(wall_time);
   event.set_file_version("brain.Event:2");
@@ -58,10 +54,7 @@ EventFileWriter::EventFileWriter(std::filesystem::path path, double wall_time) :
 }
 
 void EventFileWriter::write(const std::string& serialized_event) {
-  const std::string record = frame_record(serialized_event);
-  out_.write(record.data(), static_cast<std::streamsize>(record.size()));
-  out_.flush();
-  if (!out_) throw std::runtime_error("tensorboard sink: write to " + path_.string() + " failed");
+  out_.append(frame_record(serialized_event));
 }
 
 }  // namespace dflow::report

@@ -5,9 +5,10 @@
 // format ("brain.Event:2"). Torch-free; one writer per file, not thread-safe.
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <string_view>
+
+#include "report/append_file.hpp"
 
 namespace dflow::report {
 
@@ -23,13 +24,14 @@ class EventFileWriter {
  public:
   // Creates `path` (truncating it) and writes the file_version event.
   explicit EventFileWriter(std::filesystem::path path, double wall_time);
-  // Appends one serialized Event and flushes, so a reader sees it at once.
+  // Appends one serialized Event, so a reader sees it at once; whole or not
+  // at all (report/append_file.hpp): throws naming the file and the reason.
   void write(const std::string& serialized_event);
   const std::filesystem::path& path() const { return path_; }
 
  private:
   std::filesystem::path path_;
-  std::ofstream out_;
+  AppendFile out_;
 };
 
 }  // namespace dflow::report

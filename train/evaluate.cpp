@@ -29,7 +29,7 @@ std::ifstream open_prompts(const std::filesystem::path& jsonl) {
 }
 }  // namespace
 
-std::vector<std::vector<int64_t>> read_prompts(const std::filesystem::path& jsonl) {
+std::vector<std::vector<int64_t>> read_prompts(const std::filesystem::path& jsonl, std::vector<int64_t>* lines) {
   std::ifstream in = open_prompts(jsonl);
   std::vector<std::vector<int64_t>> prompts;
   int64_t line_number = 0;
@@ -52,6 +52,7 @@ std::vector<std::vector<int64_t>> read_prompts(const std::filesystem::path& json
       }
       if (prompt.empty()) throw std::runtime_error("empty prompt");
       prompts.push_back(std::move(prompt));
+      if (lines) lines->push_back(line_number);
     } catch (const std::exception& e) {
       std::string why = e.what();
       if (why.rfind("[json.exception.", 0) == 0 && why.find("] ") != std::string::npos) why = why.substr(why.find("] ") + 2);

@@ -50,7 +50,8 @@ struct EvalReport {
 
 // Prompts from JSONL: {"prompt_ids": [...]} or a training sample
 // {"input_ids": [...], "loss_mask": [...]} (its prompt = tokens before the first loss_mask 1).
-std::vector<std::vector<int64_t>> read_prompts(const std::filesystem::path& jsonl);
+// With `lines`, also each prompt's line number in the file (for errors).
+std::vector<std::vector<int64_t>> read_prompts(const std::filesystem::path& jsonl, std::vector<int64_t>* lines = nullptr);
 
 EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::TargetModel& target,
                             const std::vector<std::vector<int64_t>>& prompts, const EvalOptions& options);

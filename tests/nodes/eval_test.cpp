@@ -4,6 +4,9 @@
 // speculative decoding with it returns exactly the target's own tokens.
 #include <doctest/doctest.h>
 
+#include "config/errors.hpp"
+#include "data/dataset.hpp"
+#include "nodes/eval_tau.hpp"
 #include "nodes/trainer.hpp"
 #include "train/checkpoint.hpp"
 #include "train/evaluate.hpp"
@@ -72,4 +75,63 @@ TEST_CASE("Eval.Train.trained_drafter_beats_untrained_on_held_out_prompts") {
   CHECK(report.lossless_checked);
   CHECK(report.mismatched_prompts == 0);
   CHECK(report.mean_tau == doctest::Approx(best));
+}
+
+namespace {
+// The prompt of a training sample: its tokens before the first trained one.
+std::vector<int64_t> prompt_of(const data::SampleView& sample) {
+  std::vector<int64_t> prompt;
+  for (size_t i = 0; i < sample.input_ids.size() && sample.loss_mask[i] == 0; ++i) prompt.push_back(sample.input_ids[i]);
+  return prompt;
+}
+}  // namespace
+
+TEST_CASE("Eval.Prompts.training_prompts_found_reading_only_what_decides_it") {
+  const auto dataset = data::Dataset::open({(testing::assets_dir() / "data").string()});
+  const auto first = prompt_of(dataset.sample(0)), second = prompt_of(dataset.sample(1));
+  REQUIRE(first.size() > 2);
+  auto longer = second, shorter = second, wide = second;
+  longer.push_back(second.back());       // the prompt and one token more
+  shorter.pop_back();                    // all of the prompt but its last token
+  wide.front() += int64_t{1} << 32;      // equal to it only once narrowed to 32 bits
+  const std::vector<std::vector<int64_t>> candidates{first, longer, shorter, wide, second};
+  nodes::PromptScanStats stats;
+  const auto training = nodes::training_prompts(dataset, candidates, &stats);
+  CHECK(training == std::vector<bool>{true, false, false, false, true});
+  // Each sample is read only as far as it agrees with some candidate; its loss
+  // mask only where it agrees with a whole candidate.
+  size_t longest = 0;
+  for (const auto& c : candidates) longest = std::max(longest, c.size());
+  int64_t bound = 0;
+  for (int64_t i = 0; i < dataset.size(); ++i) bound += std::min<int64_t>(dataset.lengths()[i], static_cast<int64_t>(longest));
+  INFO("ids read " << stats.ids_read << ", mask bytes read " << stats.mask_bytes_read << " of " << dataset.num_tokens()
+                   << " tokens");
+  CHECK(stats.ids_read <= bound);
+  CHECK(stats.ids_read < dataset.num_tokens() / 4);
+  CHECK(stats.mask_bytes_read <= 4 * static_cast<int64_t>(longest + 1));
+}
+
+TEST_CASE("Eval.Prompts.an_id_outside_the_vocabulary_is_refused_naming_file_and_line") {
+  auto dir = fresh_dir("eval-wide-id");
+  const auto dataset = data::Dataset::open({(testing::assets_dir() / "data").string()});
+  auto wide = prompt_of(dataset.sample(1));
+  wide.front() += int64_t{1} << 32;  // narrowed to int32 it is a training prompt
+  const auto prompts = dir / "prompts.jsonl";
+  {
+    std::ofstream out(prompts);
+    out << nlohmann::json{{"prompt_ids", prompt_of(dataset.sample(0))}}.dump() << "\n"
+        << nlohmann::json{{"prompt_ids", train::read_prompts(testing::assets_dir() / "heldout.jsonl").front()}}.dump()
+        << "\n\n"
+        << nlohmann::json{{"prompt_ids", wide}}.dump() << "\n";
+  }
+  std::string error = "(no error)";
+  try {
+    nodes::run_training(testing::small_run_config(dir, {"run.max_steps=1", "eval.prompts=" + prompts.string()}), {});
+  } catch (const ConfigError& e) {
+    error = e.what();
+  }
+  CHECK(error.find("eval.prompts") != std::string::npos);
+  CHECK(error.find(prompts.string() + ":4") != std::string::npos);
+  CHECK(error.find(std::to_string(wide.front())) != std::string::npos);
+  CHECK(error.find("vocab") != std::string::npos);
 }
