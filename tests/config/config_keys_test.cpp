@@ -9,6 +9,7 @@
 
 #include "config/config.hpp"
 #include "config/config_keys.hpp"
+#include "config_error_of.hpp"
 
 using dflow::ConfigError;
 using dflow::config::config_keys;
@@ -16,13 +17,7 @@ using dflow::config::load_config_text;
 
 namespace {
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  try {
-    load_config_text(yaml, "test.yaml", overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  FAIL("expected a ConfigError for: " << yaml << " with " << overrides.size() << " override(s)");
-  return {};
+  return dflow::testing::config_error_of(yaml, overrides);
 }
 
 YAML::Node node_at(YAML::Node root, const std::string& path) {

@@ -4,21 +4,15 @@
 #include <fstream>
 
 #include "config/config.hpp"
+#include "config_error_of.hpp"
 
 using dflow::ConfigError;
 using dflow::config::load_config;
 using dflow::config::load_config_text;
 
 namespace {
-// The message of the ConfigError that loading `yaml` (with overrides) throws.
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  try {
-    load_config_text(yaml, "test.yaml", overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  FAIL("expected a ConfigError for: " << yaml);
-  return {};
+  return dflow::testing::config_error_of(yaml, overrides);
 }
 }  // namespace
 

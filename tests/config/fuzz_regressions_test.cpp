@@ -7,6 +7,7 @@
 
 #include "config/config.hpp"
 #include "config/errors.hpp"
+#include "config_error_of.hpp"
 
 using namespace dflow;
 using namespace dflow::config;
@@ -14,14 +15,7 @@ using namespace dflow::config;
 namespace {
 
 std::string config_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  try {
-    load_config_text(yaml, "fuzz.yaml", overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  // Anything else (yaml-cpp's own exceptions) escapes and fails the test.
-  FAIL("expected a ConfigError for: " << yaml);
-  return {};
+  return testing::config_error_of(yaml, overrides, "fuzz.yaml");
 }
 
 }  // namespace

@@ -25,14 +25,6 @@ std::vector<std::string> quick(std::vector<std::string> extra) {
   return o;
 }
 
-std::vector<nlohmann::json> records_of_kind(const fs::path& out_dir, const std::string& kind) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(out_dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);)
-    if (auto r = nlohmann::json::parse(line); r.value("kind", "") == kind) out.push_back(r);
-  return out;
-}
-
 bool mentions(const std::vector<std::string>& lines, const std::string& text) {
   for (const auto& l : lines)
     if (l.find(text) != std::string::npos) return true;

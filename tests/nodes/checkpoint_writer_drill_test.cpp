@@ -12,6 +12,7 @@
 using namespace dflow;
 using testing::fresh_dir;
 using testing::small_run_config;
+using testing::records_of_kind;
 namespace fs = std::filesystem;
 
 namespace {
@@ -22,14 +23,6 @@ config::FaultDecl fault(const std::string& kind, int64_t step, const std::string
   f.node = node;
   f.seconds = seconds;
   return f;
-}
-
-std::vector<nlohmann::json> records_of_kind(const fs::path& out_dir, const std::string& kind) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(out_dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);)
-    if (auto r = nlohmann::json::parse(line); r.value("kind", "") == kind) out.push_back(r);
-  return out;
 }
 }  // namespace
 

@@ -13,20 +13,11 @@
 using namespace dflow;
 using testing::fresh_dir;
 using testing::small_run_config;
+using testing::stopped_after;
 using testing::step_records;
 using testing::with_pad;
 
 namespace {
-
-// Stopped after `step` steps as an interruption would (a stop fault): the LR
-// schedule stays the whole run's, which run.max_steps would size instead.
-config::Config stopped_after(config::Config c, int64_t step) {
-  config::FaultDecl stop;
-  stop.kind = "stop";
-  stop.step = step;
-  c.faults.push_back(stop);
-  return c;
-}
 
 struct EpochTotals {
   std::vector<int64_t> sample_ids;

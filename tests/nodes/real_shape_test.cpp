@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 
@@ -54,12 +55,36 @@ void write_samples(const fs::path& path, int count) {
   }
 }
 
+// bf16 GEMMs on a CPU without native bf16 (AVX2 only) fall back to
+// LibTorch's reference loop, about 60x slower than float32: this test then
+// takes about 20 minutes instead of 40 s. It runs where bf16 is native, or
+// when DFLOW_REAL_SHAPE=1 asks for it anyway.
+bool bf16_is_slow(double& ratio) {
+  torch::NoGradGuard no_grad;
+  const auto a = torch::randn({256, 256}), b = torch::randn({256, 256});
+  const auto a16 = a.to(torch::kBFloat16), b16 = b.to(torch::kBFloat16);
+  auto seconds = [](const torch::Tensor& x, const torch::Tensor& y) {
+    (void)torch::mm(x, y);  // warm up
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 4; ++i) (void)torch::mm(x, y);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  ratio = seconds(a16, b16) / std::max(seconds(a, b), 1e-9);
+  return ratio > 20;
+}
 }  // namespace
 
 TEST_CASE("Train.RealShape.qwen3_0_6b_bf16_two_steps_at_512") {
+  torch::set_num_threads(2);
+  double slowdown = 0;
+  const char* forced = std::getenv("DFLOW_REAL_SHAPE");
+  if (bf16_is_slow(slowdown) && !(forced && std::string(forced) == "1")) {
+    MESSAGE("skipped: bf16 matmul is " << slowdown << "x slower than float32 on this CPU (no native bf16); "
+            "DFLOW_REAL_SHAPE=1 runs it anyway (about 20 minutes on 2 cores)");
+    return;
+  }
   const auto dir = fresh_dir("real-shape");
   const auto started = std::chrono::steady_clock::now();
-  torch::set_num_threads(2);
 
   model::TinyTargetOptions base;
   base.out_dir = dir / "target";

@@ -12,19 +12,10 @@
 using namespace dflow;
 using testing::fresh_dir;
 using testing::small_run_config;
+using testing::stopped_after;
 using testing::step_records;
 
 namespace {
-
-// Stopped after `step` steps as an interruption would (a stop fault): the LR
-// schedule stays the whole run's, which run.max_steps would size instead.
-config::Config stopped_after(config::Config c, int64_t step) {
-  config::FaultDecl stop;
-  stop.kind = "stop";
-  stop.step = step;
-  c.faults.push_back(stop);
-  return c;
-}
 
 train::Schedule schedule_of(const config::Config& config, int64_t steps) {
   train::Schedule s;

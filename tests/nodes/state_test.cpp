@@ -14,15 +14,6 @@ using namespace dflow::testing;
 
 namespace {
 
-// Stopped after `step` steps as an interruption would (a stop fault): the LR
-// schedule stays the whole run's, which run.max_steps would size instead.
-config::Config stopped_after(config::Config c, int64_t step) {
-  config::FaultDecl stop;
-  stop.kind = "stop";
-  stop.step = step;
-  c.faults.push_back(stop);
-  return c;
-}
 template <class F>
 std::string error_of(F&& f) {
   try {

@@ -20,9 +20,7 @@ TEST_CASE("Train.TensorBoard.run_and_resume_read_back_equal_to_metrics_jsonl") {
   // schedule, so it stays 12 and a stop fault ends the first invocation).
   auto twelve_steps = overrides;
   twelve_steps.push_back("run.max_steps=12");
-  auto stopped = small_run_config(dir, twelve_steps);
-  stopped.faults.push_back(config::FaultDecl{.kind = "stop", .step = 6});
-  nodes::run_training(stopped, {});
+  nodes::run_training(testing::stopped_after(small_run_config(dir, twelve_steps), 6), {});
   nodes::RunOptions resume;
   resume.resume = "latest";
   nodes::run_training(small_run_config(dir, twelve_steps), resume);

@@ -74,6 +74,25 @@ inline fs::path fresh_dir(const std::string& name) {
   return d;
 }
 
+// Stopped after `step` steps as an interruption would (a stop fault): the LR
+// schedule stays the whole run's, which run.max_steps would size instead.
+inline config::Config stopped_after(config::Config c, int64_t step) {
+  config::FaultDecl stop;
+  stop.kind = "stop";
+  stop.step = step;
+  c.faults.push_back(stop);
+  return c;
+}
+
+// The records of one kind ("step", "eval", "alarm", "guard") of a run, in file order.
+inline std::vector<nlohmann::json> records_of_kind(const fs::path& out_dir, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(out_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (auto r = nlohmann::json::parse(line); r.value("kind", "") == kind) out.push_back(r);
+  return out;
+}
+
 // Step records of a run, without the wall-clock and telemetry fields (the
 // only fields allowed to differ between two runs of the same config).
 inline std::vector<nlohmann::json> step_records(const fs::path& out_dir) {

@@ -10,6 +10,7 @@ using namespace dflow;
 using testing::fresh_dir;
 namespace fs = std::filesystem;
 using testing::small_run_config;
+using testing::stopped_after;
 using testing::step_records;
 
 namespace {
@@ -17,15 +18,6 @@ double mean_loss(const std::vector<nlohmann::json>& records, size_t begin, size_
   double sum = 0;
   for (size_t i = begin; i < end; ++i) sum += records[i]["loss"].get<double>();
   return sum / static_cast<double>(end - begin);
-}
-// Stopped after `step` steps as an interruption would (a stop fault): the LR
-// schedule stays the whole run's, which run.max_steps would size instead.
-config::Config stopped_after(config::Config c, int64_t step) {
-  config::FaultDecl stop;
-  stop.kind = "stop";
-  stop.step = step;
-  c.faults.push_back(stop);
-  return c;
 }
 }  // namespace
 
