@@ -26,10 +26,13 @@ constexpr int kSteps = 30;
 
 TEST_CASE("Train.Precision.bf16_loss_follows_fp32_over_30_steps") {
   auto fp32_dir = fresh_dir("fp32"), bf16_dir = fresh_dir("bf16");
-  const std::string steps = "run.max_steps=" + std::to_string(kSteps);
-  nodes::run_training(small_run_config(fp32_dir, {steps}), {});
-  nodes::run_training(
-      small_run_config(bf16_dir, {steps, "model.target.dtype=bfloat16", "model.drafter.dtype=bfloat16"}), {});
+  // The first 30 steps of the whole run's schedule (a stop fault: run.max_steps
+  // would size the schedule to 30 steps and decay the LR within them).
+  nodes::run_training(testing::stopped_after(small_run_config(fp32_dir), kSteps), {});
+  nodes::run_training(testing::stopped_after(small_run_config(bf16_dir, {"model.target.dtype=bfloat16",
+                                                                         "model.drafter.dtype=bfloat16"}),
+                                             kSteps),
+                      {});
   const auto fp32 = step_records(fp32_dir), bf16 = step_records(bf16_dir);
   REQUIRE(fp32.size() == static_cast<size_t>(kSteps));
   REQUIRE(bf16.size() == static_cast<size_t>(kSteps));
