@@ -70,7 +70,9 @@ std::optional<train::LoadedCheckpoint> open_resume_checkpoint(const config::Conf
   if (!differences.empty()) {
     std::string list;
     for (const auto& d : differences) list += "\n  " + d;
-    throw ConfigError("checkpoint " + dir.string() + " was written with an incompatible config:" + list);
+    throw ConfigError("checkpoint " + dir.string() + " was written with an incompatible config:" + list +
+                      "\n  resume with the saved values (its config.yaml), or start a new run: --overwrite, or "
+                      "another run.out_dir");
   }
   const int saved_world = ckpt.run_state.value("world_size", 1);
   if (saved_world != options.world_size) {
