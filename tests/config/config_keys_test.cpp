@@ -1,6 +1,7 @@
 // Every declared key (config/config_keys.cpp) is read, printed, suggested,
 // type-checked and documented through its one declaration; a test here fails
 // when a key is missing from any of those.
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -17,7 +18,7 @@ using dflow::config::load_config_text;
 
 namespace {
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  return dflow::testing::config_error_of(yaml, overrides);
+  return ::dflow::testing::config_error_of(yaml, overrides);
 }
 
 YAML::Node node_at(YAML::Node root, const std::string& path) {
@@ -70,7 +71,7 @@ TEST_CASE("ConfigKeys.a_key_that_moved_names_its_new_place") {
 }
 
 TEST_CASE("ConfigKeys.the_readme_reference_is_the_declared_keys") {
-  std::ifstream in(std::string(DFLOW_SOURCE_DIR) + "/README.md");
+  std::ifstream in(::dflow::testing::source_dir() + "/README.md");
   std::stringstream readme;
   readme << in.rdbuf();
   const std::string text = readme.str();

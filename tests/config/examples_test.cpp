@@ -1,4 +1,5 @@
 // The example configs load and say what their comments promise.
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 
 #include "config/config.hpp"
@@ -6,7 +7,7 @@
 using dflow::config::load_config;
 
 TEST_CASE("Config.Examples.qwen3_8b_is_the_specforge_recipe_in_bf16_on_gpus") {
-  const auto c = load_config(std::string(DFLOW_SOURCE_DIR) + "/examples/qwen3-8b.yaml");
+  const auto c = load_config(::dflow::testing::source_dir() + "/examples/qwen3-8b.yaml");
   CHECK(c.model.drafter.num_layers == 5);
   CHECK(c.model.drafter.block_size == 16);
   CHECK(c.model.drafter.target_layer_ids == std::vector<int>{1, 9, 17, 25, 33});

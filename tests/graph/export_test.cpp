@@ -1,5 +1,6 @@
 // The default pipeline (config/default.yaml) is expressible, and exports of a
 // declaration need no node body (no model loading).
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -45,10 +46,10 @@ NodeRegistry default_shaped_registry() {
 }
 
 config::PipelineConfig default_pipeline(int target_replicas) {
-  std::ifstream file(DFLOW_SOURCE_DIR "/config/default.yaml");
+  std::ifstream file(::dflow::testing::source_dir() + "/config/default.yaml");
   REQUIRE(file.good());
   std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  config::PipelineConfig pipeline = testing::pipeline_from_yaml(text, "config/default.yaml");
+  config::PipelineConfig pipeline = graph::testing::pipeline_from_yaml(text, "config/default.yaml");
   for (auto& n : pipeline.nodes)
     if (n.name == "target") n.replicas = target_replicas;
   return pipeline;

@@ -4,6 +4,7 @@
 // accepts, prompt by prompt and cycle by cycle, what a DFlash drafting
 // reference written on transformers accepts with the exported drafter, on a
 // drafter whose acceptance is partial.
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -36,9 +37,9 @@ std::string rows_argument(const std::vector<std::vector<int64_t>>& rows) {
   return out.str();
 }
 
-dflow::testing::Outcome run_python(const std::string& script, const std::string& arguments) {
-  if (std::string(DFLOW_PYTHON).empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
-  return dflow::testing::run_command(std::string(DFLOW_PYTHON) + " " + DFLOW_SOURCE_DIR + "/tests/model/" + script +
+::dflow::testing::Outcome run_python(const std::string& script, const std::string& arguments) {
+  if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
+  return ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() + "/tests/model/" + script +
                                          " " + arguments,
                                      180);
 }

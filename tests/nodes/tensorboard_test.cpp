@@ -1,5 +1,6 @@
 // The tensorboard sink in a real run: what TensorBoard's own reader shows
 // equals metrics.jsonl, and a resumed run adds its steps without repeating any.
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 
 #include "nodes/trainer.hpp"
@@ -12,7 +13,7 @@ using testing::small_run_config;
 namespace fs = std::filesystem;
 
 TEST_CASE("Train.TensorBoard.run_and_resume_read_back_equal_to_metrics_jsonl") {
-  if (std::string(DFLOW_PYTHON).empty()) FAIL("no Python beside torchrun: run tools/setup.sh");
+  if (::dflow::testing::python().empty()) FAIL("no Python beside torchrun: run tools/setup.sh");
   auto dir = fresh_dir("tensorboard");
   const std::vector<std::string> overrides{"metrics.sinks=[jsonl, tensorboard]", "eval.every_steps=3",
                                            "checkpoint.every_steps=3"};
@@ -30,7 +31,7 @@ TEST_CASE("Train.TensorBoard.run_and_resume_read_back_equal_to_metrics_jsonl") {
     files += e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
   CHECK(files == 2);  // one per invocation
   const auto o = testing::run_command(
-      std::string(DFLOW_PYTHON) + " " + DFLOW_SOURCE_DIR + "/tests/report/tensorboard_check.py " + dir.string() +
+      ::dflow::testing::python() + " " + ::dflow::testing::source_dir() + "/tests/report/tensorboard_check.py " + dir.string() +
           " --restart-steps 7 --require 'train/loss,train/grad_norm,train/lr,train/accuracy@1,time/tokens_per_s,"
           "train/padding_efficiency,eval/mean_tau,node_busy_share/drafter,edge_occupancy/'",
       120);

@@ -1,3 +1,4 @@
+#include "test_paths.hpp"
 #include "fixture.hpp"
 
 #include <algorithm>
@@ -13,7 +14,7 @@ namespace dflow::report::test {
 
 namespace fs = std::filesystem;
 
-fs::path build_dir() { return fs::path(DFLOW_BINARY).parent_path(); }
+fs::path build_dir() { return fs::path(::dflow::testing::dflow_binary()).parent_path(); }
 
 fs::path fresh_dir(const std::string& name) {
   fs::path dir = build_dir() / "test-report" / name;

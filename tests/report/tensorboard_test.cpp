@@ -2,6 +2,7 @@
 // and every value equal to metrics.jsonl's when the files are read back by
 // the tensorboard package's own event reader (tensorboard_check.py), also
 // across a resume after a crash.
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -18,9 +19,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // Runs the reader script on a run directory; its one-line verdict is the output.
-dflow::testing::Outcome check_with_tensorboard(const fs::path& run_dir, const std::string& extra = "") {
-  if (std::string(DFLOW_PYTHON).empty()) FAIL("no Python beside torchrun: run tools/setup.sh");
-  return dflow::testing::run_command(std::string(DFLOW_PYTHON) + " " + DFLOW_SOURCE_DIR +
+::dflow::testing::Outcome check_with_tensorboard(const fs::path& run_dir, const std::string& extra = "") {
+  if (::dflow::testing::python().empty()) FAIL("no Python beside torchrun: run tools/setup.sh");
+  return ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
                                          "/tests/report/tensorboard_check.py " + run_dir.string() + " " + extra,
                                      120);
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers of the text tests: a tiny byte-level BPE tokenizer.json written on
 // the fly, and the real-vocabulary fixture made by make_tokenizer_fixture.py.
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -14,7 +15,7 @@
 
 namespace dflow::text::test {
 
-inline std::filesystem::path fixture_dir() { return DFLOW_TEXT_FIXTURE_DIR; }
+inline std::filesystem::path fixture_dir() { return ::dflow::testing::text_fixture_dir(); }
 
 // The real Qwen vocabulary with Qwen2's (or Llama 3's) split regex; fails the
 // test with what to run when the fixture step has not run.

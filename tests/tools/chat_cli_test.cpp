@@ -1,5 +1,6 @@
 // The chat-data commands as a user runs them: dflow tokenize, dflow prepare
 // from conversations, and training refused for a target with another tokenizer.
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -12,14 +13,14 @@
 namespace {
 
 namespace fs = std::filesystem;
-using dflow::testing::Outcome;
+using ::dflow::testing::Outcome;
 
 Outcome run_dflow(const std::string& args) {
-  return dflow::testing::run_command(std::string(DFLOW_BINARY) + " " + args, 300);
+  return ::dflow::testing::run_command(::dflow::testing::dflow_binary() + " " + args, 300);
 }
 
 fs::path fixture(const std::string& family) {
-  const fs::path dir = fs::path(DFLOW_TEXT_FIXTURE_DIR) / family;
+  const fs::path dir = fs::path(::dflow::testing::text_fixture_dir()) / family;
   REQUIRE_MESSAGE(fs::exists(dir / "tokenizer.json"), "run `ctest -R text` first (fixture step)");
   return dir;
 }
@@ -143,13 +144,13 @@ TEST_CASE("Cli.Regenerate.conversations_answered_by_the_target_and_a_rerun_conti
 TEST_CASE("Cli.Eval.show_prints_prompts_and_answers_with_accepted_drafts_marked") {
   const auto dir = fresh("show");
   const auto config = dir / "run.yaml";
-  std::ofstream(config) << dflow::config::to_yaml(dflow::testing::small_run_config(dir / "run", {"run.max_steps=2"}));
+  std::ofstream(config) << dflow::config::to_yaml(::dflow::testing::small_run_config(dir / "run", {"run.max_steps=2"}));
   auto o = run_dflow("train " + config.string());
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
   dflow::text::test::write_json(dir / "tokenizer.json", dflow::text::test::byte_tokenizer_json(512));
   std::ofstream(dir / "prompts.jsonl") << "{\"prompt_ids\": [104, 105, 33, 300, 7, 8, 9, 10]}\n"
                                        << "{\"prompt_ids\": [11, 12, 13, 200, 300, 4, 5, 6]}\n";
-  o = run_dflow("eval --target " + (dflow::testing::assets_dir() / "target").string() + " --drafter " +
+  o = run_dflow("eval --target " + (::dflow::testing::assets_dir() / "target").string() + " --drafter " +
                 (dir / "run").string() + " --prompts " + (dir / "prompts.jsonl").string() +
                 " --max-new-tokens 24 --show 1 --tokenizer " + (dir / "tokenizer.json").string());
   CHECK_MESSAGE(o.exit_code == 0, o.output);

@@ -1,5 +1,6 @@
 // The dflow command as a user runs it: exit codes, one clear error line,
 // failure in a node, and a crash in the middle of a checkpoint write.
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 #include <signal.h>
 
@@ -21,7 +22,7 @@ namespace {
 using testing::Outcome;
 
 // Runs `dflow ARGS` (stdout and stderr together).
-Outcome run_dflow(const std::string& args) { return testing::run_command(std::string(DFLOW_BINARY) + " " + args); }
+Outcome run_dflow(const std::string& args) { return testing::run_command(::dflow::testing::dflow_binary() + " " + args); }
 
 // A config file for a small run in `dir`, with extra YAML appended (faults).
 fs::path write_config(const fs::path& dir, const std::vector<std::string>& overrides, const std::string& extra_yaml) {
@@ -82,7 +83,7 @@ TEST_CASE("Cli.Train.sigkill_while_writing_a_checkpoint_keeps_latest_valid") {
   auto dir = fresh_dir("kill");
   auto config = write_config(dir, {"checkpoint.every_steps=5", "train.epochs=1"},
                              "faults: [{kind: delay, node: checkpoint, step: 9, seconds: 60}]\n");
-  std::string command = "(exec " + std::string(DFLOW_BINARY) + " train " + config.string() + " > " +
+  std::string command = "(exec " + ::dflow::testing::dflow_binary() + " train " + config.string() + " > " +
                         (dir / "log").string() + " 2>&1) & echo $! > " + (dir / "pid").string();
   REQUIRE(std::system(command.c_str()) == 0);
   int pid = 0;
@@ -147,7 +148,7 @@ TEST_CASE("Cli.Train.live_view_answers_during_the_run") {
   auto dir = fresh_dir("live");
   auto config = write_config(dir, {"run.max_steps=40"}, "faults: [{kind: delay, node: drafter, step: 0, seconds: 0.1}]\n");
   const std::string address = "127.0.0.1:" + std::to_string(20000 + ::getpid() % 20000);
-  std::string command = "(exec " + std::string(DFLOW_BINARY) + " train " + config.string() + " --serve " + address +
+  std::string command = "(exec " + ::dflow::testing::dflow_binary() + " train " + config.string() + " --serve " + address +
                         " > " + (dir / "log").string() + " 2>&1) & echo $! > " + (dir / "pid").string();
   REQUIRE(std::system(command.c_str()) == 0);
   int pid = 0;

@@ -1,6 +1,7 @@
 // Data parallel as a user runs it: 2 ranks over Gloo on loopback, launched by
 // `dflow launch`, by torchrun, and by hand (to kill one). Each rank uses one
 // graph thread and one torch thread; every wait has a hard limit.
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -31,7 +32,7 @@ using testing::Outcome;
 // Runs a shell command line (stdout and stderr together), killed after `limit_s`.
 Outcome run(const std::string& command, int limit_s = 120) { return testing::run_command(command, limit_s); }
 
-std::string dflow_bin() { return DFLOW_BINARY; }
+std::string dflow_bin() { return ::dflow::testing::dflow_binary(); }
 
 // A small 1-thread run in `dir` (2 ranks share this machine's 2 cores).
 fs::path write_config(const fs::path& dir, std::vector<std::string> overrides, const std::string& extra_yaml = "") {
@@ -115,9 +116,9 @@ TEST_CASE("Dist.Launch.a_short_last_step_leaves_one_rank_an_empty_share") {
 }
 
 TEST_CASE("Dist.Torchrun.launches_two_ranks_that_complete") {
-  const std::string torchrun = DFLOW_TORCHRUN;
+  const std::string torchrun = ::dflow::testing::torchrun();
   if (torchrun.empty() || !fs::exists(torchrun)) {
-    MESSAGE("skipped: no torchrun beside the configured torch (DFLOW_TORCHRUN is empty)");
+    MESSAGE("skipped: no torchrun beside the configured torch (tools/setup.sh installs it in the venv)");
     return;
   }
   auto dir = fresh_dir("dist-torchrun");

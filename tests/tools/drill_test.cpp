@@ -21,6 +21,7 @@
 //   DFLOW_DRILL_PAIRS (1)    alternating runs without / with clients
 //   DFLOW_DRILL_STRICT (0)   1: assert throughput drops less than 5% under load
 //   DFLOW_DRILL_FIGURES      a file to append each drill's figures to (JSON lines)
+#include "test_paths.hpp"
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>
@@ -115,7 +116,7 @@ Background start_background(const fs::path& dir, const std::string& command_line
 }
 
 Background start_dflow(const fs::path& dir, const std::string& args, const std::string& tag) {
-  return start_background(dir, std::string(DFLOW_BINARY) + " " + args, tag);
+  return start_background(dir, ::dflow::testing::dflow_binary() + " " + args, tag);
 }
 
 // The complete lines of metrics.jsonl (a run may be writing, or have been
@@ -381,7 +382,7 @@ const std::vector<std::string> kDiskOverrides{"run.max_steps=12", "checkpoint.ev
 const fs::path& disk_reference() {
   static const fs::path dir = [] {
     auto d = fresh_dir("drill-disk-ref");
-    auto o = testing::run_command(std::string(DFLOW_BINARY) + " train " + write_config(d, kDiskOverrides).string(), 300);
+    auto o = testing::run_command(::dflow::testing::dflow_binary() + " train " + write_config(d, kDiskOverrides).string(), 300);
     INFO(o.output);
     REQUIRE(o.exit_code == 0);
     return d;
@@ -411,7 +412,7 @@ TEST_CASE("Drill.DiskFull.a_checkpoint_that_does_not_fit") {
       MESSAGE("skipped: the disk-full drill needs a tmpfs on the checkpoints directory: " << mount.why_not);
       return;
     }
-    auto o = testing::run_command(std::string(DFLOW_BINARY) + " train " + write_config(dir, kDiskOverrides).string(), 300);
+    auto o = testing::run_command(::dflow::testing::dflow_binary() + " train " + write_config(dir, kDiskOverrides).string(), 300);
     INFO(o.output);
     CHECK(o.exit_code == 1);
     CHECK(o.output.find("checkpoint step-6 was not saved") != std::string::npos);
@@ -429,7 +430,7 @@ TEST_CASE("Drill.DiskFull.a_checkpoint_that_does_not_fit") {
     auto resume_overrides = kDiskOverrides;
     resume_overrides.push_back("checkpoint.on_write_error=continue");
     auto resumed = testing::run_command(
-        std::string(DFLOW_BINARY) + " train " + write_config(dir, resume_overrides).string() + " --resume latest", 300);
+        ::dflow::testing::dflow_binary() + " train " + write_config(dir, resume_overrides).string() + " --resume latest", 300);
     INFO(resumed.output);
     CHECK(resumed.exit_code == 0);
     std::string first;
@@ -505,7 +506,7 @@ TEST_CASE("Drill.DiskFull.a_checkpoint_that_does_not_fit") {
       o.push_back("checkpoint.on_write_error=continue");
       return o;
     }());
-    auto o = testing::run_command(std::string(DFLOW_BINARY) + " train " + config.string(), 300);
+    auto o = testing::run_command(::dflow::testing::dflow_binary() + " train " + config.string(), 300);
     INFO(o.output);
     CHECK(o.exit_code == 1);
     CHECK(o.output.find("trained to step 12 but its final checkpoint step-12 was not saved") != std::string::npos);
@@ -551,8 +552,8 @@ void rank_drill(const std::string& name, int victim, int signal, bool torchrun =
   auto dir = fresh_dir("drill-rank-" + name);
   auto config = write_config(dir, rank_drill_overrides(),
                              "faults: [{kind: delay, node: drafter, step: 2, seconds: 0.5}]\n");
-  auto launcher = torchrun ? start_background(dir, std::string(DFLOW_TORCHRUN) + " --standalone --nproc-per-node 2 --no-python " +
-                                                      DFLOW_BINARY + " train " + config.string(), "torchrun")
+  auto launcher = torchrun ? start_background(dir, ::dflow::testing::torchrun() + " --standalone --nproc-per-node 2 --no-python " +
+                                                      ::dflow::testing::dflow_binary() + " train " + config.string(), "torchrun")
                           : start_dflow(dir, "launch -n 2 " + config.string(), "launch");
   std::map<int, int> ranks;
   size_t records = 0;
@@ -617,8 +618,8 @@ TEST_CASE("Drill.Rank.a_killed_rank_ends_the_run_within_the_timeout_naming_it") 
 TEST_CASE("Drill.Rank.a_stopped_rank_ends_the_run_within_the_timeout_naming_it") { rank_drill("stopped", 1, SIGSTOP); }
 
 TEST_CASE("Drill.Rank.torchrun_a_stopped_rank_0_is_named_by_rank_1" * doctest::skip(env_int("DFLOW_DRILL_FULL", 0) == 0)) {
-  if (std::string(DFLOW_TORCHRUN).empty() || !fs::exists(DFLOW_TORCHRUN)) {
-    MESSAGE("skipped: no torchrun beside the configured torch (DFLOW_TORCHRUN is empty)");
+  if (::dflow::testing::torchrun().empty() || !fs::exists(::dflow::testing::torchrun())) {
+    MESSAGE("skipped: no torchrun beside the configured torch (tools/setup.sh installs it in the venv)");
     return;
   }
   rank_drill("torchrun-stopped-rank0", 0, SIGSTOP, /*torchrun=*/true);

@@ -1,6 +1,7 @@
 // Exit codes as the README documents them: 2 for every refusal of what the
 // user gave (arguments, config, a resume that does not fit the run), 1 for a
 // failure at run time; each refusal says what to change.
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -15,7 +16,7 @@ namespace fs = std::filesystem;
 namespace {
 
 testing::Outcome run_dflow(const std::string& args) {
-  return testing::run_command(std::string(DFLOW_BINARY) + " " + args, 300);
+  return testing::run_command(::dflow::testing::dflow_binary() + " " + args, 300);
 }
 
 fs::path write_config(const fs::path& dir, const std::string& name, const std::vector<std::string>& overrides) {

@@ -1,5 +1,6 @@
 // The end-of-run summary says where everything the run wrote is, so that the
 // next command (tensorboard, dflow report, dflow eval) needs no searching.
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -16,7 +17,7 @@ namespace {
 testing::Outcome train_two_steps(const fs::path& dir, const std::string& sinks) {
   const auto config = dir / "run.yaml";
   std::ofstream(config) << config::to_yaml(testing::small_run_config(dir, {"run.max_steps=2", "metrics.sinks=" + sinks}));
-  return testing::run_command(std::string(DFLOW_BINARY) + " train " + config.string() + " --log-level info", 300);
+  return testing::run_command(::dflow::testing::dflow_binary() + " train " + config.string() + " --log-level info", 300);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Thread controls: every command that computes with LibTorch takes the same
 // --threads (LibTorch's default, a thread per core, oversubscribes a machine
 // that is busy with other work), checked the same way.
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 
 #include <utility>
@@ -10,8 +11,8 @@
 
 namespace {
 
-dflow::testing::Outcome run_dflow(const std::string& args) {
-  return dflow::testing::run_command(std::string(DFLOW_BINARY) + " " + args, 120);
+::dflow::testing::Outcome run_dflow(const std::string& args) {
+  return ::dflow::testing::run_command(::dflow::testing::dflow_binary() + " " + args, 120);
 }
 
 }  // namespace
