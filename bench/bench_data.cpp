@@ -19,6 +19,7 @@
 
 #include "data/collate.hpp"
 #include "data/dataset.hpp"
+#include "data/batching_policy.hpp"
 #include "data/plan.hpp"
 #include "data/prepare.hpp"
 
@@ -94,7 +95,7 @@ void bench_collate(const Dataset& dataset, const EpochPlan& plan) {
   std::vector<int64_t> ids(cells), positions(cells);
   std::vector<uint8_t> mask(cells);
   std::vector<int32_t> lengths(cells), documents(cells);
-  const bool packed = plan.options().mode == BatchMode::Pack;
+  const bool packed = !plan.batches().empty() && plan.batches().front().packed();
   for (int pass = 0; pass < 3; ++pass) {  // pass 0 may still fault pages in
     const auto start = Clock::now();
     for (const auto& batch : plan.batches()) {
@@ -153,16 +154,14 @@ int main(int argc, char** argv) {
   report_plan("token_budget x1.5 bkts", build_epoch_plan(dataset, options));
   options.buckets = kBuckets;
   for (const int batch_size : {4, 8, 16, 32}) {
-    options.mode = BatchMode::FixedBatch;
-    options.batch_size = batch_size;
+    options.batching = fixed_size_batching(batch_size);
     report_plan(("fixed_batch " + std::to_string(batch_size)).c_str(), build_epoch_plan(dataset, options));
   }
 
-  options.mode = BatchMode::Pack;
   options.max_length = 3072;
   std::vector<EpochPlan> pack_plans;
   for (const int window : {256, 1024, 4096}) {
-    options.pack_window = window;
+    options.batching = packed_batching(window);
     start = Clock::now();
     pack_plans.push_back(build_epoch_plan(dataset, options));
     const double build_ms = seconds_since(start) * 1e3;

@@ -18,7 +18,7 @@ constexpr uint64_t kPackRowShuffleStream = 0x401;
 
 // Best-fit decreasing over one window of samples: rows of at most
 // row_capacity tokens, each a list of sample ids in placement order.
-void pack_window(std::span<int64_t> window, std::span<const int32_t> lengths, int row_capacity,
+void pack_one_window(std::span<int64_t> window, std::span<const int32_t> lengths, int row_capacity,
                  std::vector<std::vector<int64_t>>& rows) {
   // Stable: equal lengths keep their shuffled order, so the result is a pure function of the shuffle.
   std::stable_sort(window.begin(), window.end(), [&](int64_t a, int64_t b) {
@@ -55,7 +55,7 @@ PlannedBatch make_batch(int epoch, int bucket_index, int padded_length, std::vec
 }  // namespace
 
 std::vector<PlannedBatch> packed_batches(std::span<const int32_t> lengths, const PlanOptions& options,
-                                         uint64_t data_fingerprint) {
+                                         uint64_t data_fingerprint, int pack_window) {
   for (size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] > options.max_length) {
       throw DataError(fmt::format("sample {} has {} tokens, more than data.max_length ({}), the length of a packed "
@@ -69,10 +69,10 @@ std::vector<PlannedBatch> packed_batches(std::span<const int32_t> lengths, const
   rng.shuffle(std::span<int64_t>(samples));
 
   std::vector<std::vector<int64_t>> rows;
-  const auto window = static_cast<size_t>(std::max(1, options.pack_window));
+  const auto window = static_cast<size_t>(std::max(1, pack_window));
   for (size_t first = 0; first < samples.size(); first += window) {
     const size_t count = std::min(window, samples.size() - first);
-    pack_window(std::span<int64_t>(samples).subspan(first, count), lengths, options.max_length, rows);
+    pack_one_window(std::span<int64_t>(samples).subspan(first, count), lengths, options.max_length, rows);
   }
   // Rows of one window run from long samples to short ones: shuffle rows so that batches mix them.
   std::vector<int64_t> row_order(rows.size());
@@ -148,7 +148,7 @@ std::vector<PlannedBatch> token_budget_batches(std::span<const int32_t> lengths,
 }
 
 std::vector<PlannedBatch> fixed_size_batches(std::span<const int32_t> lengths, const PlanOptions& options,
-                                             uint64_t data_fingerprint) {
+                                             uint64_t data_fingerprint, int batch_size) {
   const auto bucket_of = bucket_of_samples(lengths, options.buckets);  // refuses over-long samples
   std::vector<int64_t> samples(lengths.size());
   for (size_t i = 0; i < samples.size(); ++i) samples[i] = static_cast<int64_t>(i);
@@ -156,7 +156,7 @@ std::vector<PlannedBatch> fixed_size_batches(std::span<const int32_t> lengths, c
   rng.shuffle(std::span<int64_t>(samples));
 
   std::vector<PlannedBatch> batches;
-  const auto rows_per_batch = static_cast<size_t>(options.batch_size);
+  const auto rows_per_batch = static_cast<size_t>(batch_size);
   for (size_t first = 0; first < samples.size(); first += rows_per_batch) {
     const size_t last = std::min(samples.size(), first + rows_per_batch);
     std::vector<int64_t> ids(samples.begin() + static_cast<ptrdiff_t>(first),

@@ -1,5 +1,6 @@
 #pragma once
-// Forming the batches of an epoch (their order is interleave.hpp's job).
+// Forming the batches of an epoch (their order is interleave.hpp's job); the
+// policies of data/batching_policy.hpp call these.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -21,7 +22,7 @@ std::vector<PlannedBatch> token_budget_batches(std::span<const int32_t> lengths,
 // FixedBatch: all samples shuffled, then cut into batch_size rows padded to
 // the longest row, in that shuffled order.
 std::vector<PlannedBatch> fixed_size_batches(std::span<const int32_t> lengths, const PlanOptions& options,
-                                             uint64_t data_fingerprint);
+                                             uint64_t data_fingerprint, int batch_size);
 
 // Pack: all samples shuffled, then cut into windows of pack_window samples;
 // within a window, longest first, each sample goes to the open row it fills
@@ -30,6 +31,6 @@ std::vector<PlannedBatch> fixed_size_batches(std::span<const int32_t> lengths, c
 // padded to the longest row of the batch. A sample is never split; one
 // longer than max_length is refused naming it.
 std::vector<PlannedBatch> packed_batches(std::span<const int32_t> lengths, const PlanOptions& options,
-                                         uint64_t data_fingerprint);
+                                         uint64_t data_fingerprint, int pack_window);
 
 }  // namespace dflow::data

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 
+#include "data/batching_policy.hpp"
 #include "data/data_error.hpp"
 
 namespace dflow::data {
@@ -121,9 +122,7 @@ std::string EpochPlan::summary() const {
   std::vector<std::string> per_bucket;
   const auto counts = batches_per_bucket();
   for (size_t b = 0; b < counts.size(); ++b) per_bucket.push_back(fmt::format("{}:{}", options_.buckets[b], counts[b]));
-  const char* mode = options_.mode == BatchMode::TokenBudget ? "token_budget"
-                     : options_.mode == BatchMode::FixedBatch ? "fixed_batch"
-                                                              : "pack";
+  const std::string mode = options_.batching ? options_.batching->name() : token_budget_batching()->name();
   int64_t rows = 0;
   for (const auto& batch : batches_) rows += batch.rows();
   return fmt::format("[data] epoch {} plan ({}): {} samples in {} rows, {} batches, {} steps of {} batches (world_size {} x "

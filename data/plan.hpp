@@ -4,6 +4,7 @@
 // A pure function of (seed, epoch, data fingerprint, options) — DESIGN
 // invariant 6 — so a cursor into it is all that resume needs (invariant 7).
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,23 +14,16 @@ namespace dflow::data {
 
 class Dataset;
 
-enum class BatchMode {
-  TokenBudget,  // bucket by length; rows * bucket length <= tokens_per_batch
-  FixedBatch,   // shuffle, batch_size rows padded to the longest (how most peers batch)
-  Pack,         // several whole samples per row up to max_length; rows * max_length <= tokens_per_batch
-};
-// "token_budget" | "fixed_batch" | "pack"; throws DataError naming the valid choices.
-BatchMode parse_batch_mode(std::string_view text);
+class BatchingPolicy;  // data/batching_policy.hpp: how samples become batches
 
 struct PlanOptions {
   uint64_t seed = 0;
   int epoch = 0;                    // 0-based
   std::vector<int> buckets;         // increasing bucket lengths in tokens; a sample goes to the smallest >= its length
-  int64_t tokens_per_batch = 4096;  // TokenBudget: padded-token budget of one batch
-  BatchMode mode = BatchMode::TokenBudget;
-  int batch_size = 8;               // FixedBatch: rows per batch
-  int max_length = 0;               // Pack: tokens per row (data.max_length)
-  int pack_window = 4096;           // Pack: samples packed together (best-fit decreasing within each window)
+  int64_t tokens_per_batch = 4096;  // padded-token budget of one batch (data.tokens_per_batch)
+  int max_length = 0;               // tokens per packed row (data.max_length)
+  // How samples become batches; null: token_budget_batching().
+  std::shared_ptr<const BatchingPolicy> batching;
   int grad_accum = 1;               // micro-batches per rank per optimizer step
   int world_size = 1;               // data-parallel ranks
 };

@@ -8,6 +8,7 @@
 #include "data/collate.hpp"
 #include "data/data_error.hpp"
 #include "data/dataset.hpp"
+#include "data/batching_policy.hpp"
 #include "data/plan.hpp"
 #include "data/quarantine.hpp"
 #include "data_fixtures.hpp"
@@ -27,9 +28,8 @@ PlanOptions pack_options() {
   options.seed = 7;
   options.buckets = {512, 1024, 2048, 3072};
   options.tokens_per_batch = 4 * 3072;
-  options.mode = BatchMode::Pack;
   options.max_length = 3072;
-  options.pack_window = 1024;
+  options.batching = packed_batching(1024);
   return options;
 }
 
@@ -70,7 +70,7 @@ TEST_CASE("Pack.WastesUnderThreePercentOnChatLengthsWhereBucketsWasteAQuarter") 
   const auto lengths = chat_lengths(20000, 11);
   const auto packed = build_epoch_plan(lengths, 0xabc, pack_options());
   auto budget = pack_options();
-  budget.mode = BatchMode::TokenBudget;
+  budget.batching = token_budget_batching();
   budget.buckets = {128, 256, 512, 1024, 2048, 3072};
   const auto bucketed = build_epoch_plan(lengths, 0xabc, budget);
   CHECK(packed.padding_efficiency() >= 0.97);
@@ -95,7 +95,7 @@ TEST_CASE("Pack.IsAPureFunctionOfSeedEpochDataAndOptions") {
   next_epoch.epoch = 1;
   CHECK(ids_of(options, 1) != ids_of(next_epoch, 1));
   auto other_window = options;
-  other_window.pack_window = 64;
+  other_window.batching = packed_batching(64);
   CHECK(ids_of(options, 1) != ids_of(other_window, 1));
 }
 

@@ -6,6 +6,7 @@
 
 #include "data/data_error.hpp"
 #include "data/checksum.hpp"
+#include "data/batching_policy.hpp"
 #include "data/plan.hpp"
 #include "data_fixtures.hpp"
 
@@ -66,9 +67,9 @@ size_t longest_same_bucket_run(const std::vector<int>& buckets) {
 }  // namespace
 
 TEST_CASE("Plan.IsAPureFunctionOfSeedEpochDataAndOptions") {
-  for (const auto mode : {BatchMode::TokenBudget, BatchMode::FixedBatch}) {
+  for (const auto& batching : {token_budget_batching(), fixed_size_batching(8)}) {
     auto options = budget_options();
-    options.mode = mode;
+    options.batching = batching;
     const auto reference = sample_ids_in_order(plan_with(options));
     CHECK(sample_ids_in_order(plan_with(options)) == reference);
 
@@ -83,9 +84,9 @@ TEST_CASE("Plan.IsAPureFunctionOfSeedEpochDataAndOptions") {
 }
 
 TEST_CASE("Plan.EverySampleIsInExactlyOneBatchPerEpoch") {
-  for (const auto mode : {BatchMode::TokenBudget, BatchMode::FixedBatch}) {
+  for (const auto& batching : {token_budget_batching(), fixed_size_batching(8)}) {
     auto options = budget_options();
-    options.mode = mode;
+    options.batching = batching;
     for (int epoch = 0; epoch < 3; ++epoch) {
       options.epoch = epoch;
       check_every_sample_once(plan_with(options));
@@ -117,8 +118,7 @@ TEST_CASE("Plan.TokenBudgetBatchesStayWithinBudgetAndTheirBucket") {
 
 TEST_CASE("Plan.TokenBudgetPadsLessThanFixedBatchOnLongTailedLengths") {
   auto fixed = budget_options();
-  fixed.mode = BatchMode::FixedBatch;
-  fixed.batch_size = 16;
+  fixed.batching = fixed_size_batching(16);
   const auto budget_plan = plan_with(budget_options());
   const auto fixed_plan = plan_with(fixed);
   INFO("token_budget " << budget_plan.padding_efficiency() << ", fixed_batch " << fixed_plan.padding_efficiency());
@@ -245,7 +245,10 @@ TEST_CASE("Plan.RefusesOptionsThatCannotWork") {
   CHECK_THROWS_WITH_AS(build_epoch_plan(lengths, kFingerprint, options), doctest::Contains("increasing"), DataError);
   CHECK_THROWS_WITH_AS(build_epoch_plan(std::vector<int32_t>{}, kFingerprint, budget_options()),
                        doctest::Contains("no samples"), DataError);
-  CHECK_THROWS_WITH_AS(parse_batch_mode("fixed"), doctest::Contains("'token_budget', 'fixed_batch' or 'pack'"), DataError);
+  options = budget_options();
+  options.batching = fixed_size_batching(0);
+  CHECK_THROWS_WITH_AS(build_epoch_plan(lengths, kFingerprint, options),
+                       doctest::Contains("batch_size (pad_bucket.fixed_batch params) is 0"), DataError);
 }
 
 TEST_CASE("Plan.BatchMeasuresAreCarriedByEachBatch") {
@@ -272,9 +275,9 @@ TEST_CASE("Plan.DoesNotChangeBetweenBuilds") {
   // change is not exact.
   std::vector<int32_t> lengths;
   for (int i = 0; i < 500; ++i) lengths.push_back(1 + (i * 7919) % 1024);
-  auto digest = [&](BatchMode mode) {
+  auto digest = [&](std::shared_ptr<const BatchingPolicy> batching) {
     auto options = budget_options();
-    options.mode = mode;
+    options.batching = batching;
     const auto plan = build_epoch_plan(lengths, kFingerprint, options);
     uint64_t h = 0;
     for (const auto& batch : plan.batches()) {
@@ -282,6 +285,6 @@ TEST_CASE("Plan.DoesNotChangeBetweenBuilds") {
     }
     return h;
   };
-  CHECK(digest(BatchMode::TokenBudget) == 0x537c5cdf4aa5211ULL);
-  CHECK(digest(BatchMode::FixedBatch) == 0xf7675c935dac9a35ULL);
+  CHECK(digest(token_budget_batching()) == 0x537c5cdf4aa5211ULL);
+  CHECK(digest(fixed_size_batching(8)) == 0xf7675c935dac9a35ULL);
 }
