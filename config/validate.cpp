@@ -29,11 +29,11 @@ void drop_default_eval_without_prompts(Config& c) {
 void check_eval_nodes(const Config& c) {
   for (size_t i = 0; i < c.pipeline.nodes.size(); ++i) {
     const auto& node = c.pipeline.nodes[i];
-    if (node.type.rfind("eval.", 0) != 0 || !c.eval.prompts.empty()) continue;
+    if (node.type.rfind("eval.", 0) != 0 || !c.eval.prompts.empty() || (node.params && node.params["prompts"])) continue;
     throw ConfigError(node.mark, "pipeline.nodes[" + std::to_string(i) + "]",
                       "node '" + node.name + "' (" + node.type +
-                          ") measures tau on held-out prompts, but eval.prompts is empty: set eval.prompts to a "
-                          "JSONL file of prompts that are not in the training data");
+                          ") measures tau on held-out prompts, but neither its params.prompts nor eval.prompts is set: "
+                          "set one to a JSONL file of prompts that are not in the training data");
   }
 }
 

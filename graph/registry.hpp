@@ -3,6 +3,7 @@
 // to validate its params, and how to build one replica's body. Real nodes are
 // registered from nodes/ (register_all_nodes()); graph/ registers only the
 // generic ones (graph/builtin_nodes.hpp).
+#include <any>
 #include <functional>
 #include <map>
 #include <memory>
@@ -29,6 +30,9 @@ struct NodeSpec {
   std::function<void(config::YamlSection& params)> check_params = {};
   // Builds one replica's body: a SourceBody, FunctionBody or RouterBody per `kind`.
   std::function<std::unique_ptr<NodeBody>(NodeContext& context)> make = {};
+  // What the application attaches to the kind beyond the graph; graph/ never
+  // reads it (the training nodes keep their run hooks here: nodes/node_kind.hpp).
+  std::any extension = {};
 };
 
 class NodeRegistry {

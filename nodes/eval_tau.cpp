@@ -10,6 +10,7 @@
 // It works on its own copy of the weights, off the model token, so training
 // continues meanwhile; it competes only for compute. Its input edge bounds
 // how far it may fall behind.
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <iomanip>
@@ -19,6 +20,7 @@
 #include "config/log.hpp"
 #include "nodes/eval_tau.hpp"
 #include "nodes/messages.hpp"
+#include "nodes/node_kind.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
 #include "train/evaluate.hpp"
@@ -36,15 +38,15 @@ std::string fixed(double value, int digits) {
 class EvalTau final : public graph::FunctionBody {
  public:
   EvalTau(const RunEnvironment& env, std::string name)
-      : run_(env.run), journal_(env.journal), checkpoints_(env.checkpoints), name_(std::move(name)), prompts_(env.run.eval_prompts) {
-    if (prompts_.empty()) throw std::logic_error("eval.tau: held-out prompts were not loaded before the graph was built");
+      : run_(env.run), journal_(env.journal), checkpoints_(env.checkpoints), name_(std::move(name)), settings_(env.run.prepared_for<PreparedEval>(name_).settings),
+        prompts_(env.run.prepared_for<PreparedEval>(name_).prompts) {
     drafter_ = model::DFlashDrafter(run_.drafter_spec, 0);
     drafter_->to(run_.drafter_device);
     drafter_->eval();
     for (auto& p : drafter_->parameters()) p.set_requires_grad(false);
-    options_.max_new_tokens = run_.config.eval.max_new_tokens;
-    options_.temperature = run_.config.eval.temperature;
-    options_.seed = run_.config.eval.seed;
+    options_.max_new_tokens = settings_.max_new_tokens;
+    options_.temperature = settings_.temperature;
+    options_.seed = settings_.seed;
     options_.compare_with_target = false;  // tau only: half the cost
     // A resumed run keeps the best tau it had; a fresh one first measures
     // the untrained drafter (its weights taken now, before any step).
@@ -77,7 +79,7 @@ class EvalTau final : public graph::FunctionBody {
                            {"prompts", report.prompts},
                            {"max_new_tokens", options_.max_new_tokens},
                            {"temperature", options_.temperature},
-                           {"prompts_file", run_.config.eval.prompts}};
+                           {"prompts_file", settings_.prompts}};
     std::string best_note;
     if (improved) {
       // A best checkpoint that cannot be written follows checkpoint.on_write_error.
@@ -128,6 +130,7 @@ class EvalTau final : public graph::FunctionBody {
   RunJournal& journal_;
   train::CheckpointWriter& checkpoints_;
   std::string name_;
+  EvalSettings settings_;
   std::vector<std::vector<int64_t>> prompts_;
   model::DFlashDrafter drafter_{nullptr};
   train::EvalOptions options_;
@@ -140,12 +143,24 @@ class EvalTau final : public graph::FunctionBody {
 void register_eval_tau(graph::NodeRegistry& registry) {
   graph::NodeSpec spec;
   spec.type = "eval.tau";
-  spec.description = "every eval.every_steps: tau by speculative decoding of held-out prompts; checkpoints/best";
+  spec.description = "every eval.every_steps: tau by speculative decoding of held-out prompts (params: prompts, "
+                     "max_prompts, max_new_tokens, temperature, seed; defaults from eval:); checkpoints/best";
   spec.inputs = {{"in", "Snapshot"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
     return std::make_unique<EvalTau>(environment(context), context.name);
   };
-  registry.add(std::move(spec));
+  RunHooks hooks;
+  spec.check_params = [](config::YamlSection& params) { read_eval_settings(config::EvalConfig{}, params); };
+  hooks.prepare = [](const RunContext& run, const config::NodeDecl& node) -> std::any {
+    const auto& nodes = run.config.pipeline.nodes;
+    const auto index = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.name == node.name; }) - nodes.begin();
+    config::YamlSection params(node.params, "pipeline.nodes[" + std::to_string(index) + "].params", run.config.pipeline.origins);
+    PreparedEval prepared{read_eval_settings(run.config.eval, params), {}};
+    prepared.prompts = held_out_prompts(run, node.name, prepared.settings);
+    return prepared;
+  };
+  hooks.wants_untrained_state = true;  // the baseline every later tau is read against
+  add_node_kind(registry, std::move(spec), std::move(hooks));
 }
 
 }  // namespace dflow::nodes

@@ -1,4 +1,4 @@
-// The eval node's held-out prompts: eval.prompts without the training prompts.
+// The eval node's settings and held-out prompts: its prompts file without the training prompts.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -60,9 +60,22 @@ std::vector<bool> training_prompts(const data::Dataset& dataset, const std::vect
   return training;
 }
 
-std::vector<std::vector<int64_t>> held_out_prompts(const RunContext& run, const std::string& node) {
-  const auto& eval = run.config.eval;
-  const std::string where = "node '" + node + "' (eval.tau): eval.prompts: ";
+EvalSettings read_eval_settings(const config::EvalConfig& defaults, config::YamlSection& params) {
+  EvalSettings s{defaults.prompts, defaults.max_prompts, defaults.max_new_tokens, defaults.temperature, defaults.seed};
+  params.read("prompts", s.prompts);
+  params.read("max_prompts", s.max_prompts);
+  params.require(s.max_prompts >= 0, "max_prompts", "must be >= 0 (0: all)");
+  params.read("max_new_tokens", s.max_new_tokens);
+  params.require(s.max_new_tokens >= 1, "max_new_tokens", "must be >= 1");
+  params.read("temperature", s.temperature);
+  params.require(s.temperature >= 0, "temperature", "must be >= 0 (0: greedy)");
+  params.read("seed", s.seed);
+  return s;
+}
+
+std::vector<std::vector<int64_t>> held_out_prompts(const RunContext& run, const std::string& node,
+                                                   const EvalSettings& eval) {
+  const std::string where = "node '" + node + "' (eval.tau): prompts (params, or eval.prompts): ";
   if (!fs::is_regular_file(eval.prompts))
     throw ConfigError(where + "cannot read the held-out prompts file '" + eval.prompts +
                       "' (a JSONL file of {\"prompt_ids\": [...]} or samples that are not in the training data)");

@@ -1,15 +1,16 @@
 // pad_bucket.token_budget, pad_bucket.fixed_batch and pad_bucket.pack: a
 // planned batch's rows collated from the memory-mapped shards straight into
 // padded tensors (one copy; pinned host memory when a target worker is on
-// CUDA). The declared kind is also the run's batching policy: the run context
-// builds the epoch plans in the matching data::BatchMode (token-budget length
-// buckets, a fixed number of rows padded to the longest as most peers batch,
-// or several whole samples packed per row with per-token positions and
-// document ids), and a resume with another kind is refused.
+// CUDA). Each kind also picks the run's batching policy from its params
+// (data/batching_policy.hpp: token-budget length buckets, a fixed number of
+// rows padded to the longest as most peers batch, or several whole samples
+// packed per row with per-token positions and document ids); the run context
+// builds the epoch plans with it, and a resume with another one is refused.
 #include "nodes/pad_bucket.hpp"
 
 #include "data/collate.hpp"
 #include "nodes/messages.hpp"
+#include "nodes/node_kind.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
 
@@ -64,32 +65,37 @@ class PadBucket final : public graph::FunctionBody {
   bool pin_ = false;
 };
 
+using PickPolicy = std::function<std::shared_ptr<const data::BatchingPolicy>(config::YamlSection& params)>;
+
 void register_kind(graph::NodeRegistry& registry, const std::string& type, const std::string& description,
-                   std::function<void(config::YamlSection&)> check_params = {}) {
+                   PickPolicy policy, bool has_params) {
   graph::NodeSpec spec;
   spec.type = type;
   spec.description = description;
-  spec.check_params = std::move(check_params);
+  if (has_params) spec.check_params = [policy](config::YamlSection& params) { policy(params); };
   spec.inputs = {{"in", "LoadedBatch"}};
   spec.outputs = {{"out", "PaddedBatch"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
     return std::make_unique<PadBucket>(environment(context).run);
   };
-  registry.add(std::move(spec));
+  add_node_kind(registry, std::move(spec), RunHooks{.batching = std::move(policy)});
 }
 
 }  // namespace
 
 void register_pad_bucket(graph::NodeRegistry& registry) {
   register_kind(registry, "pad_bucket.token_budget",
-                "length buckets, rows x bucket length <= data.tokens_per_batch; pads rows to the bucket length");
+                "length buckets, rows x bucket length <= data.tokens_per_batch; pads rows to the bucket length",
+                [](config::YamlSection&) { return data::token_budget_batching(); }, false);
   register_kind(registry, "pad_bucket.fixed_batch",
                 "params.batch_size rows per batch padded to the longest (the common baseline, for comparison)",
-                [](config::YamlSection& params) { read_fixed_batch_params(params); });
+                [](config::YamlSection& params) { return data::fixed_size_batching(read_fixed_batch_params(params).batch_size); },
+                true);
   register_kind(registry, "pad_bucket.pack",
                 "several whole samples per row up to data.max_length (best-fit decreasing over params.pack_window "
                 "samples), rows x max_length <= data.tokens_per_batch; per-sample attention and positions",
-                [](config::YamlSection& params) { read_pack_params(params); });
+                [](config::YamlSection& params) { return data::packed_batching(read_pack_params(params).pack_window); },
+                true);
 }
 
 }  // namespace dflow::nodes

@@ -4,8 +4,8 @@
 
 #include "config/errors.hpp"
 #include "config/log.hpp"
-#include "nodes/eval_tau.hpp"
-#include "nodes/pad_bucket.hpp"
+#include "nodes/node_kind.hpp"
+#include "nodes/registry.hpp"
 #include "text/dataset_tokenizer.hpp"
 #include "train/devices.hpp"
 
@@ -32,27 +32,42 @@ const config::Config& with_existing_paths(const config::Config& config) {
 }  // namespace
 
 std::string Batching::signature() const {
-  if (mode == data::BatchMode::FixedBatch) return type + " {batch_size: " + std::to_string(batch_size) + "}";
-  if (mode == data::BatchMode::Pack) return type + " {pack_window: " + std::to_string(pack_window) + "}";
-  return type;
+  const std::string params = policy->params_text();
+  return params.empty() ? type : type + " " + params;
 }
 
-Batching batching_of(const config::PipelineConfig& pipeline) {
+const graph::NodeRegistry& RunOptions::node_kinds() const { return registry ? *registry : default_registry(); }
+
+Batching batching_of(const config::PipelineConfig& pipeline, const graph::NodeRegistry& kinds) {
   Batching b;
   for (size_t i = 0; i < pipeline.nodes.size(); ++i) {
     const auto& n = pipeline.nodes[i];
-    if (n.type.rfind("pad_bucket.", 0) != 0) continue;
+    const RunHooks* hooks = run_hooks(kinds, n.type);
+    if (!hooks || !hooks->batching) continue;
+    if (!b.node.empty())
+      throw ConfigError(n.mark, "pipeline.nodes[" + std::to_string(i) + "]",
+                        "node '" + n.name + "' (" + n.type + ") forms batches, but node '" + b.node + "' (" + b.type +
+                        ") already does: a pipeline has one batching node");
+    config::YamlSection params(n.params, "pipeline.nodes[" + std::to_string(i) + "].params", pipeline.origins);
     b.node = n.name;
     b.type = n.type;
-    b.mode = n.type == "pad_bucket.fixed_batch" ? data::BatchMode::FixedBatch
-             : n.type == "pad_bucket.pack"      ? data::BatchMode::Pack
-                                                : data::BatchMode::TokenBudget;
-    if (b.mode == data::BatchMode::TokenBudget) continue;
-    config::YamlSection params(n.params, "pipeline.nodes[" + std::to_string(i) + "].params", pipeline.origins);
-    if (b.mode == data::BatchMode::FixedBatch) b.batch_size = read_fixed_batch_params(params).batch_size;
-    if (b.mode == data::BatchMode::Pack) b.pack_window = read_pack_params(params).pack_window;
+    b.policy = hooks->batching(params);
   }
   return b;
+}
+
+std::map<std::string, std::string> resume_signatures(const config::PipelineConfig& pipeline,
+                                                     const graph::NodeRegistry& kinds) {
+  std::map<std::string, std::string> out;
+  for (size_t i = 0; i < pipeline.nodes.size(); ++i) {
+    const auto& n = pipeline.nodes[i];
+    const RunHooks* hooks = run_hooks(kinds, n.type);
+    if (!hooks || !hooks->resume_signature) continue;
+    config::YamlSection params(n.params, "pipeline.nodes[" + std::to_string(i) + "].params", pipeline.origins);
+    const std::string text = hooks->resume_signature(params);
+    out[n.name] = text.empty() ? n.type : n.type + " " + text;
+  }
+  return out;
 }
 
 std::optional<train::LoadedCheckpoint> open_resume_checkpoint(const config::Config& config, const RunOptions& options) {
@@ -61,12 +76,24 @@ std::optional<train::LoadedCheckpoint> open_resume_checkpoint(const config::Conf
   auto dir = train::resolve_checkpoint(checkpoints_dir, options.resume);
   auto ckpt = train::read_checkpoint(dir);
   auto differences = train::incompatible_config_keys(ckpt.config_yaml, config::to_yaml(config));
-  // The batching policy is the pipeline's pad_bucket node: another one plans
-  // other batches, and the saved cursor would continue a different run.
-  const std::string saved = batching_of(config::load_config_text(ckpt.config_yaml, (dir / "config.yaml").string()).pipeline).signature();
-  const Batching now = batching_of(config.pipeline);
+  // The batching node's policy: another one plans other batches, and the
+  // saved cursor would continue a different run. Then each node whose kind
+  // says what of it a resume must keep (the objective, the optimizer).
+  const auto& kinds = options.node_kinds();
+  const config::PipelineConfig saved_pipeline =
+      config::load_config_text(ckpt.config_yaml, (dir / "config.yaml").string()).pipeline;
+  const std::string saved = batching_of(saved_pipeline, kinds).signature();
+  const Batching now = batching_of(config.pipeline, kinds);
   if (saved != now.signature())
     differences.push_back("pipeline.nodes." + now.node + " (the batching policy): " + saved + " -> " + now.signature());
+  const auto saved_nodes = resume_signatures(saved_pipeline, kinds), now_nodes = resume_signatures(config.pipeline, kinds);
+  for (const auto& [name, signature] : now_nodes) {
+    const auto it = saved_nodes.find(name);
+    const std::string before = it == saved_nodes.end() ? "(absent)" : it->second;
+    if (before != signature) differences.push_back("pipeline.nodes." + name + ": " + before + " -> " + signature);
+  }
+  for (const auto& [name, signature] : saved_nodes)
+    if (!now_nodes.count(name)) differences.push_back("pipeline.nodes." + name + ": " + signature + " -> (absent)");
   if (!differences.empty()) {
     std::string list;
     for (const auto& d : differences) list += "\n  " + d;
@@ -97,7 +124,7 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
       checkpoints_dir(out_dir / "checkpoints"),
       quarantine_path(out_dir / "quarantine.jsonl"),
       dataset(data::Dataset::open(with_existing_paths(config).data.train)),
-      batching(batching_of(config.pipeline)) {
+      batching(batching_of(config.pipeline, options.node_kinds())) {
   text::check_dataset_tokenizer(config.data.train, config.model.target.path);  // ids must mean the same text
   auto log_plan = [](const data::EpochPlan& plan) {
     std::string summary = plan.summary();
@@ -110,10 +137,8 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
     o.epoch = epoch;
     o.buckets = config.data.buckets;
     o.tokens_per_batch = config.data.tokens_per_batch;
-    o.mode = batching.mode;
-    o.batch_size = batching.batch_size;
     o.max_length = config.data.max_length;
-    o.pack_window = batching.pack_window;
+    o.batching = batching.policy;
     o.grad_accum = config.train.grad_accum;
     o.world_size = options.world_size;
     return o;
@@ -121,8 +146,12 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
   load_models();
   plan_run();
   if (resume) start_from(*resume);
-  for (const auto& node : config.pipeline.nodes)
-    if (node.type == "eval.tau") eval_prompts = held_out_prompts(*this, node.name);
+  for (const auto& node : config.pipeline.nodes) {
+    const RunHooks* hooks = run_hooks(options.node_kinds(), node.type);
+    if (!hooks) continue;
+    if (hooks->prepare) prepared[node.name] = hooks->prepare(*this, node);
+    wants_untrained_state = wants_untrained_state || hooks->wants_untrained_state;
+  }
 }
 
 void RunContext::load_models() {

@@ -8,14 +8,18 @@
 // and the end-of-run summary go through the journal (nodes/run_journal.hpp).
 #include <torch/torch.h>
 
+#include <any>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "config/config.hpp"
+#include "data/batching_policy.hpp"
 #include "data/dataset.hpp"
 #include "data/plan.hpp"
 #include "data/plan_cache.hpp"
@@ -30,6 +34,9 @@
 namespace dflow::report {
 class LiveServer;
 }
+namespace dflow::graph {
+class NodeRegistry;
+}
 
 namespace dflow::nodes {
 
@@ -43,22 +50,31 @@ struct RunOptions {
   int world_size = 1;
   int local_rank = 0;                   // "cuda" devices mean cuda:local_rank with several ranks
   train::Distributed* dist = nullptr;   // several ranks: the process groups (null with one)
+  // The node kinds the pipeline's types name (null: default_registry(), every
+  // kind dflow has); tests and extensions add their own.
+  const graph::NodeRegistry* registry = nullptr;
+  const graph::NodeRegistry& node_kinds() const;
 };
 
-// How the declared pipeline forms batches: its pad_bucket node's type and
-// params. Part of what a resume must keep (the plan and its cursor depend on it).
+// How the declared pipeline forms batches: the policy its batching node
+// picks from its params (RunHooks::batching). Part of what a resume must keep
+// (the plan and its cursor depend on it).
 struct Batching {
-  std::string node;  // the pad_bucket node's name ("" when the pipeline has none)
+  std::string node;  // the batching node's name ("" when the pipeline has none)
   std::string type = "pad_bucket.token_budget";
-  data::BatchMode mode = data::BatchMode::TokenBudget;
-  int batch_size = 8;  // pad_bucket.fixed_batch: params.batch_size
-  int pack_window = 4096;  // pad_bucket.pack: params.pack_window
+  std::shared_ptr<const data::BatchingPolicy> policy = data::token_budget_batching();
   // "pad_bucket.fixed_batch {batch_size: 8}", "pad_bucket.pack {pack_window: 4096}":
   // what the resume check compares.
   std::string signature() const;
 };
-// Throws ConfigError naming pipeline.nodes[i].params for bad params.
-Batching batching_of(const config::PipelineConfig& pipeline);
+// Throws ConfigError naming pipeline.nodes[i].params for bad params, or the
+// second node of a pipeline that declares two batching nodes.
+Batching batching_of(const config::PipelineConfig& pipeline, const graph::NodeRegistry& kinds);
+
+// Node name -> "type params" of each node whose kind has a resume signature
+// (RunHooks::resume_signature): what a resume must keep.
+std::map<std::string, std::string> resume_signatures(const config::PipelineConfig& pipeline,
+                                                     const graph::NodeRegistry& kinds);
 
 // The checkpoint a resume starts from (nullopt for a fresh run), checked
 // against this run: config keys that change what is computed (with the
@@ -103,9 +119,18 @@ class RunContext {
   data::SampleSet quarantined_at_start;
   std::chrono::steady_clock::time_point started_at = std::chrono::steady_clock::now();
 
-  // Held-out prompts of an eval.tau node, read and checked before the graph
-  // is built (nodes/eval_tau.hpp), so that bad input fails before any node exists.
-  std::vector<std::vector<int64_t>> eval_prompts;
+  // What node kinds read and checked before the graph is built
+  // (RunHooks::prepare), by node name: bad input fails before any node exists.
+  std::map<std::string, std::any> prepared;
+  template <class T>
+  const T& prepared_for(const std::string& node) const {
+    const auto it = prepared.find(node);
+    const T* value = it == prepared.end() ? nullptr : std::any_cast<T>(&it->second);
+    if (!value) throw std::logic_error("node '" + node + "': what its kind prepares was not prepared before the graph");
+    return *value;
+  }
+  // Some node wants a fresh run's untrained drafter (RunHooks::wants_untrained_state).
+  bool wants_untrained_state = false;
 
   // Fault injection: the fault of `kind` for `node` (or any node) at `step`, if declared.
   const config::FaultDecl* fault(const std::string& kind, const std::string& node, int64_t step) const;

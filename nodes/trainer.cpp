@@ -56,10 +56,6 @@ std::string describe_schedule(const RunContext& run, const train::Schedule& sche
                   "): ", why);
 }
 
-bool declares(const config::PipelineConfig& pipeline, const std::string& type) {
-  return std::any_of(pipeline.nodes.begin(), pipeline.nodes.end(), [&](const auto& n) { return n.type == type; });
-}
-
 }  // namespace
 
 TrainResult run_training(const config::Config& config, const RunOptions& options) {
@@ -75,7 +71,7 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   fs::create_directories(run.out_dir);
   RunJournal journal(run);
   std::optional<train::CheckpointState> untrained;
-  if (run.resumed_from.empty() && declares(config.pipeline, "eval.tau")) untrained = state->snapshot(run);
+  if (run.resumed_from.empty() && run.wants_untrained_state) untrained = state->snapshot(run);
   if (options.dist) {
     // Each rank built its own graph; they must agree on what they compute.
     auto& dist = *options.dist;
@@ -91,7 +87,7 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   graph::BuildOptions build;
   build.threads = config.run.threads;
   build.user_context = &env;
-  auto pipeline = graph::build_pipeline(config.pipeline, default_registry(), build);
+  auto pipeline = graph::build_pipeline(config.pipeline, options.node_kinds(), build);
   // The declared graph beside the metrics: what `dflow report` draws.
   auto graph_json = graph::to_json(pipeline->description());
   if (options.rank == 0) std::ofstream(run.out_dir / "graph.json") << graph_json.dump(2) << "\n";

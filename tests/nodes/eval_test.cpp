@@ -135,3 +135,33 @@ TEST_CASE("Eval.Prompts.an_id_outside_the_vocabulary_is_refused_naming_file_and_
   CHECK(error.find(std::to_string(wide.front())) != std::string::npos);
   CHECK(error.find("vocab") != std::string::npos);
 }
+
+TEST_CASE("Eval.Params.the_node_s_params_override_the_eval_section") {
+  auto dir = fresh_dir("eval-params");
+  auto config = testing::small_run_config(dir, {"run.max_steps=1", "eval.max_prompts=2", "eval.max_new_tokens=16"});
+  size_t index = 0;
+  for (size_t i = 0; i < config.pipeline.nodes.size(); ++i)
+    if (config.pipeline.nodes[i].type == "eval.tau") index = i;
+  auto& params = config.pipeline.nodes[index].params;
+  params["max_prompts"] = 1;
+  params["max_new_tokens"] = 8;
+  nodes::run_training(config, {});
+  const auto evals = testing::records_of_kind(dir, "eval");
+  REQUIRE(evals.size() == 2);  // the untrained baseline and step 1
+  for (const auto& e : evals) {
+    CHECK(e["prompts"] == 1);
+    CHECK(e["max_new_tokens"] == 8);
+  }
+
+  params["temperature"] = -1.0;
+  std::string error = "(no error)";
+  try {
+    nodes::RunOptions again;
+    again.overwrite = true;
+    nodes::run_training(config, again);
+  } catch (const ConfigError& e) {
+    error = e.what();
+  }
+  CHECK(error.find("pipeline.nodes[" + std::to_string(index) + "].params.temperature") != std::string::npos);
+  CHECK(error.find("must be >= 0") != std::string::npos);
+}

@@ -251,7 +251,7 @@ TEST_CASE("Cli.Eval.bad_input_is_refused_naming_key_node_or_file") {
   auto no_prompts = run_dflow("config --set eval.prompts=");
   INFO(no_prompts.output);
   CHECK(no_prompts.exit_code == 2);
-  CHECK(no_prompts.output.find("node 'eval' (eval.tau) measures tau on held-out prompts, but eval.prompts is empty") !=
+  CHECK(no_prompts.output.find("node 'eval' (eval.tau) measures tau on held-out prompts, but neither its params.prompts nor eval.prompts is set") !=
         std::string::npos);
   auto cold = run_dflow("config --set eval.temperature=-0.5");
   CHECK(cold.exit_code == 2);
@@ -266,7 +266,7 @@ TEST_CASE("Cli.Eval.bad_input_is_refused_naming_key_node_or_file") {
   auto missing = run_dflow("train " + config.string());
   INFO(missing.output);
   CHECK(missing.exit_code == 2);
-  CHECK(missing.output.find("node 'eval' (eval.tau): eval.prompts: cannot read the held-out prompts file '" + absent +
+  CHECK(missing.output.find("node 'eval' (eval.tau): prompts (params, or eval.prompts): cannot read the held-out prompts file '" + absent +
                             "'") != std::string::npos);
 }
 

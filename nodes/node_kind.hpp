@@ -1,0 +1,46 @@
+#pragma once
+// What a training node kind may do before the graph exists, beside building
+// its body: the run context asks every declared node's kind through these
+// hooks and never names a node type. A kind registers them with its spec
+// (add_node_kind), in its own file; nodes/registry.cpp adds that file's
+// register_* call. That is all a new node takes.
+#include <any>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "config/pipeline.hpp"
+#include "config/yaml_reader.hpp"
+#include "data/batching_policy.hpp"
+#include "graph/registry.hpp"
+
+namespace dflow::nodes {
+
+class RunContext;
+
+struct RunHooks {
+  // A batching node: the policy its params pick. The epoch plans are built
+  // with it before the graph exists, and a resume must keep it (its type and
+  // params_text()). At most one node of a pipeline has this hook.
+  std::function<std::shared_ptr<const data::BatchingPolicy>(config::YamlSection& params)> batching = {};
+  // What of the node's params a resume must keep, as YAML ("" when they are
+  // the defaults). A resume refuses another type or another text for a node
+  // of the same name, naming it: the node computes something else then
+  // (another objective, another optimizer).
+  std::function<std::string(config::YamlSection& params)> resume_signature = {};
+  // Reads and checks what the node needs before the graph is built (a node
+  // factory that throws would leave a half-built graph): files, prompts. The
+  // result is kept in the run context under the node's name
+  // (RunContext::prepared). Throws ConfigError naming the node.
+  std::function<std::any(const RunContext& run, const config::NodeDecl& node)> prepare = {};
+  // A fresh run hands the node the untrained drafter's state (an evaluator's
+  // baseline), taken before the first step.
+  bool wants_untrained_state = false;
+};
+
+// Registers `spec` with `hooks` attached.
+void add_node_kind(graph::NodeRegistry& registry, graph::NodeSpec spec, RunHooks hooks);
+// The hooks of `type` in `registry` (null for a kind without any, or unknown).
+const RunHooks* run_hooks(const graph::NodeRegistry& registry, const std::string& type);
+
+}  // namespace dflow::nodes
