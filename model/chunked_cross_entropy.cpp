@@ -29,7 +29,7 @@ class ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinear
  public:
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                                const torch::Tensor& labels, const torch::Tensor& row_weights, int64_t rows_per_chunk,
-                               bool with_gradient) {
+                               bool with_gradient, const RowReweight& reweight) {
     const auto accumulate_dtype = reduction_dtype(hidden.scalar_type());
     const int64_t rows = hidden.size(0);
     torch::Tensor total = torch::zeros({}, hidden.options().dtype(accumulate_dtype));
@@ -55,15 +55,26 @@ class ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinear
         unit_grad_hidden.narrow(0, first, count).copy_(at::matmul(grad_logits.to(weight.scalar_type()), weight));
       }
     }
+    torch::Tensor applied = row_weights.to(accumulate_dtype);
+    if (reweight) {
+      // The factors need every row's CE first: applied after the sweep, to
+      // the rows' terms and to the gradient kept per row alike.
+      const torch::Tensor factor = reweight(row_weighted_ce / applied.masked_fill(applied.eq(0), 1)).to(accumulate_dtype);
+      row_weighted_ce.mul_(factor);
+      applied = applied * factor;
+      total = row_weighted_ce.sum();
+      if (with_gradient) unit_grad_hidden.mul_(factor.unsqueeze(1).to(unit_grad_hidden.scalar_type()));
+    }
     if (with_gradient) ctx->saved_data["unit_grad_hidden"] = unit_grad_hidden;
-    ctx->mark_non_differentiable({predictions, row_weighted_ce});
-    return {total, predictions, row_weighted_ce};
+    ctx->mark_non_differentiable({predictions, row_weighted_ce, applied});
+    return {total, predictions, row_weighted_ce, applied};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const torch::Tensor unit_grad_hidden = ctx->saved_data.at("unit_grad_hidden").toTensor();
     const torch::Tensor grad_hidden = unit_grad_hidden * grad_outputs[0].to(unit_grad_hidden.scalar_type());
-    return {grad_hidden, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_hidden, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -71,7 +82,7 @@ class ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinear
 
 ChunkedCrossEntropyResult chunked_linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& lm_head_weight,
                                                        const torch::Tensor& labels, const torch::Tensor& row_weights,
-                                                       int64_t rows_per_chunk) {
+                                                       int64_t rows_per_chunk, const RowReweight& reweight) {
   if (hidden.dim() != 2 || lm_head_weight.dim() != 2 || hidden.size(1) != lm_head_weight.size(1) ||
       labels.sizes() != hidden.sizes().slice(0, 1) || row_weights.sizes() != labels.sizes()) {
     throw std::invalid_argument("chunked_linear_cross_entropy: need hidden [P, H], lm_head [V, H], labels [P], "
@@ -84,8 +95,8 @@ ChunkedCrossEntropyResult chunked_linear_cross_entropy(const torch::Tensor& hidd
   if (rows_per_chunk < 1) throw std::invalid_argument("chunked_linear_cross_entropy: rows_per_chunk must be >= 1");
   const bool with_gradient = torch::GradMode::is_enabled() && hidden.requires_grad();
   const variable_list outputs = ChunkedLinearCrossEntropy::apply(hidden, lm_head_weight, labels.to(torch::kInt64),
-                                                                 row_weights, rows_per_chunk, with_gradient);
-  return {outputs[0], outputs[1], outputs[2]};
+                                                                 row_weights, rows_per_chunk, with_gradient, reweight);
+  return {outputs[0], outputs[1], outputs[2], outputs[3]};
 }
 
 }  // namespace dflow::model

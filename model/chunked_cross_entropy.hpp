@@ -7,13 +7,22 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
 namespace dflow::model {
 
 struct ChunkedCrossEntropyResult {
   torch::Tensor weighted_ce_sum;  // scalar, differentiable w.r.t. hidden: sum_i w_i * CE_i
   torch::Tensor predictions;      // [P] int64 argmax of the logits (not differentiable)
   torch::Tensor row_weighted_ce;  // [P] w_i * CE_i in the reduction dtype (not differentiable)
+  torch::Tensor row_weights;      // [P] the w_i applied (reweighted ones when a reweight was given)
 };
+
+// Weights that depend on the rows' own cross-entropies (D-PACE): given CE_i
+// [P] (detached, in the reduction dtype) computed with the given row weights,
+// returns the factor [P] each row's weight is multiplied by. The factor is a
+// constant to the gradient: d(sum f_i w_i CE_i)/dh = f_i w_i dCE_i/dh.
+using RowReweight = std::function<torch::Tensor(const torch::Tensor& row_ce)>;
 
 // hidden [P, H] (float32, bfloat16 or float64), lm_head_weight [V, H] frozen
 // (must not require grad), labels [P] int64, row_weights [P]. Logits are
@@ -21,6 +30,6 @@ struct ChunkedCrossEntropyResult {
 // float64). rows_per_chunk >= 1.
 ChunkedCrossEntropyResult chunked_linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& lm_head_weight,
                                                        const torch::Tensor& labels, const torch::Tensor& row_weights,
-                                                       int64_t rows_per_chunk);
+                                                       int64_t rows_per_chunk, const RowReweight& reweight = {});
 
 }  // namespace dflow::model

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
@@ -60,6 +61,22 @@ DraftBlocks build_draft_blocks(const torch::Tensor& input_ids, const torch::Tens
   out.block_tokens = torch::full({batch, blocks, block_size}, mask_token_id, long_options);
   out.block_tokens.select(2, 0).copy_(ids.gather(1, anchor.clamp(0, length - 1)));  // slot 0: the anchor token
   return out;
+}
+
+torch::Tensor dpace_position_weights(const torch::Tensor& ce, const torch::Tensor& valid, double alpha) {
+  if (!(alpha > 0.0 && alpha <= 1.0))
+    throw std::invalid_argument("D-PACE alpha must lie in (0, 1], got " + std::to_string(alpha));
+  if (ce.dim() != 2 || valid.sizes() != ce.sizes())
+    throw std::invalid_argument("dpace_position_weights: need ce and valid [K, Bs]; got " + c10::str(ce.sizes()) +
+                                " and " + c10::str(valid.sizes()));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor ok = valid.to(ce.device(), torch::kBool);
+  torch::Tensor smoothed = (1.0 - alpha) * torch::exp(-ce.detach().to(torch::kFloat64)) + alpha;  // q~
+  smoothed = smoothed.masked_fill(ok.logical_not(), 0.0);
+  smoothed.select(1, 0).fill_(1.0);  // the anchor is given, never drafted
+  const torch::Tensor accepted_through = smoothed.cumprod(1);  // prod_{i <= m} q~_i
+  const torch::Tensor from_here = accepted_through.flip(1).cumsum(1).flip(1);  // sum over m >= j
+  return from_here.masked_fill(ok.logical_not(), 0.0);
 }
 
 namespace {
@@ -206,7 +223,10 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   check_loss_inputs(spec, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask, lengths, anchors);
   const int64_t batch = input_ids.size(0), length = input_ids.size(1), block_size = spec.block_size;
   const torch::Device device = drafter.fc->weight.device();
-  const double gamma = options.loss_decay_gamma > 0.0 ? options.loss_decay_gamma : default_loss_decay_gamma(block_size);
+  // D-PACE starts from weight 1 on every labelled slot (exp(-(k - 1) / inf)) and reweighs per block.
+  const double gamma = options.weighting == PositionWeighting::DPace ? std::numeric_limits<double>::infinity()
+                       : options.loss_decay_gamma > 0.0            ? options.loss_decay_gamma
+                                                                   : default_loss_decay_gamma(block_size);
   std::optional<DocumentBounds> bounds;
   torch::Tensor context_begin;  // [B, N]: first context position of each block's sample (packed rows)
   if (documents != nullptr) {
@@ -246,10 +266,24 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   const torch::Tensor weights = blocks.weights.reshape({-1}).index_select(0, rows);
   const torch::Tensor head = lm_head_weight.device() == device ? lm_head_weight : lm_head_weight.to(device);
   const int64_t rows_per_chunk = std::max<int64_t>(1, options.max_logits_per_chunk / std::max<int64_t>(1, head.size(0)));
-  const ChunkedCrossEntropyResult ce = chunked_linear_cross_entropy(selected, head, labels, weights, rows_per_chunk);
+  RowReweight reweight;
+  if (options.weighting == PositionWeighting::DPace) {
+    // Each selected row's CE back in its block's slot, the block's weights from them.
+    reweight = [&](const torch::Tensor& row_ce) {
+      const int64_t slots = blocks.valid.numel();
+      const torch::Tensor ce_of_slot =
+          torch::zeros({slots}, row_ce.options().dtype(torch::kFloat64)).index_copy_(0, rows, row_ce.to(torch::kFloat64));
+      const torch::Tensor w = dpace_position_weights(ce_of_slot.view({-1, block_size}),
+                                                     blocks.valid.reshape({-1, block_size}), options.dpace_alpha);
+      return w.reshape({-1}).index_select(0, rows);
+    };
+  }
+  const ChunkedCrossEntropyResult ce =
+      chunked_linear_cross_entropy(selected, head, labels, weights, rows_per_chunk, reweight);
+  const torch::Tensor applied = reweight ? ce.row_weights : weights;
 
   ObjectiveOutput out;
-  out.weight_sum = weights.sum().to(torch::kFloat64).item<double>();
+  out.weight_sum = applied.sum().to(torch::kFloat64).item<double>();
   out.weighted_ce_sum = ce.weighted_ce_sum.detach().to(torch::kFloat64).item<double>();
   out.loss_sum = ce.weighted_ce_sum;
   out.loss = ce.weighted_ce_sum / (out.weight_sum > 0.0 ? out.weight_sum : 1.0);
@@ -265,7 +299,7 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   const auto sum_options = torch::TensorOptions().dtype(torch::kFloat64).device(rows.device());
   torch::Tensor sums = torch::zeros({2, batch * anchors.blocks_per_sample()}, sum_options);
   sums[0].index_add_(0, block_of_row, ce.row_weighted_ce.to(torch::kFloat64));
-  sums[1].index_add_(0, block_of_row, weights.to(torch::kFloat64));
+  sums[1].index_add_(0, block_of_row, applied.to(torch::kFloat64));
   sums = sums.cpu();
   if (block_sums != nullptr) *block_sums = sums;
   const torch::Tensor per_row = sums.view({2, batch, anchors.blocks_per_sample()}).sum(2);

@@ -18,8 +18,22 @@ namespace dflow::model {
 // an explicit loss_decay_gamma.
 double default_loss_decay_gamma(int64_t block_size);
 
+// How the loss weighs the positions of a draft block.
+enum class PositionWeighting {
+  // DFlash 2025: w_k = exp(-(k - 1) / gamma), fixed.
+  Decay,
+  // D-PACE (arXiv 2605.18810): from the drafter's own confidence on the
+  // target token, q_i = exp(-CE_i), smoothed q~_i = (1 - alpha) q_i + alpha;
+  // w_j = sum_{m >= j} prod_{i <= m} q~_i (the expected accepted tokens from
+  // slot j on), detached. Per block, so it never depends on how samples are
+  // split across micro-batches or ranks (the step divides by the global sum).
+  DPace,
+};
+
 struct ObjectiveOptions {
-  double loss_decay_gamma = 0.0;                    // <= 0: default_loss_decay_gamma(block_size)
+  PositionWeighting weighting = PositionWeighting::Decay;
+  double loss_decay_gamma = 0.0;                    // Decay; <= 0: default_loss_decay_gamma(block_size)
+  double dpace_alpha = 0.5;                         // DPace: smoothing, in (0, 1]
   int64_t attention_blocks_per_chunk = 0;           // <= 0: sized by max_attention_scores_per_chunk
   int64_t max_attention_scores_per_chunk = 1 << 25;  // B * heads * queries * keys per attention chunk
   int64_t max_logits_per_chunk = 1 << 25;           // rows * vocab of full-vocabulary logits at once
@@ -33,6 +47,12 @@ struct DraftBlocks {
   torch::Tensor valid;            // [B, N, Bs] bool: keep * [a+k < S] * [k > 0] * loss_mask[a+k]
   torch::Tensor weights;          // [B, N, Bs] float: valid * exp(-(k - 1) / gamma)
 };
+
+// D-PACE weights of blocks: ce [K, Bs] (each slot's cross-entropy on its
+// label; slot 0, the anchor, is never predicted), valid [K, Bs] bool (slots
+// that have a label). An invalid slot ends the block's acceptance chain: it
+// and every later slot weigh 0. float64 [K, Bs], no gradient.
+torch::Tensor dpace_position_weights(const torch::Tensor& ce, const torch::Tensor& valid, double alpha);
 
 // Packed rows (bounds from document_bounds): block positions are within the
 // anchor's sample (a - sample start + k) and labels stop at the sample's end.

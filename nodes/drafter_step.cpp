@@ -4,13 +4,20 @@
 // inside the MicroStats. Gradients of sum(w * CE) accumulate in the
 // parameters; optimizer_step divides by the step's total weight, so a step's
 // loss is sum(w * CE) / sum(w) over all of its micro-batches exactly.
+// The objective's position weighting is the node's choice (params:
+// objective: decay, the 2025 recipe with train.loss_decay_gamma, or dpace
+// with alpha), and a resume must keep it.
 // Rows of samples quarantined during this invocation are dropped here (the
 // loader drops those known at the start): the live set only changes under
 // the model token, which this node holds, so the run stays deterministic.
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 
+#include "config/errors.hpp"
 #include "nodes/messages.hpp"
+#include "nodes/node_kind.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
 
@@ -18,9 +25,39 @@ namespace dflow::nodes {
 
 namespace {
 
+// params: {objective: decay | dpace, alpha: 0.5 (dpace)}.
+struct ObjectiveParams {
+  std::string objective = "decay";
+  double alpha = 0.5;
+  // "" for the default (decay), else "{objective: dpace, alpha: 0.5}": what a resume must keep.
+  std::string text() const {
+    if (objective == "decay") return "";
+    std::ostringstream out;
+    out << std::setprecision(17) << "{objective: " << objective << ", alpha: " << alpha << "}";
+    return out.str();
+  }
+};
+
+ObjectiveParams read_objective_params(config::YamlSection& params) {
+  ObjectiveParams p;
+  params.read("objective", p.objective);
+  params.require(p.objective == "decay" || p.objective == "dpace", "objective",
+                 "must be decay (exp(-(k-1)/train.loss_decay_gamma)) or dpace (D-PACE, params.alpha)" +
+                     did_you_mean(p.objective, {"decay", "dpace"}));
+  params.read("alpha", p.alpha);
+  params.require(p.alpha > 0.0 && p.alpha <= 1.0, "alpha", "must lie in (0, 1] (D-PACE smoothing; 0.5 by default)");
+  return p;
+}
+
 class DrafterStep final : public graph::FunctionBody {
  public:
-  DrafterStep(const RunEnvironment& env, std::string name) : run_(env.run), home_(env.home), name_(std::move(name)) {
+  DrafterStep(const RunEnvironment& env, std::string name, config::YamlSection& params)
+      : run_(env.run), home_(env.home), name_(std::move(name)), objective_(run_.objective) {
+    const ObjectiveParams chosen = read_objective_params(params);
+    if (chosen.objective == "dpace") {
+      objective_.weighting = model::PositionWeighting::DPace;
+      objective_.dpace_alpha = chosen.alpha;
+    }
     const auto& target = *run_.targets.front();
     // Frozen [V, H], in the drafter's compute dtype: a bf16 drafter runs the
     // LM head in bf16; the chunked loss takes logsumexp and softmax in fp32.
@@ -100,7 +137,7 @@ class DrafterStep final : public graph::FunctionBody {
                                            batch.document_ids};
     auto result = model::dflash_loss(*state.drafter, embedding_, lm_head_, features.features,
                                      batch.input_ids.to(device), batch.loss_mask.to(device), batch.lengths.to(device),
-                                     anchors, run_.objective, batch.packed() ? &documents : nullptr);
+                                     anchors, objective_, batch.packed() ? &documents : nullptr);
     torch::Tensor weighted_ce = result.loss_sum;  // sum(w * CE), differentiable
     double weighted_ce_sum = result.weighted_ce_sum;
     if (auto* f = run_.fault("spike", name_, position.global_step)) {
@@ -121,7 +158,7 @@ class DrafterStep final : public graph::FunctionBody {
     s.real_tokens = batch.plan.real_tokens;
     s.padded_tokens = batch.plan.padded_tokens;
     const auto dataset_lengths = run_.dataset.lengths();
-    if (run_.batching.mode == data::BatchMode::TokenBudget) {
+    if (run_.batching.policy->one_bucket_per_batch()) {
       const auto b = static_cast<size_t>(batch.plan.bucket_index);
       s.batches_per_bucket.at(b) = 1;
       s.bucket_ce_sum.at(b) = weighted_ce_sum;
@@ -156,6 +193,7 @@ class DrafterStep final : public graph::FunctionBody {
   const RunContext& run_;
   StateHome& home_;
   std::string name_;
+  model::ObjectiveOptions objective_;  // the run's, with this node's position weighting
   torch::Tensor embedding_, lm_head_;
 };
 
@@ -164,13 +202,17 @@ class DrafterStep final : public graph::FunctionBody {
 void register_drafter_step(graph::NodeRegistry& registry) {
   graph::NodeSpec spec;
   spec.type = "drafter_step";
-  spec.description = "DFlash forward + backward of one micro-batch; needs the model token";
+  spec.description = "DFlash forward + backward of one micro-batch; needs the model token; params: objective "
+                     "(decay | dpace), alpha (dpace)";
+  spec.check_params = [](config::YamlSection& params) { read_objective_params(params); };
   spec.inputs = {{"batch", "FeatureBatch"}, {"token", "ModelToken"}};
   spec.outputs = {{"out", "MicroStats"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    return std::make_unique<DrafterStep>(environment(context), context.name);
+    return std::make_unique<DrafterStep>(environment(context), context.name, context.params);
   };
-  registry.add(std::move(spec));
+  RunHooks hooks;
+  hooks.resume_signature = [](config::YamlSection& params) { return read_objective_params(params).text(); };
+  add_node_kind(registry, std::move(spec), std::move(hooks));
 }
 
 }  // namespace dflow::nodes
