@@ -24,18 +24,15 @@ void AdamW::scale_grads(double scale) {
     if (s.param.grad().defined()) s.param.mutable_grad().mul_(scale);
 }
 
-double AdamW::grad_norm() const {
+double AdamW::grad_sum_of_squares() const {
   torch::NoGradGuard no_grad;
   double sum_sq = 0.0;
   for (const auto& s : slots_)
     if (s.param.grad().defined()) sum_sq += s.param.grad().to(torch::kFloat64).pow(2).sum().item<double>();
-  return std::sqrt(sum_sq);
+  return sum_sq;
 }
 
-void AdamW::clip_grad_norm(double max_norm, double current_norm) {
-  if (max_norm <= 0 || !(current_norm > max_norm)) return;
-  scale_grads(max_norm / (current_norm + 1e-6));
-}
+double AdamW::grad_norm() const { return std::sqrt(grad_sum_of_squares()); }
 
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;

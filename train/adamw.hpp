@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "train/optimizer.hpp"
+
 namespace dflow::train {
 
 struct AdamWOptions {
@@ -18,25 +20,21 @@ struct AdamWOptions {
   double weight_decay = 0.0;
 };
 
-class AdamW {
+class AdamW final : public Optimizer {
  public:
   // `params`: the trainable parameters by name (order is kept).
   AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWOptions options);
 
-  // Multiplies every gradient by `scale` (e.g. 1 / total loss weight).
-  void scale_grads(double scale);
-  // sqrt(sum of squared gradient entries) over all parameters, in fp64.
-  double grad_norm() const;
-  // Scales gradients so that their global norm is at most max_norm (no-op when 0).
-  void clip_grad_norm(double max_norm, double current_norm);
-  void step(double lr);
-  void zero_grad();
-
-  int64_t steps_taken() const { return steps_taken_; }
+  void scale_grads(double scale) override;
+  double grad_norm() const override;
+  void step(double lr) override;
+  void zero_grad() override;
+  int64_t steps_taken() const override { return steps_taken_; }
   // exp_avg.<name>, exp_avg_sq.<name>, master.<name> (bf16 parameters only).
-  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const;
-  // Restores state_tensors() output; refuses missing or mis-shaped entries by name.
-  void load_state_tensors(const std::map<std::string, torch::Tensor>& state, int64_t steps_taken);
+  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const override;
+  void load_state_tensors(const std::map<std::string, torch::Tensor>& state, int64_t steps_taken) override;
+  // sum of squared gradient entries, fp64 (grad_norm()^2 without the rounding).
+  double grad_sum_of_squares() const;
 
  private:
   struct Slot {
