@@ -1,5 +1,7 @@
 // DrafterSpec: built from the target config, validated, and mapped to and
 // from the config.json of an exported drafter.
+#include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "config/log.hpp"
@@ -12,6 +14,9 @@ namespace {
 std::invalid_argument spec_error(const std::string& what) {
   return std::invalid_argument("drafter spec: " + what);
 }
+
+constexpr const char* kFullAttention = "full_attention";
+constexpr const char* kSlidingAttention = "sliding_attention";
 
 std::string ids_text(const std::vector<int64_t>& ids) {
   std::string out = "[";
@@ -43,6 +48,35 @@ void DrafterSpec::validate() const {
     throw spec_error("mask_token_id " + std::to_string(mask_token_id) + " is not a row of the target embedding (vocab " +
                      std::to_string(vocab_size) + ")");
   }
+  validate_layer_types();
+}
+
+void DrafterSpec::validate_layer_types() const {
+  if (!layer_types.empty() && static_cast<int64_t>(layer_types.size()) != num_layers) {
+    throw spec_error("layer_types has " + std::to_string(layer_types.size()) + " entries for " +
+                     std::to_string(num_layers) + " draft layers");
+  }
+  for (const std::string& type : layer_types) {
+    if (type != kFullAttention && type != kSlidingAttention)
+      throw spec_error("layer type '" + type + "' is neither full_attention nor sliding_attention");
+  }
+  if (any_sliding() && sliding_window < block_size) {
+    throw spec_error("sliding layers need a sliding_window of at least block_size (" + std::to_string(block_size) +
+                     "), got " + std::to_string(sliding_window));
+  }
+  if (!any_sliding() && sliding_window != 0) {
+    throw spec_error("sliding_window " + std::to_string(sliding_window) + " without a sliding_attention layer");
+  }
+}
+
+int64_t DrafterSpec::layer_window(int64_t layer) const {
+  const bool slides = layer >= 0 && layer < static_cast<int64_t>(layer_types.size()) &&
+                      layer_types[static_cast<size_t>(layer)] == kSlidingAttention;
+  return slides ? sliding_window : 0;
+}
+
+bool DrafterSpec::any_sliding() const {
+  return std::find(layer_types.begin(), layer_types.end(), kSlidingAttention) != layer_types.end();
 }
 
 DrafterSpec make_drafter_spec(const HFConfig& target, const DrafterOptions& options) {
@@ -60,6 +94,8 @@ DrafterSpec make_drafter_spec(const HFConfig& target, const DrafterOptions& opti
   spec.num_layers = options.num_layers;
   spec.block_size = options.block_size;
   spec.num_target_layers = target.num_hidden_layers;
+  spec.layer_types = options.layer_types;
+  spec.sliding_window = options.sliding_window;
   if (!options.target_layer_ids.empty()) {
     spec.target_layer_ids = options.target_layer_ids;
   } else {
