@@ -124,7 +124,7 @@ nlohmann::json drafter_config_json(const DrafterSpec& spec, torch::Dtype dtype) 
   if (dtype == torch::kBFloat16) dtype_name = "bfloat16";
   if (dtype == torch::kFloat16) dtype_name = "float16";
   if (dtype == torch::kFloat64) dtype_name = "float64";
-  return {
+  nlohmann::json config = {
       {"architectures", {"DFlashDraftModel"}},
       {"model_type", "qwen3"},
       {"hidden_size", spec.hidden_size},
@@ -148,7 +148,63 @@ nlohmann::json drafter_config_json(const DrafterSpec& spec, torch::Dtype dtype) 
       {"num_target_layers", spec.num_target_layers},
       {"dflash_config", {{"mask_token_id", spec.mask_token_id}, {"target_layer_ids", spec.target_layer_ids}}},
   };
+  if (!spec.layer_types.empty()) config["layer_types"] = spec.layer_types;
+  if (spec.any_sliding()) {
+    // Hugging Face's Qwen3Config drops sliding_window unless
+    // use_sliding_window is true. The public loaders (z-lab's model.py,
+    // SGLang, vLLM, SpecForge) make a sliding layer causal within its block
+    // unless is_causal says otherwise; dflow's blocks are bidirectional.
+    config["use_sliding_window"] = true;
+    config["sliding_window"] = spec.sliding_window;
+    config["is_causal"] = false;
+  }
+  return config;
 }
+
+namespace {
+
+// layer_types and sliding_window as the public loaders read them: explicit
+// layer_types, else Hugging Face's Qwen3 rule (with use_sliding_window,
+// layers from max_window_layers on slide). Refuses a block that would be
+// causal in those loaders (is_causal, then dflash_config.causal, then
+// sliding layers by default): dflow trains and drafts whole blocks.
+void read_attention_layout(const nlohmann::json& config, DrafterSpec& spec, const std::string& source) {
+  auto error = [&](const std::string& what) { return std::runtime_error("drafter config '" + source + "': " + what); };
+  const bool use_sliding_window = config.contains("use_sliding_window") && config["use_sliding_window"].is_boolean() &&
+                                  config["use_sliding_window"].get<bool>();
+  if (config.contains("layer_types") && !config["layer_types"].is_null()) {
+    if (!config["layer_types"].is_array()) throw error("layer_types must be a list of strings");
+    for (const auto& type : config["layer_types"]) {
+      if (!type.is_string()) throw error("layer_types must be a list of strings, got " + config["layer_types"].dump());
+      spec.layer_types.push_back(type.get<std::string>());
+    }
+  } else if (use_sliding_window) {
+    const bool given = config.contains("max_window_layers") && config["max_window_layers"].is_number_integer();
+    const int64_t first_sliding = given ? config["max_window_layers"].get<int64_t>() : 28;  // Qwen3Config's default
+    for (int64_t layer = 0; layer < spec.num_layers; ++layer)
+      spec.layer_types.push_back(layer >= first_sliding ? kSlidingAttention : kFullAttention);
+  }
+  if (spec.any_sliding()) {
+    if (!config.contains("sliding_window") || !config["sliding_window"].is_number_integer())
+      throw error("layer_types has sliding_attention layers but sliding_window is missing or not an integer");
+    spec.sliding_window = config["sliding_window"].get<int64_t>();
+  }
+  std::optional<bool> causal;
+  if (config.contains("is_causal") && config["is_causal"].is_boolean()) {
+    causal = config["is_causal"].get<bool>();
+  } else if (config.contains("dflash_config") && config["dflash_config"].is_object() &&
+             config["dflash_config"].contains("causal") && config["dflash_config"]["causal"].is_boolean()) {
+    causal = config["dflash_config"]["causal"].get<bool>();
+  }
+  if (causal.value_or(spec.any_sliding())) {
+    throw error(std::string(causal ? "is_causal (or dflash_config.causal) is true"
+                                   : "sliding_attention layers without \"is_causal\": false") +
+                ": z-lab's model.py, SGLang and vLLM then attend causally within a block, which dflow does not "
+                "implement (its blocks are bidirectional, as its exports say with \"is_causal\": false)");
+  }
+}
+
+}  // namespace
 
 DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::string& source) {
   const HFConfig parsed = parse_hf_config(config, source);
@@ -182,6 +238,7 @@ DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::st
   } else {
     spec.target_layer_ids = feature_layer_ids(spec.num_target_layers, spec.num_layers);  // the public default
   }
+  read_attention_layout(config, spec, source);
   try {
     spec.validate();
   } catch (const std::invalid_argument& e) {
