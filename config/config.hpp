@@ -32,6 +32,10 @@ struct DrafterConfig {
   std::vector<int> target_layer_ids;    // empty: the DFlash formula
   int64_t mask_token_id = -1;           // -1: the target config's mask token (tiny targets carry one)
   std::string dtype = "float32";
+  // Per draft layer "full_attention" or "sliding_attention" (empty: all
+  // full); a sliding layer sees the last sliding_window positions of context.
+  std::vector<std::string> layer_types;
+  int64_t sliding_window = 0;           // 0: none (every sliding layer needs one)
 };
 
 struct ModelConfig {

@@ -76,6 +76,12 @@ KeySet<Config> declare() {
         at_least<int64_t>(-1, "must be a token id, or -1 for the target's"));
   k.add("model.drafter.dtype", [](Config& c) -> auto& { return c.model.drafter.dtype; }, must_match,
         "the drafter's parameter dtype: float32 or bfloat16 (fp32 masters)", one_of(kDtypes));
+  k.add("model.drafter.layer_types", [](Config& c) -> auto& { return c.model.drafter.layer_types; }, must_match,
+        "per draft layer: full_attention or sliding_attention (empty: all full)",
+        each_one_of({"full_attention", "sliding_attention"}));
+  k.add("model.drafter.sliding_window", [](Config& c) -> auto& { return c.model.drafter.sliding_window; },
+        must_match, "positions a sliding layer's query sees, its own included (0: none)",
+        at_least<int64_t>(0, "must be >= 0 (0: no sliding layers)"));
   // data
   k.add("data.train", [](Config& c) -> auto& { return c.data.train; }, must_match,
         "prepared shard directories (dflow prepare)",
@@ -211,6 +217,27 @@ void check_across_keys(const Config& c, const std::map<std::string, YamlSection>
   drafter.require(dr.target_layer_ids.empty() || dr.num_target_features == 0 ||
                       dr.num_target_features == static_cast<int>(dr.target_layer_ids.size()),
                   "num_target_features", "disagrees with the number of target_layer_ids");
+  if (!dr.layer_types.empty())
+    drafter.require(dr.layer_types.size() == static_cast<size_t>(dr.num_layers), "layer_types",
+                    "has " + std::to_string(dr.layer_types.size()) + " entries but num_layers is " +
+                        std::to_string(dr.num_layers) + ": give one type per draft layer");
+  if (std::find(dr.layer_types.begin(), dr.layer_types.end(), "sliding_attention") != dr.layer_types.end()) {
+    drafter.require(dr.sliding_window > 0, "sliding_window",
+                    "is " + std::to_string(dr.sliding_window) +
+                        ", but layer_types has sliding_attention layers: a window of 0 would let them see nothing; "
+                        "give the window in positions (e.g. 2048)");
+    // Within a block the public implementations disagree on a window
+    // shorter than the block (one-sided or two-sided); dflow keeps the
+    // block whole and asks for a window that covers it.
+    drafter.require(dr.sliding_window >= dr.block_size, "sliding_window",
+                    "is " + std::to_string(dr.sliding_window) + ", shorter than block_size (" +
+                        std::to_string(dr.block_size) + "): a window must cover at least one whole block");
+  } else {
+    // A window with no layer to apply it to would be silently ignored.
+    drafter.require(dr.sliding_window == 0, "sliding_window",
+                    "is set but no layer slides: list the sliding layers in layer_types (e.g. [sliding_attention, "
+                    "full_attention]), or leave sliding_window at 0");
+  }
   const auto& data = sections.at("data");
   data.require(c.data.buckets.back() >= c.data.max_length, "buckets",
                "the largest bucket (" + std::to_string(c.data.buckets.back()) + ") must hold max_length (" +

@@ -211,11 +211,17 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
 
 torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft_k, const torch::Tensor& draft_v,
                               const torch::Tensor& context_k, const torch::Tensor& context_v,
-                              const BlockAttentionPlan& plan) {
+                              const BlockAttentionPlan& plan, int64_t sliding_window) {
   if (q.size(2) != plan.num_blocks * plan.block_size) {
     throw std::invalid_argument("block_attention: " + std::to_string(q.size(2)) + " draft queries but the plan has " +
                                 std::to_string(plan.num_blocks) + " blocks of " + std::to_string(plan.block_size));
   }
+  if (sliding_window > 0 && plan.sliding_window != sliding_window) {
+    throw std::invalid_argument("block_attention: a sliding layer of window " + std::to_string(sliding_window) +
+                                " needs a plan with that window (add_sliding_window), the plan has " +
+                                (plan.sliding_window > 0 ? std::to_string(plan.sliding_window) : std::string("none")));
+  }
+  const bool sliding = sliding_window > 0;
   if (plan.chunks.empty()) return torch::zeros_like(q);
   if (!plan.groups.empty()) {
     // One packed row: gather each group's chunks into a padded batch, attend
@@ -251,7 +257,8 @@ torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft
       const torch::Tensor group_k = torch::cat({batched(all_ck[g], context), batched(all_dk[g], queries)}, 2);
       const torch::Tensor group_v = torch::cat({batched(all_cv[g], context), batched(all_dv[g], queries)}, 2);
       const torch::Tensor attended =
-          grouped_attention(group_q, group_k, group_v, group.visible, /*causal=*/false)
+          grouped_attention(group_q, group_k, group_v, sliding ? group.sliding_visible : group.visible,
+                            /*causal=*/false)
               .masked_fill(group.row_has_keys.logical_not(), 0.0);  // [G, H, Q, D]
       rows.push_back(attended.transpose(1, 2).reshape({count * queries, heads, head_dim}));
     }
@@ -266,7 +273,8 @@ torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft
         {context_k.narrow(2, chunk.context_first, chunk.context_length), draft_k.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
     const torch::Tensor chunk_v = torch::cat(
         {context_v.narrow(2, chunk.context_first, chunk.context_length), draft_v.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
-    const torch::Tensor attended = grouped_attention(chunk_q, chunk_k, chunk_v, chunk.visible, /*causal=*/false);
+    const torch::Tensor attended =
+        grouped_attention(chunk_q, chunk_k, chunk_v, sliding ? chunk.sliding_visible : chunk.visible, /*causal=*/false);
     outputs.push_back(attended.masked_fill(chunk.row_has_keys.logical_not(), 0.0));  // [B, H, Q, D]
   }
   return outputs.size() == 1 ? outputs.front() : torch::cat(outputs, 2);

@@ -19,6 +19,7 @@ struct BlockAttentionChunk {
   // Undefined for a packed row's chunks, whose groups hold the masks:
   torch::Tensor visible;       // [B, 1, num_queries, context_length + num_queries] bool
   torch::Tensor row_has_keys;  // [B, 1, num_queries, 1] bool; false for padding blocks
+  torch::Tensor sliding_visible;  // like visible, within the plan's sliding window (add_sliding_window)
 };
 
 // Packed single rows: the chunks (each one document's run of blocks) do not
@@ -31,6 +32,7 @@ struct BlockAttentionGroup {
   int64_t num_chunks = 0, max_queries = 0, max_context = 0;
   torch::Tensor visible;        // [G, 1, Qmax, Cmax + Qmax] bool
   torch::Tensor row_has_keys;   // [G, 1, Qmax, 1] bool; false for padding blocks and padded queries
+  torch::Tensor sliding_visible;  // like visible, within the plan's sliding window (add_sliding_window)
 };
 
 struct BlockAttentionPlan {
@@ -44,6 +46,9 @@ struct BlockAttentionPlan {
   // each (chunk, query), padding repeating a real slot of the chunk; [sum G *
   // Cmax] the context position of each (chunk, key).
   torch::Tensor group_query_index, group_context_index;
+  // > 0 once add_sliding_window gave every chunk (or group) its
+  // sliding_visible mask for this window; 0: full attention only.
+  int64_t sliding_window = 0;
 };
 
 // anchor_positions [B, N] int64 and block_keep [B, N] bool, any device (a CPU
@@ -68,6 +73,16 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
                                         torch::Device device, const torch::Tensor& context_begin = {},
                                         int64_t max_scores_per_group = 0, double min_group_fill = 0.75);
 
+// Adds the masks of sliding-window layers (the rule of SpecForge's DFlash
+// masks and z-lab's dflash/model.py): the query at slot k of a block
+// anchored at a, at position a + k, sees context c only if
+// a + k - sliding_window < c, besides the plan's own rule (c < a, within its
+// document); a window counts the query's own position. The own block stays
+// whole: sliding_window must be >= block_size, so no public variant of the
+// in-block window bites. anchor_positions [B, N] as given to
+// plan_block_attention. Full-attention layers keep using `visible`.
+void add_sliding_window(BlockAttentionPlan& plan, const torch::Tensor& anchor_positions, int64_t sliding_window);
+
 // Blocks per chunk: attention scores within max_scores_per_chunk elements,
 // and at most S / Bs blocks so the mostly-masked draft-to-draft part never
 // outweighs the context part (at least 1).
@@ -76,8 +91,10 @@ int64_t blocks_per_chunk_for_budget(int64_t batch_size, int64_t num_heads, int64
 
 // q [B, H, N*Bs, D]; draft_k/draft_v [B, KVH, N*Bs, D]; context_k/context_v
 // [B, KVH, S, D] (S >= every chunk's context_length). Returns [B, H, N*Bs, D].
+// sliding_window > 0: a sliding layer's pass, with the masks that
+// add_sliding_window added for that same window (else it throws).
 torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft_k, const torch::Tensor& draft_v,
                               const torch::Tensor& context_k, const torch::Tensor& context_v,
-                              const BlockAttentionPlan& plan);
+                              const BlockAttentionPlan& plan, int64_t sliding_window = 0);
 
 }  // namespace dflow::model

@@ -23,8 +23,11 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-DraftAttentionImpl::DraftAttentionImpl(const DrafterSpec& spec)
-    : num_heads_(spec.num_attention_heads), num_kv_heads_(spec.num_key_value_heads), head_dim_(spec.head_dim) {
+DraftAttentionImpl::DraftAttentionImpl(const DrafterSpec& spec, int64_t layer)
+    : num_heads_(spec.num_attention_heads),
+      num_kv_heads_(spec.num_key_value_heads),
+      head_dim_(spec.head_dim),
+      sliding_window_(spec.layer_window(layer)) {
   const int64_t hidden = spec.hidden_size;
   q_proj = register_module("q_proj", make_linear(hidden, num_heads_ * head_dim_, spec.attention_bias));
   k_proj = register_module("k_proj", make_linear(hidden, num_kv_heads_ * head_dim_, spec.attention_bias));
@@ -52,7 +55,8 @@ torch::Tensor DraftAttentionImpl::forward(const torch::Tensor& x, const ContextK
   const torch::Tensor q = apply_rotary(q_norm(split_heads(q_proj(x), num_heads_)), draft_rotary);        // [B, H, Q, D]
   const torch::Tensor draft_k = apply_rotary(k_norm(split_heads(k_proj(x), num_kv_heads_)), draft_rotary);  // [B, KVH, Q, D]
   const torch::Tensor draft_v = split_heads(v_proj(x), num_kv_heads_);
-  const torch::Tensor attended = block_attention(q, draft_k, draft_v, context_kv.keys, context_kv.values, plan);
+  const torch::Tensor attended =
+      block_attention(q, draft_k, draft_v, context_kv.keys, context_kv.values, plan, sliding_window_);
   return o_proj(attended.transpose(1, 2).reshape({x.size(0), x.size(1), num_heads_ * head_dim_}));
 }
 
@@ -66,9 +70,9 @@ torch::Tensor DraftMLPImpl::forward(const torch::Tensor& x) {
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 
-DraftLayerImpl::DraftLayerImpl(const DrafterSpec& spec) {
+DraftLayerImpl::DraftLayerImpl(const DrafterSpec& spec, int64_t layer) {
   // Registration order fixes named_parameters() order, which seeds the init.
-  self_attn = register_module("self_attn", DraftAttention(spec));
+  self_attn = register_module("self_attn", DraftAttention(spec, layer));
   mlp = register_module("mlp", DraftMLP(spec));
   input_layernorm = register_module("input_layernorm", RMSNorm(spec.hidden_size, spec.rms_norm_eps));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(spec.hidden_size, spec.rms_norm_eps));
@@ -84,7 +88,7 @@ torch::Tensor DraftLayerImpl::forward(const torch::Tensor& hidden, const Context
 DFlashDrafterImpl::DFlashDrafterImpl(DrafterSpec spec, uint64_t init_seed) : spec_(std::move(spec)) {
   spec_.validate();
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < spec_.num_layers; ++i) layers->push_back(DraftLayer(spec_));
+  for (int64_t i = 0; i < spec_.num_layers; ++i) layers->push_back(DraftLayer(spec_, i));
   fc = register_module("fc", make_linear(spec_.num_features() * spec_.hidden_size, spec_.hidden_size, false));
   hidden_norm = register_module("hidden_norm", RMSNorm(spec_.hidden_size, spec_.rms_norm_eps));
   norm = register_module("norm", RMSNorm(spec_.hidden_size, spec_.rms_norm_eps));

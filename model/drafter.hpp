@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "model/block_attention.hpp"
@@ -35,10 +36,19 @@ struct DrafterSpec {
   int64_t num_target_layers = 0;
   std::vector<int64_t> target_layer_ids;  // n feature layers of the target
   int64_t mask_token_id = -1;
+  // Per draft layer "full_attention" or "sliding_attention" (empty: all
+  // full). A sliding layer's query at position p sees context positions
+  // p - sliding_window < c < anchor (add_sliding_window); its block whole.
+  std::vector<std::string> layer_types;
+  int64_t sliding_window = 0;  // > 0 exactly when some layer slides
 
   int64_t num_features() const { return static_cast<int64_t>(target_layer_ids.size()); }
+  // sliding_window for a sliding layer, 0 (full attention) otherwise.
+  int64_t layer_window(int64_t layer) const;
+  bool any_sliding() const;
   // Throws naming the first inconsistent field.
   void validate() const;
+  void validate_layer_types() const;
 };
 
 struct DrafterOptions {
@@ -47,6 +57,8 @@ struct DrafterOptions {
   int64_t num_target_features = 0;            // 0: as many as draft layers (the public default)
   std::vector<int64_t> target_layer_ids;      // explicit ids override num_target_features
   std::optional<int64_t> mask_token_id;       // default: the target config's mask token id
+  std::vector<std::string> layer_types;       // empty: all full_attention
+  int64_t sliding_window = 0;                 // for the sliding_attention layers
 };
 
 // Refuses a missing mask token or one outside the target vocabulary.
@@ -71,7 +83,8 @@ struct ContextKV {
 
 class DraftAttentionImpl : public torch::nn::Module {
  public:
-  explicit DraftAttentionImpl(const DrafterSpec& spec);
+  // Layer `layer` of the spec: full or sliding attention by its layer type.
+  DraftAttentionImpl(const DrafterSpec& spec, int64_t layer);
   // context [B, S, H] at positions 0..S-1 -> that layer's context K/V.
   ContextKV project_context(const torch::Tensor& context, const RotaryTables& context_rotary);
   // x [B, Q, H] (already input_layernorm'ed) -> [B, Q, H] after o_proj.
@@ -84,6 +97,7 @@ class DraftAttentionImpl : public torch::nn::Module {
  private:
   torch::Tensor split_heads(const torch::Tensor& x, int64_t heads) const;  // [B, T, heads*D] -> [B, heads, T, D]
   int64_t num_heads_, num_kv_heads_, head_dim_;
+  int64_t sliding_window_;  // 0: full attention
 };
 TORCH_MODULE(DraftAttention);
 
@@ -97,7 +111,7 @@ TORCH_MODULE(DraftMLP);
 
 class DraftLayerImpl : public torch::nn::Module {
  public:
-  explicit DraftLayerImpl(const DrafterSpec& spec);
+  DraftLayerImpl(const DrafterSpec& spec, int64_t layer);
   torch::Tensor forward(const torch::Tensor& hidden, const ContextKV& context_kv, const RotaryTables& draft_rotary,
                         const BlockAttentionPlan& plan);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};

@@ -1,5 +1,7 @@
 // DrafterSpec: built from the target config, validated, and mapped to and
 // from the config.json of an exported drafter.
+#include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "config/log.hpp"
@@ -12,6 +14,9 @@ namespace {
 std::invalid_argument spec_error(const std::string& what) {
   return std::invalid_argument("drafter spec: " + what);
 }
+
+constexpr const char* kFullAttention = "full_attention";
+constexpr const char* kSlidingAttention = "sliding_attention";
 
 std::string ids_text(const std::vector<int64_t>& ids) {
   std::string out = "[";
@@ -43,6 +48,35 @@ void DrafterSpec::validate() const {
     throw spec_error("mask_token_id " + std::to_string(mask_token_id) + " is not a row of the target embedding (vocab " +
                      std::to_string(vocab_size) + ")");
   }
+  validate_layer_types();
+}
+
+void DrafterSpec::validate_layer_types() const {
+  if (!layer_types.empty() && static_cast<int64_t>(layer_types.size()) != num_layers) {
+    throw spec_error("layer_types has " + std::to_string(layer_types.size()) + " entries for " +
+                     std::to_string(num_layers) + " draft layers");
+  }
+  for (const std::string& type : layer_types) {
+    if (type != kFullAttention && type != kSlidingAttention)
+      throw spec_error("layer type '" + type + "' is neither full_attention nor sliding_attention");
+  }
+  if (any_sliding() && sliding_window < block_size) {
+    throw spec_error("sliding layers need a sliding_window of at least block_size (" + std::to_string(block_size) +
+                     "), got " + std::to_string(sliding_window));
+  }
+  if (!any_sliding() && sliding_window != 0) {
+    throw spec_error("sliding_window " + std::to_string(sliding_window) + " without a sliding_attention layer");
+  }
+}
+
+int64_t DrafterSpec::layer_window(int64_t layer) const {
+  const bool slides = layer >= 0 && layer < static_cast<int64_t>(layer_types.size()) &&
+                      layer_types[static_cast<size_t>(layer)] == kSlidingAttention;
+  return slides ? sliding_window : 0;
+}
+
+bool DrafterSpec::any_sliding() const {
+  return std::find(layer_types.begin(), layer_types.end(), kSlidingAttention) != layer_types.end();
 }
 
 DrafterSpec make_drafter_spec(const HFConfig& target, const DrafterOptions& options) {
@@ -60,6 +94,8 @@ DrafterSpec make_drafter_spec(const HFConfig& target, const DrafterOptions& opti
   spec.num_layers = options.num_layers;
   spec.block_size = options.block_size;
   spec.num_target_layers = target.num_hidden_layers;
+  spec.layer_types = options.layer_types;
+  spec.sliding_window = options.sliding_window;
   if (!options.target_layer_ids.empty()) {
     spec.target_layer_ids = options.target_layer_ids;
   } else {
@@ -88,7 +124,7 @@ nlohmann::json drafter_config_json(const DrafterSpec& spec, torch::Dtype dtype) 
   if (dtype == torch::kBFloat16) dtype_name = "bfloat16";
   if (dtype == torch::kFloat16) dtype_name = "float16";
   if (dtype == torch::kFloat64) dtype_name = "float64";
-  return {
+  nlohmann::json config = {
       {"architectures", {"DFlashDraftModel"}},
       {"model_type", "qwen3"},
       {"hidden_size", spec.hidden_size},
@@ -112,7 +148,63 @@ nlohmann::json drafter_config_json(const DrafterSpec& spec, torch::Dtype dtype) 
       {"num_target_layers", spec.num_target_layers},
       {"dflash_config", {{"mask_token_id", spec.mask_token_id}, {"target_layer_ids", spec.target_layer_ids}}},
   };
+  if (!spec.layer_types.empty()) config["layer_types"] = spec.layer_types;
+  if (spec.any_sliding()) {
+    // Hugging Face's Qwen3Config drops sliding_window unless
+    // use_sliding_window is true. The public loaders (z-lab's model.py,
+    // SGLang, vLLM, SpecForge) make a sliding layer causal within its block
+    // unless is_causal says otherwise; dflow's blocks are bidirectional.
+    config["use_sliding_window"] = true;
+    config["sliding_window"] = spec.sliding_window;
+    config["is_causal"] = false;
+  }
+  return config;
 }
+
+namespace {
+
+// layer_types and sliding_window as the public loaders read them: explicit
+// layer_types, else Hugging Face's Qwen3 rule (with use_sliding_window,
+// layers from max_window_layers on slide). Refuses a block that would be
+// causal in those loaders (is_causal, then dflash_config.causal, then
+// sliding layers by default): dflow trains and drafts whole blocks.
+void read_attention_layout(const nlohmann::json& config, DrafterSpec& spec, const std::string& source) {
+  auto error = [&](const std::string& what) { return std::runtime_error("drafter config '" + source + "': " + what); };
+  const bool use_sliding_window = config.contains("use_sliding_window") && config["use_sliding_window"].is_boolean() &&
+                                  config["use_sliding_window"].get<bool>();
+  if (config.contains("layer_types") && !config["layer_types"].is_null()) {
+    if (!config["layer_types"].is_array()) throw error("layer_types must be a list of strings");
+    for (const auto& type : config["layer_types"]) {
+      if (!type.is_string()) throw error("layer_types must be a list of strings, got " + config["layer_types"].dump());
+      spec.layer_types.push_back(type.get<std::string>());
+    }
+  } else if (use_sliding_window) {
+    const bool given = config.contains("max_window_layers") && config["max_window_layers"].is_number_integer();
+    const int64_t first_sliding = given ? config["max_window_layers"].get<int64_t>() : 28;  // Qwen3Config's default
+    for (int64_t layer = 0; layer < spec.num_layers; ++layer)
+      spec.layer_types.push_back(layer >= first_sliding ? kSlidingAttention : kFullAttention);
+  }
+  if (spec.any_sliding()) {
+    if (!config.contains("sliding_window") || !config["sliding_window"].is_number_integer())
+      throw error("layer_types has sliding_attention layers but sliding_window is missing or not an integer");
+    spec.sliding_window = config["sliding_window"].get<int64_t>();
+  }
+  std::optional<bool> causal;
+  if (config.contains("is_causal") && config["is_causal"].is_boolean()) {
+    causal = config["is_causal"].get<bool>();
+  } else if (config.contains("dflash_config") && config["dflash_config"].is_object() &&
+             config["dflash_config"].contains("causal") && config["dflash_config"]["causal"].is_boolean()) {
+    causal = config["dflash_config"]["causal"].get<bool>();
+  }
+  if (causal.value_or(spec.any_sliding())) {
+    throw error(std::string(causal ? "is_causal (or dflash_config.causal) is true"
+                                   : "sliding_attention layers without \"is_causal\": false") +
+                ": z-lab's model.py, SGLang and vLLM then attend causally within a block, which dflow does not "
+                "implement (its blocks are bidirectional, as its exports say with \"is_causal\": false)");
+  }
+}
+
+}  // namespace
 
 DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::string& source) {
   const HFConfig parsed = parse_hf_config(config, source);
@@ -146,6 +238,7 @@ DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::st
   } else {
     spec.target_layer_ids = feature_layer_ids(spec.num_target_layers, spec.num_layers);  // the public default
   }
+  read_attention_layout(config, spec, source);
   try {
     spec.validate();
   } catch (const std::invalid_argument& e) {

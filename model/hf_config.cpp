@@ -138,7 +138,8 @@ HFConfig parse_hf_config(const nlohmann::json& json, const std::string& source) 
 
   const std::string activation = json.value("hidden_act", std::string("silu"));
   if (activation != "silu") throw config_error(source, "hidden_act '" + activation + "' is not supported (only silu)");
-  if (optional_bool(json, "use_sliding_window", false)) {
+  // A drafter's sliding layers are read with its DFlash fields (drafter_spec_from_config).
+  if (!config.is_dflash_drafter && optional_bool(json, "use_sliding_window", false)) {
     throw config_error(source, "use_sliding_window is true; sliding-window attention is not supported");
   }
   if (optional_bool(json, "mlp_bias", false)) throw config_error(source, "mlp_bias is true; MLP biases are not supported");

@@ -249,9 +249,10 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
           ? options.attention_blocks_per_chunk
           : blocks_per_chunk_for_budget(batch, spec.num_attention_heads, length, block_size,
                                         options.max_attention_scores_per_chunk);
-  const BlockAttentionPlan plan = plan_block_attention(anchors.anchor_positions, anchors.block_keep, length, block_size,
-                                                       blocks_per_chunk, device, context_begin,
-                                                       options.max_attention_scores_per_chunk / spec.num_attention_heads);
+  BlockAttentionPlan plan = plan_block_attention(anchors.anchor_positions, anchors.block_keep, length, block_size,
+                                                 blocks_per_chunk, device, context_begin,
+                                                 options.max_attention_scores_per_chunk / spec.num_attention_heads);
+  if (spec.any_sliding()) add_sliding_window(plan, anchors.anchor_positions, spec.sliding_window);
   const torch::Tensor draft_positions = blocks.block_positions.view({batch, draft_slots});
   const torch::Tensor hidden =
       documents != nullptr

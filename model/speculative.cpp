@@ -43,8 +43,9 @@ torch::Tensor draft_slot_hidden(DFlashDrafterImpl& drafter, const TargetModel& t
   torch::Tensor block_tokens = torch::full({1, block_size}, spec.mask_token_id, long_options);
   block_tokens[0][0] = bonus_token;
   const torch::Tensor positions = torch::arange(start, start + block_size, long_options).unsqueeze(0);  // [1, B]
-  const BlockAttentionPlan plan = plan_block_attention(torch::full({1, 1}, start, torch::kInt64),
-                                                       torch::ones({1, 1}, torch::kBool), start, block_size, 0, device);
+  const torch::Tensor anchor = torch::full({1, 1}, start, torch::kInt64);
+  BlockAttentionPlan plan = plan_block_attention(anchor, torch::ones({1, 1}, torch::kBool), start, block_size, 0, device);
+  if (spec.any_sliding()) add_sliding_window(plan, anchor, spec.sliding_window);  // as in training
   const torch::Tensor hidden =
       drafter.forward_with_context_kv(cache.per_layer(), target.embed(block_tokens).to(device), positions, plan);
   return hidden.narrow(1, 1, block_size - 1).to(target.device());

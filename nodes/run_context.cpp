@@ -168,16 +168,23 @@ void RunContext::load_models() {
   drafter_options.num_target_features = config.model.drafter.num_target_features;
   for (int id : config.model.drafter.target_layer_ids) drafter_options.target_layer_ids.push_back(id);
   if (config.model.drafter.mask_token_id >= 0) drafter_options.mask_token_id = config.model.drafter.mask_token_id;
+  drafter_options.layer_types = config.model.drafter.layer_types;
+  drafter_options.sliding_window = config.model.drafter.sliding_window;
   drafter_spec = model::make_drafter_spec(target_config, drafter_options);
   feature_layer_ids = drafter_spec.target_layer_ids;
   objective.loss_decay_gamma = config.train.loss_decay_gamma;
   pad_token_id = target_config.eos_token_ids.empty() ? 0 : target_config.eos_token_ids.front();
   std::string layers;
   for (const int64_t id : feature_layer_ids) layers += (layers.empty() ? "" : ", ") + std::to_string(id);
+  std::string sliding;  // ", sliding window 2048 on layers [0, 1]"
+  for (int64_t i = 0; i < drafter_spec.num_layers; ++i)
+    if (drafter_spec.layer_window(i) > 0) sliding += (sliding.empty() ? "" : ", ") + std::to_string(i);
+  if (!sliding.empty())
+    sliding = ", sliding window " + std::to_string(drafter_spec.sliding_window) + " on layers [" + sliding + "]";
   log::info("model", log::str("target ", config.model.target.path, ": ", target_config.num_hidden_layers, " layers, hidden ",
                               target_config.hidden_size, ", vocab ", target_config.vocab_size, " on ", targets.size(),
                               " device(s); drafter ", drafter_spec.num_layers, " layer(s), block ",
-                              drafter_spec.block_size, ", features from layers [", layers, "]"));
+                              drafter_spec.block_size, sliding, ", features from layers [", layers, "]"));
 }
 
 void RunContext::plan_run() {

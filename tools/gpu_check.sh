@@ -10,7 +10,8 @@
 #      bf16, packed rows in bf16 through flash attention's variable-length
 #      kernel, or the per-document path where it cannot run); the demo for 60 steps on cuda:0 (loss follows the CPU run, no
 #      NaN, a checkpoint at step 30 resumes); 20 steps with the target on
-#      cuda:0 and the drafter on the CPU (losses follow the CPU run); a one-rank NCCL process group
+#      cuda:0 and the drafter on the CPU (losses follow the CPU run); 20 steps
+#      with a sliding-window draft layer; a one-rank NCCL process group
 #      (the step's all-reduce); throughput at the qwen3-8b preset with the
 #      recipe in bf16 (bench_gpu throughput) and through the whole graph.
 # Without a usable GPU it runs 1 and 2 (here the build is the ordinary
@@ -240,6 +241,20 @@ if run demo_split 240 train_demo "$WORK/demo-split" cuda:0 --set devices.drafter
     "$steps steps, $nans NaN; abs(split - CPU) / first loss: mean ${mean_rel} (< 0.01), max ${max_rel} (< 0.03)"
 else
   fail "demo, target cuda:0 + drafter cpu" "see demo_split.log"
+fi
+# Sliding-window draft layers: 20 steps on cuda:0 with a sliding layer of 32
+# beside a full one, then the run's eval (drafting with the window): finite
+# losses that fall.
+if run demo_sliding 180 train_demo "$WORK/demo-sliding" cuda:0 --set run.max_steps=20 --set checkpoint.every_steps=0 \
+    --set model.drafter.num_layers=2 --set model.drafter.layer_types=[sliding_attention,full_attention] \
+    --set model.drafter.sliding_window=32; then
+  read -r steps nans _ _ first last _ <<<"$(loss_stats "$WORK/demo-sliding" "$WORK/demo-sliding")"
+  verdict=ok
+  [ "$steps" = 20 ] && [ "$nans" = 0 ] && "$PY" -c "import sys; sys.exit(0 if $last < $first else 1)" || verdict=FAIL
+  [ $verdict = FAIL ] && FAILED=1
+  row "demo on cuda:0, sliding + full layer, 20 steps" "$verdict" "$steps steps, $nans NaN, loss $first -> $last"
+else
+  fail "demo on cuda:0, sliding layers" "see demo_sliding.log"
 fi
 if run nccl 120 "$BENCH" nccl; then
   row "NCCL, one rank" "ok" "$(grep -h 'backend\|RESULT' "$RESULTS/nccl.log" | tr '\n' ' ' | cut -c1-200)"

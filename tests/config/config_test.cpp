@@ -135,6 +135,43 @@ TEST_CASE("Config.Errors.out_of_range_values") {
   }
 }
 
+TEST_CASE("Config.Errors.sliding_window_layers") {
+  struct Case { const char* yaml; const char* expected; };
+  const Case cases[] = {
+      {"model: {drafter: {num_layers: 2, layer_types: [sliding_attention]}}",
+       "model.drafter.layer_types: has 1 entries but num_layers is 2: give one type per draft layer"},
+      {"model: {drafter: {layer_types: [sliding_atention]}}",
+       "model.drafter.layer_types: 'sliding_atention' is not one of: full_attention, sliding_attention, did you mean "
+       "'sliding_attention'?"},
+      {"model: {drafter: {layer_types: [sliding_attention]}}",
+       "model.drafter.sliding_window: is 0, but layer_types has sliding_attention layers: a window of 0"},
+      {"model: {drafter: {layer_types: [sliding_attention], sliding_window: 0}}",
+       "model.drafter.sliding_window: is 0, but layer_types has sliding_attention layers: a window of 0"},
+      {"model: {drafter: {layer_types: [sliding_attention], sliding_window: 8}}",
+       "model.drafter.sliding_window: is 8, shorter than block_size (16): a window must cover at least one whole block"},
+      {"model: {drafter: {sliding_window: -1}}", "model.drafter.sliding_window: must be >= 0"},
+      {"model: {drafter: {layer_types: [full_attention], sliding_window: 2048}}",
+       "model.drafter.sliding_window: is set but no layer slides"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.yaml);
+    const auto msg = error_of(c.yaml);
+    CHECK_MESSAGE(msg.find(c.expected) != std::string::npos, msg);
+    CHECK_MESSAGE(msg.rfind("test.yaml:1:", 0) == 0, msg);
+  }
+  // SpecForge's Qwen3.6-27B shape: four sliding layers of 2048 and one full.
+  const auto config = load_config_text(
+      "model: {drafter: {num_layers: 5, sliding_window: 2048, layer_types: [sliding_attention, sliding_attention, "
+      "sliding_attention, sliding_attention, full_attention]}}",
+      "test.yaml", {});
+  CHECK(config.model.drafter.layer_types.size() == 5);
+  CHECK(config.model.drafter.sliding_window == 2048);
+  const auto by_set = load_config_text("{}", "test.yaml",
+                                       {"model.drafter.num_layers=2", "model.drafter.sliding_window=32",
+                                        "model.drafter.layer_types=[sliding_attention, full_attention]"});
+  CHECK(by_set.model.drafter.layer_types == std::vector<std::string>{"sliding_attention", "full_attention"});
+}
+
 TEST_CASE("Config.File.missing_file_is_a_clear_error") {
   CHECK_THROWS_WITH_AS(load_config("/nonexistent/dflow.yaml"), "cannot open config file '/nonexistent/dflow.yaml'",
                        ConfigError);

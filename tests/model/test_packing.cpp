@@ -90,11 +90,14 @@ const TargetModel& tiny_target() {
   return target;
 }
 
-DFlashDrafter make_drafter() {
+// layer_types / sliding_window: as DrafterOptions (default: two full layers).
+DFlashDrafter make_drafter(std::vector<std::string> layer_types = {}, int64_t sliding_window = 0) {
   DrafterOptions options;
   options.num_layers = 2;
   options.block_size = 8;
   options.num_target_features = 2;
+  options.layer_types = std::move(layer_types);
+  options.sliding_window = sliding_window;
   DFlashDrafter drafter(make_drafter_spec(tiny_target().config(), options), 3);
   torch::NoGradGuard no_grad;
   torch::manual_seed(9);
@@ -226,6 +229,38 @@ TEST_CASE("Pack.LossAndGradientsEqualTheSamplesRunUnpacked") {
       CHECK(max_relative_difference(packed.gradients[i], alone.gradients[i]) < 1e-5);
     }
   }
+}
+
+TEST_CASE("Pack.SlidingLayersLossEqualsTheSamplesRunUnpacked") {
+  // A sliding layer of window 8 (samples of 13 and 20 tokens reach past it)
+  // beside a full one: packed rows still compute each sample's own loss.
+  torch::set_num_threads(1);
+  PackedRig rig;
+  auto drafter = make_drafter({"sliding_attention", "full_attention"}, 8);
+  const auto& target = tiny_target();
+  const auto& layers = drafter->spec().target_layer_ids;
+  const auto alone_features = target.context_features(rig.unpacked_ids, layers);
+  const auto packed_features = target.context_features(rig.packed_ids, rig.documents, layers);
+  const auto alone_anchors = sample_anchors(rig.unpacked_mask, rig.unpacked_lengths, anchor_options());
+  const auto packed_anchors = sample_packed_anchors(rig.packed_mask, rig.packed_lengths, rig.documents.document_ids,
+                                                    anchor_options());
+  const auto alone = run_loss(*drafter, alone_features, rig.unpacked_ids, rig.unpacked_mask, rig.unpacked_lengths,
+                              alone_anchors, nullptr);
+  for (const int64_t blocks_per_chunk : {0, 2}) {
+    CAPTURE(blocks_per_chunk);
+    const auto packed = run_loss(*drafter, packed_features, rig.packed_ids, rig.packed_mask, rig.packed_lengths,
+                                 packed_anchors, &rig.documents, blocks_per_chunk);
+    CHECK(std::abs(packed.loss - alone.loss) <= 1e-5 * std::abs(alone.loss));
+    for (size_t i = 0; i < alone.gradients.size(); ++i) {
+      CAPTURE(i);
+      CHECK(max_relative_difference(packed.gradients[i], alone.gradients[i]) < 1e-5);
+    }
+  }
+  // The window changes the loss: the same weights with both layers full differ.
+  auto full = make_drafter();
+  const auto full_loss = run_loss(*full, alone_features, rig.unpacked_ids, rig.unpacked_mask, rig.unpacked_lengths,
+                                  alone_anchors, nullptr);
+  CHECK(std::abs(full_loss.loss - alone.loss) > 1e-6 * std::abs(alone.loss));
 }
 
 TEST_CASE("Pack.ATokenOfOneSampleCannotChangeAnotherSamplesLoss") {
