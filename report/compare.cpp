@@ -91,6 +91,7 @@ Comparison compare(std::vector<RunSummary> runs, const CompareOptions& options) 
 }
 
 Comparison compare_runs(const std::vector<fs::path>& run_dirs, const CompareOptions& options) {
+  for (const auto& dir : run_dirs) require_run_dir(dir);
   std::vector<RunSummary> runs;
   for (const auto& dir : run_dirs) {
     runs.push_back(read_run(dir, options));

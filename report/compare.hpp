@@ -62,8 +62,10 @@ struct RunSummary {
 // The numbers of one loaded run (no config: read_run adds it).
 RunSummary summarize_run(const RunData& run, const CompareOptions& options = {});
 
-// Loads and summarizes RUN_DIR. A directory without metrics.jsonl is no run:
-// ConfigError naming it (the CLI exits 2).
+// A directory without metrics.jsonl is no run: ConfigError naming it (the CLI exits 2).
+void require_run_dir(const std::filesystem::path& run_dir);
+
+// Loads and summarizes RUN_DIR (require_run_dir first).
 RunSummary read_run(const std::filesystem::path& run_dir, const CompareOptions& options = {});
 
 // One metric and the run(s) best at it ("lowest final loss": run 1).
@@ -91,7 +93,8 @@ void name_runs(std::vector<RunSummary>& runs);
 // Summaries, names, config differences, winners and notes of loaded runs.
 Comparison compare(std::vector<RunSummary> runs, const CompareOptions& options = {});
 
-// read_run on each directory, then compare. Throws on the first bad one.
+// read_run on each directory, then compare. Every directory is checked to be
+// a run before any is read.
 Comparison compare_runs(const std::vector<std::filesystem::path>& run_dirs, const CompareOptions& options = {});
 
 }  // namespace dflow::report

@@ -121,9 +121,13 @@ RunSummary summarize_run(const RunData& run, const CompareOptions& options) {
   return s;
 }
 
-RunSummary read_run(const fs::path& run_dir, const CompareOptions& options) {
+void require_run_dir(const fs::path& run_dir) {
   if (!fs::is_regular_file(run_dir / "metrics.jsonl"))
     throw ConfigError(run_dir.string() + ": not a dflow run directory (no metrics.jsonl); give the run's out_dir");
+}
+
+RunSummary read_run(const fs::path& run_dir, const CompareOptions& options) {
+  require_run_dir(run_dir);
   // The analysis needs the newest telemetry only; older snapshots are not plotted here.
   RunSummary s = summarize_run(load_run(run_dir, {.telemetry_points = 16, .telemetry_tail = 512}), options);
   try {
