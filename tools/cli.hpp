@@ -28,6 +28,7 @@ void add_train_command(CLI::App& app, Common& common, Action& action);
 void add_launch_command(CLI::App& app, Common& common, Action& action);
 void add_inspect_command(CLI::App& app, Action& action);
 void add_report_command(CLI::App& app, Action& action);
+void add_compare_command(CLI::App& app, Action& action);
 void add_eval_command(CLI::App& app, Action& action);
 void add_export_command(CLI::App& app, Action& action);
 void add_regenerate_command(CLI::App& app, Action& action);

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   cli::add_launch_command(app, common, action);
   cli::add_inspect_command(app, action);
   cli::add_report_command(app, action);
+  cli::add_compare_command(app, action);
   cli::add_eval_command(app, action);
   cli::add_export_command(app, action);
   cli::add_regenerate_command(app, action);

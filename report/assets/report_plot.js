@@ -89,7 +89,7 @@ var dflowPlot = (function () {
     return out;
   }
 
-  // spec: {title, series: [{name, color, xs, ys, dash, area, width, percent}], y2: [...same, values 0..1], logY,
+  // spec: {title, series: [{name, color, xs, ys, dash, area, width, percent, dots, noReadout}], y2: [...same, values 0..1], logY,
   //        xMin, xMax, yMin, yMax, cap (dashed line), xTitle, xTicks, width, height, legend (html),
   //        events: [{s, kind, label}] marked as vertical lines}
   function plot(container, spec) {
@@ -149,6 +149,10 @@ var dflowPlot = (function () {
         X(s.xs[0]).toFixed(1) + ',' + (H - M.b) + 'Z" fill="' + s.color + '" fill-opacity="0.14" stroke="none"/>';
       svg += '<path d="' + d + '" fill="none" stroke="' + s.color + '" stroke-width="' + (s.width || 1.4) + '"' +
         (s.dash ? ' stroke-dasharray="' + s.dash + '"' : '') + '/>';
+      if (s.dots) s.xs.forEach(function (x, i) {  // sparse points (evaluations): one alone draws no line
+        var y = Yf(s.ys[i]);
+        if (isFinite(x) && isFinite(y)) svg += '<circle cx="' + X(x).toFixed(1) + '" cy="' + y.toFixed(1) + '" r="2.6" fill="' + s.color + '"/>';
+      });
     }
     (spec.y2 || []).forEach(function (s) { draw(s, Y2); });
     spec.series.forEach(function (s) { draw(s, Y); });
@@ -163,7 +167,7 @@ var dflowPlot = (function () {
     el.addEventListener('mousemove', function (e) {
       var box = el.getBoundingClientRect(), vx = (e.clientX - box.left) / box.width * W;
       var x = x0 + (vx - M.l) / (W - M.l - M.r) * (x1 - x0), text = [], at = null;
-      all.slice(0, 4).forEach(function (s) {
+      all.filter(function (s) { return !s.noReadout; }).slice(0, 4).forEach(function (s) {
         var best = -1;
         for (var i = 0; i < s.xs.length; i++) if (best < 0 || Math.abs(s.xs[i] - x) < Math.abs(s.xs[best] - x)) best = i;
         if (best < 0) return;

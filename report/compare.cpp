@@ -1,0 +1,104 @@
+// Several runs' summaries put together: names, what differs in their
+// configs, which run wins each metric, and what to keep in mind reading them.
+#include "report/compare.hpp"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "config/log.hpp"
+
+namespace dflow::report {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The run(s) with the best finite value; a relative difference under 1e-9 is a tie.
+Winner best_of(const std::vector<RunSummary>& runs, std::string metric, std::string unit, bool higher_wins,
+               const std::function<double(const RunSummary&)>& value_of) {
+  Winner w{std::move(metric), {}, kUnknownValue, {}, std::move(unit)};
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const double value = value_of(runs[i]);
+    w.values.push_back(value);
+    if (!std::isfinite(value)) continue;
+    const bool tie = std::isfinite(w.value) && std::abs(value - w.value) <= 1e-9 * std::max(std::abs(value), std::abs(w.value));
+    if (tie) {
+      w.runs.push_back(i);
+    } else if (!std::isfinite(w.value) || (higher_wins ? value > w.value : value < w.value)) {
+      w.runs = {i};
+      w.value = value;
+    }
+  }
+  return w;
+}
+
+std::vector<std::string> comparison_notes(const std::vector<RunSummary>& runs) {
+  std::vector<std::string> notes;
+  std::set<int64_t> last_steps;
+  std::string steps_text;
+  for (const auto& run : runs) {
+    last_steps.insert(run.last_step);
+    steps_text += (steps_text.empty() ? "" : ", ") + run.name + " " + std::to_string(run.last_step);
+  }
+  if (last_steps.size() > 1)
+    notes.push_back("the runs stopped at different steps (" + steps_text + "): final values are not at the same step");
+  std::string without_config;
+  for (const auto& run : runs)
+    if (!run.config) without_config += (without_config.empty() ? "" : ", ") + run.name;
+  if (!without_config.empty())
+    notes.push_back("no resolved config in " + without_config + " (no checkpoint yet): its config is not compared");
+  return notes;
+}
+
+}  // namespace
+
+void name_runs(std::vector<RunSummary>& runs) {
+  auto dir_name = [](const fs::path& dir) {
+    const fs::path clean = fs::absolute(dir).lexically_normal();
+    const std::string name = clean.filename().string();
+    return name.empty() ? clean.parent_path().filename().string() : name;  // "runs/a/" has an empty filename
+  };
+  std::map<std::string, int> uses;
+  for (const auto& run : runs) ++uses[dir_name(run.run_dir)];
+  for (auto& run : runs) run.name = uses[dir_name(run.run_dir)] > 1 ? run.run_dir.string() : dir_name(run.run_dir);
+}
+
+std::vector<Winner> pick_winners(const std::vector<RunSummary>& runs, const CompareOptions& options) {
+  const std::string recent = "last " + std::to_string(options.recent_steps) + " steps";
+  return {
+      best_of(runs, "lowest final loss (mean of last " + std::to_string(options.loss_tail) + " steps)", "", false,
+              [](const RunSummary& r) { return r.final_loss; }),
+      best_of(runs, "highest best tau", "", true, [](const RunSummary& r) { return r.best_tau ? r.best_tau->tau : kUnknownValue; }),
+      best_of(runs, "highest throughput (" + recent + ")", "real tokens/s", true,
+              [](const RunSummary& r) { return r.recent.real_tokens_per_s; }),
+      best_of(runs, "most steps per second (" + recent + ")", "steps/s", true, [](const RunSummary& r) { return r.recent.steps_per_s; }),
+  };
+}
+
+Comparison compare(std::vector<RunSummary> runs, const CompareOptions& options) {
+  Comparison c;
+  c.options = options;
+  name_runs(runs);
+  std::vector<const FlatConfig*> configs;
+  for (const auto& run : runs) configs.push_back(run.config ? &run.config->values : nullptr);
+  c.config_diff = diff_configs(configs);
+  c.winners = pick_winners(runs, options);
+  c.notes = comparison_notes(runs);
+  c.runs = std::move(runs);
+  return c;
+}
+
+Comparison compare_runs(const std::vector<fs::path>& run_dirs, const CompareOptions& options) {
+  for (const auto& dir : run_dirs) require_run_dir(dir);
+  std::vector<RunSummary> runs;
+  for (const auto& dir : run_dirs) {
+    runs.push_back(read_run(dir, options));
+    log::info("compare", log::str(dir.string(), ": ", runs.back().step_records, " step records, ", runs.back().tau.size(),
+                                  " evaluations"));
+  }
+  return compare(std::move(runs), options);
+}
+
+}  // namespace dflow::report

@@ -1,0 +1,162 @@
+// `dflow compare` as one self-contained HTML page: the summary and config
+// tables are static HTML; the four curve plots are drawn by the report's own
+// plotting script (report/assets/report_plot.js) from the JSON embedded here.
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <iomanip>
+#include <sstream>
+
+#include "report/assets.hpp"
+#include "report/compare_render.hpp"
+#include "report/page_data.hpp"
+#include "report/pipeline_svg.hpp"
+
+namespace dflow::report {
+
+namespace {
+
+// The report's palette, so a run has the same color in the tables and the plots.
+constexpr const char* kRunColors[] = {"#2f6fd6", "#d6453d", "#2e9d5b", "#e08a1e", "#8e5bd0",
+                                      "#1aa3b8", "#c2497f", "#6b7891", "#9c7a12", "#4a3fb5"};
+
+std::string run_color(size_t i) { return kRunColors[i % std::size(kRunColors)]; }
+
+std::string now_text() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::ostringstream out;
+  out << std::put_time(&local, "%Y-%m-%d %H:%M:%S");
+  return out.str();
+}
+
+// `name` in the analysis' words as <code>name</code>, like the report page.
+std::string codeify(const std::string& text) {
+  const std::string escaped = escape_html(text);
+  std::string out;
+  bool open = false;
+  for (char ch : escaped) {
+    if (ch != '`') out += ch;
+    else out += (open = !open) ? "<code>" : "</code>";
+  }
+  return open ? out + "</code>" : out;
+}
+
+std::string run_header(const Comparison& c, const std::string& first) {
+  std::string out = "<tr><th>" + escape_html(first) + "</th>";
+  for (size_t i = 0; i < c.runs.size(); ++i)
+    out += "<th><i class=\"swatch\" style=\"background:" + run_color(i) + "\"></i>" + escape_html(c.runs[i].name) + "</th>";
+  return out + "</tr>\n";
+}
+
+std::string summary_table_html(const Comparison& c) {
+  std::string out = "<table class=\"compare\">\n" + run_header(c, "");
+  for (const auto& row : summary_rows(c)) {
+    out += "<tr><th>" + escape_html(row.label) + "</th>";
+    for (size_t i = 0; i < row.cells.size(); ++i)
+      out += row.wins[i] ? "<td class=\"win\" title=\"the best of the runs\">" + escape_html(row.cells[i]) + " \u2605</td>"
+                         : "<td>" + escape_html(row.cells[i]) + "</td>";
+    out += "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
+std::string config_html(const Comparison& c) {
+  std::string out;
+  if (c.config_diff.empty()) {
+    const bool any = std::any_of(c.runs.begin(), c.runs.end(), [](const RunSummary& r) { return r.config.has_value(); });
+    out = any ? "<p>The resolved configs are the same in every run that has one.</p>\n"
+              : "<p>No run holds a resolved config yet (it is saved with each checkpoint).</p>\n";
+  } else {
+    out = "<table class=\"compare config\">\n" + run_header(c, "key");
+    for (const auto& d : c.config_diff) {
+      out += "<tr><th><code>" + escape_html(d.key) + "</code></th>";
+      for (const auto& value : d.values) out += "<td>" + escape_html(value) + "</td>";
+      out += "</tr>\n";
+    }
+    out += "</table>\n";
+  }
+  out += "<p class=\"note\">From each run's newest checkpoint: ";
+  for (size_t i = 0; i < c.runs.size(); ++i)
+    out += (i ? "; " : "") + escape_html(c.runs[i].name) + " " +
+           (c.runs[i].config ? "<code>" + escape_html(c.runs[i].config->file.string()) + "</code>" : std::string("none yet"));
+  return out + ". <code>run.out_dir</code> is left out.</p>\n";
+}
+
+std::string waits_html(const Comparison& c) {
+  std::string out;
+  for (size_t i = 0; i < c.runs.size(); ++i) {
+    out += "<h3><i class=\"swatch\" style=\"background:" + run_color(i) + "\"></i>" + escape_html(c.runs[i].name) + "</h3><ul>";
+    for (const auto& line : c.runs[i].waits) out += "<li>" + codeify(line) + "</li>";
+    out += c.runs[i].waits.empty() ? "<li>no findings</li></ul>\n" : "</ul>\n";
+  }
+  return out;
+}
+
+std::string notes_html(const Comparison& c) {
+  std::string items;
+  for (const auto& note : c.notes) items += "<li>" + codeify(note) + "</li>";
+  for (const auto& run : c.runs)
+    for (const auto& warning : run.warnings) items += "<li>" + escape_html(run.name) + ": " + codeify(warning) + "</li>";
+  return items.empty() ? "" : "<section class=\"panel\"><h2>Notes</h2><ul class=\"warn\">" + items + "</ul></section>\n";
+}
+
+// {s: steps, t: wall seconds, v: values}, at most max_points, evenly thinned.
+nlohmann::json curve_json(const std::vector<CurvePoint>& curve, size_t max_points) {
+  nlohmann::json s = nlohmann::json::array(), t = nlohmann::json::array(), v = nlohmann::json::array();
+  for (size_t i : thin(curve.size(), max_points, {})) {
+    s.push_back(curve[i].step);
+    t.push_back(curve[i].wall_s);  // NaN (a record without time) is written as null
+    v.push_back(curve[i].value);
+  }
+  return {{"s", s}, {"t", t}, {"v", v}};
+}
+
+nlohmann::json page_data(const Comparison& c, const CompareHtmlOptions& options) {
+  nlohmann::json runs = nlohmann::json::array();
+  for (size_t i = 0; i < c.runs.size(); ++i)
+    runs.push_back({{"name", c.runs[i].name}, {"color", run_color(i)}, {"loss", curve_json(c.runs[i].loss, options.max_points)},
+                    {"tau", curve_json(c.runs[i].tau, options.max_points)}});
+  nlohmann::json plots = nlohmann::json::array();
+  for (size_t k = 0; k < std::size(kComparePlotTitles); ++k)
+    plots.push_back({{"title", kComparePlotTitles[k]}, {"y", k < 2 ? "loss" : "tau"}, {"x", k % 2 == 0 ? "s" : "t"},
+                     {"xTitle", k % 2 == 0 ? "step" : "seconds"}});
+  return {{"runs", runs}, {"plots", plots}, {"generated", now_text()}};
+}
+
+std::string page_title(const Comparison& c, const CompareHtmlOptions& options) {
+  if (!options.title.empty()) return options.title;
+  if (c.runs.size() > 4) return std::to_string(c.runs.size()) + " runs";
+  std::string title;
+  for (const auto& run : c.runs) title += (title.empty() ? "" : " vs ") + run.name;
+  return title;
+}
+
+}  // namespace
+
+std::string render_compare_html(const Comparison& c, const CompareHtmlOptions& options) {
+  const std::string title = escape_html(page_title(c, options));
+  std::string winners;
+  for (const auto& w : c.winners) winners += "<li>" + escape_html(winner_line(c, w)) + "</li>";
+  std::ostringstream out;
+  out << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+      << "<title>dflow compare \u00b7 " << title << "</title>\n<style>\n" << assets::kStyle << "\n" << assets::kCompareStyle
+      << "\n</style>\n</head>\n<body data-rendered=\"no\">\n<header><h1>dflow compare \u00b7 " << title << "</h1>"
+      << "<div class=\"sub\">" << c.runs.size() << " runs, each read from its own directory</div></header>\n"
+      << "<div id=\"errors\" hidden></div>\n"
+      << "<section class=\"panel\"><h2>Which run wins</h2><ul id=\"winners\">" << winners << "</ul></section>\n"
+      << "<section class=\"panel\"><h2>Side by side</h2>\n" << summary_table_html(c) << "</section>\n"
+      << "<section class=\"panel\"><h2>Config: the keys that differ</h2>\n" << config_html(c) << "</section>\n"
+      << "<section class=\"panel\"><h2>Loss and tau</h2><p class=\"note\">Wall time: the run's training processes, "
+         "summed over resumes. Loss: each step (faint) and a moving mean.</p>"
+      << "<div class=\"grid\" id=\"compare-plots\"></div></section>\n"
+      << "<section class=\"panel\"><h2>Where each graph waited</h2>\n" << waits_html(c) << "</section>\n"
+      << notes_html(c) << "<footer id=\"footer\"></footer>\n"
+      << "<script type=\"application/json\" id=\"dflow-compare-data\">" << script_json(page_data(c, options)) << "</script>\n"
+      << "<script>\n" << assets::kCompareScript << "\n</script>\n</body>\n</html>\n";
+  return out.str();
+}
+
+}  // namespace dflow::report

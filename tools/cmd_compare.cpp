@@ -1,0 +1,22 @@
+// `dflow compare RUN_DIR... [-o compare.html]`: runs side by side, a table on
+// stdout and one self-contained HTML page.
+#include "report/command.hpp"
+#include "tools/cli.hpp"
+
+namespace dflow::cli {
+
+void add_compare_command(CLI::App& app, Action& action) {
+  auto* sub = app.add_subcommand("compare", "put two or more runs side by side: config differences, loss and tau curves, "
+                                            "throughput, where each graph waited, and which run wins");
+  static std::vector<std::filesystem::path> run_dirs;
+  static std::string out;
+  static size_t recent_steps = 50;
+  sub->add_option("RUN_DIR", run_dirs, "two or more runs' out_dirs (each holds metrics.jsonl)")->required()->check(CLI::ExistingDirectory);
+  sub->add_option("-o,--out", out, "the HTML page (default compare.html in the current directory)");
+  sub->add_option("--last", recent_steps, "steps in the recent throughput window (default 50)")->check(CLI::PositiveNumber);
+  sub->callback([&action] {
+    action = [] { return report::compare_command(run_dirs, out, std::cout, {.recent_steps = recent_steps}); };
+  });
+}
+
+}  // namespace dflow::cli
