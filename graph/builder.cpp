@@ -167,7 +167,7 @@ class PipelineBuilder {
     if (static_cast<int>(feeds.size()) != node.join_ports)
       throw std::logic_error("node '" + node.name + "': wired " + std::to_string(feeds.size()) + " join ports, described " +
                              std::to_string(node.join_ports));
-    p_.stages_.push_back(make_stage(g(), feeds.size(), *shell));
+    p_.stages_.push_back(make_stage(g(), feeds.size(), *shell, node.spec->high_priority));
     for (size_t port = 0; port < feeds.size(); ++port) tbb::flow::make_edge(*feeds[port], p_.stages_.back()->port(port));
     p_.shells_.push_back(std::move(shell));
   }

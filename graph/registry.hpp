@@ -30,6 +30,12 @@ struct NodeSpec {
   std::function<void(config::YamlSection& params)> check_params = {};
   // Builds one replica's body: a SourceBody, FunctionBody or RouterBody per `kind`.
   std::function<std::unique_ptr<NodeBody>(NodeContext& context)> make = {};
+  // A firing of this kind runs before queued normal work as soon as a graph
+  // thread finishes its current task (oneTBB node priority). For nodes off
+  // the training loop whose work otherwise waits behind it without bound,
+  // such as evaluation on a machine with as many threads as the loop keeps
+  // busy; such a node then takes one thread while it runs.
+  bool high_priority = false;
   // What the application attaches to the kind beyond the graph; graph/ never
   // reads it (the training nodes keep their run hooks here: nodes/node_kind.hpp).
   std::any extension = {};

@@ -30,13 +30,15 @@ class Stage {
   virtual tbb::flow::receiver<Message>& port(size_t index) = 0;
 };
 
-// Throws std::logic_error for a width outside 1..kMaxJoinPorts.
-std::unique_ptr<Stage> make_stage(tbb::flow::graph& g, size_t width, Firing& firing);
+// Throws std::logic_error for a width outside 1..kMaxJoinPorts. A
+// high-priority stage's firings run before queued normal tasks.
+std::unique_ptr<Stage> make_stage(tbb::flow::graph& g, size_t width, Firing& firing, bool high_priority = false);
 
 // Instantiated for 1..kMaxJoinPorts in stage_narrow.cpp and stage_wide.cpp.
 template <size_t N>
-std::unique_ptr<Stage> make_stage_of_width(tbb::flow::graph& g, Firing& firing);
-#define DFLOW_EXTERN_STAGE(N) extern template std::unique_ptr<Stage> make_stage_of_width<N>(tbb::flow::graph&, Firing&);
+std::unique_ptr<Stage> make_stage_of_width(tbb::flow::graph& g, Firing& firing, bool high_priority);
+#define DFLOW_EXTERN_STAGE(N) \
+  extern template std::unique_ptr<Stage> make_stage_of_width<N>(tbb::flow::graph&, Firing&, bool);
 DFLOW_EXTERN_STAGE(1) DFLOW_EXTERN_STAGE(2) DFLOW_EXTERN_STAGE(3) DFLOW_EXTERN_STAGE(4) DFLOW_EXTERN_STAGE(5)
 DFLOW_EXTERN_STAGE(6) DFLOW_EXTERN_STAGE(7) DFLOW_EXTERN_STAGE(8) DFLOW_EXTERN_STAGE(9) DFLOW_EXTERN_STAGE(10)
 #undef DFLOW_EXTERN_STAGE

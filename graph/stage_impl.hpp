@@ -25,14 +25,15 @@ class StageOf final : public Stage {
   using Tuple = MessageTuple<N>;
 
  public:
-  StageOf(flow::graph& g, Firing& firing)
+  StageOf(flow::graph& g, Firing& firing, bool high_priority)
       : join_(g),
         body_(g, flow::serial,
               [&firing](const Tuple& joined) {
                 auto items = std::apply([](const auto&... m) { return std::array<Message, N>{m...}; }, joined);
                 firing.fire(items);
                 return flow::continue_msg();
-              }),
+              },
+              flow::rejecting(), high_priority ? flow::node_priority_t{1} : flow::no_priority),
         ports_(port_table(std::make_index_sequence<N>{})) {
     flow::make_edge(join_, body_);
   }
@@ -53,9 +54,9 @@ class StageOf final : public Stage {
 
 namespace dflow::graph {
 template <size_t N>
-std::unique_ptr<Stage> make_stage_of_width(tbb::flow::graph& g, Firing& firing) {
-  return std::make_unique<detail::StageOf<N>>(g, firing);
+std::unique_ptr<Stage> make_stage_of_width(tbb::flow::graph& g, Firing& firing, bool high_priority) {
+  return std::make_unique<detail::StageOf<N>>(g, firing, high_priority);
 }
 }  // namespace dflow::graph
 
-#define DFLOW_STAGE_WIDTH(N) template std::unique_ptr<Stage> make_stage_of_width<N>(tbb::flow::graph&, Firing&);
+#define DFLOW_STAGE_WIDTH(N) template std::unique_ptr<Stage> make_stage_of_width<N>(tbb::flow::graph&, Firing&, bool);

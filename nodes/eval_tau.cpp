@@ -61,16 +61,20 @@ class EvalTau final : public graph::FunctionBody {
   void process(graph::Inputs& in, graph::Emitter&) override {
     if (run_.options.rank != 0) return;
     if (baseline_) {
-      evaluate(*baseline_);
+      evaluate(*baseline_, run_.started_at);
       baseline_.reset();
     }
-    evaluate(in.get<Snapshot>(0).state);
+    const auto& snapshot = in.get<Snapshot>(0);
+    evaluate(snapshot.state, snapshot.taken_at);
   }
 
  private:
-  void evaluate(const train::CheckpointState& snapshot) {
+  // `taken_at`: when the snapshot was taken; the record says how long it
+  // waited for a thread (the report shows it).
+  void evaluate(const train::CheckpointState& snapshot, std::chrono::steady_clock::time_point taken_at) {
     load(snapshot.drafter_tensors);
     const auto started = std::chrono::steady_clock::now();
+    const double waited = std::chrono::duration<double>(started - taken_at).count();
     const train::EvalReport report = train::evaluate_drafter(*drafter_, *run_.targets.front(), prompts_, options_);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const bool improved = report.mean_tau > best_tau_;
@@ -108,10 +112,12 @@ class EvalTau final : public graph::FunctionBody {
     record["generated_tokens"] = report.generated_tokens;
     record["best"] = improved;
     record["best_tau"] = best_tau_;
-    record["time"] = {{"eval_s", seconds}, {"speculative_tokens_per_s", report.speculative_tokens_per_s}};
+    record["time"] = {{"eval_s", seconds}, {"waited_s", waited}, {"speculative_tokens_per_s", report.speculative_tokens_per_s}};
     journal_.write(record);
     log::info("eval", log::str("step ", snapshot.global_step, ": tau ", fixed(report.mean_tau, 2), " on ",
-                               report.prompts, " held-out prompts (", fixed(seconds, 1), " s)", best_note));
+                               report.prompts, " held-out prompts (", fixed(seconds, 1), " s",
+                               waited >= 1.0 ? ", after waiting " + fixed(waited, 1) + " s for a thread" : "", ")",
+                               best_note));
     journal_.eval_done(record, improved);
   }
 
@@ -146,6 +152,10 @@ void register_eval_tau(graph::NodeRegistry& registry) {
   spec.description = "every eval.every_steps: tau by speculative decoding of held-out prompts (params: prompts, "
                      "max_prompts, max_new_tokens, temperature, seed; defaults from eval:); checkpoints/best";
   spec.inputs = {{"in", "Snapshot"}};
+  // Off the training loop, which keeps every graph thread busy: without
+  // priority an evaluation (the untrained baseline first) could wait for a
+  // thread until training ended. It takes one thread while it runs.
+  spec.high_priority = true;
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
     return std::make_unique<EvalTau>(environment(context), context.name);
   };

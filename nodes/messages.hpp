@@ -1,6 +1,7 @@
 #pragma once
 // The payloads that travel on the training graph's edges, one struct per port
 // type name (given next to each struct).
+#include <chrono>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -69,6 +70,8 @@ struct StepStats {
 // "Snapshot": the state after step k, before step k+1 (invariant 1).
 struct Snapshot {
   train::CheckpointState state;
+  // When it was taken: a consumer off the training loop reports how long it waited.
+  std::chrono::steady_clock::time_point taken_at = std::chrono::steady_clock::now();
 };
 
 }  // namespace dflow::nodes

@@ -1,6 +1,7 @@
 #include "report/analysis.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 namespace dflow::report {
@@ -132,7 +133,27 @@ Analysis analyze(const PipelineModel& pipeline, const std::vector<nlohmann::json
 }
 
 Analysis analyze(const RunData& run, const AnalysisOptions& options) {
-  return analyze(pipeline_model(run.graph, run.last_telemetry()), run.steps, options);
+  Analysis a = analyze(pipeline_model(run.graph, run.last_telemetry()), run.steps, options);
+  // Evaluations run off the training loop: how long each waited for a
+  // thread after its snapshot, beside how long it ran.
+  int count = 0;
+  double waited = 0, ran = 0, longest = -1;
+  int64_t longest_step = 0;
+  for (const auto& e : run.events) {
+    if (e.value("kind", "") != "eval" || !e.contains("time") || !e["time"].contains("waited_s")) continue;
+    const double w = e["time"].value("waited_s", 0.0);
+    ++count, waited += w, ran += e["time"].value("eval_s", 0.0);
+    if (w > longest) longest = w, longest_step = e.value("global_step", int64_t{0});
+  }
+  if (count > 0) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "evaluation: %d evaluation(s) waited %.1f s on average for a thread after their snapshot (longest "
+                  "%.1f s, step %lld) and ran %.1f s on average",
+                  count, waited / count, longest, static_cast<long long>(longest_step), ran / count);
+    a.summary.push_back(line);
+  }
+  return a;
 }
 
 nlohmann::json Analysis::to_json() const {

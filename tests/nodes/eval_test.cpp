@@ -165,3 +165,35 @@ TEST_CASE("Eval.Params.the_node_s_params_override_the_eval_section") {
   CHECK(error.find("pipeline.nodes[" + std::to_string(index) + "].params.temperature") != std::string::npos);
   CHECK(error.find("must be >= 0") != std::string::npos);
 }
+
+TEST_CASE("Eval.Thread.evaluations_run_while_training_goes_on") {
+  // Two graph threads, both kept busy by the training loop: the eval node's
+  // firings still run within a few steps of their snapshot, the untrained
+  // baseline included, instead of waiting for training to end.
+  auto dir = fresh_dir("eval-thread");
+  nodes::run_training(testing::small_run_config(dir, {"train.epochs=2", "run.threads=2", "eval.every_steps=5"}), {});
+  std::vector<nlohmann::json> records;
+  {
+    std::ifstream in(dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  }
+  auto position = [&](const std::string& kind, int64_t step) -> std::ptrdiff_t {
+    for (size_t i = 0; i < records.size(); ++i)
+      if (records[i].value("kind", "") == kind && records[i].value("global_step", int64_t{-1}) == step)
+        return static_cast<std::ptrdiff_t>(i);
+    return -1;
+  };
+  const auto evals = testing::records_of_kind(dir, "eval");
+  const auto steps = testing::records_of_kind(dir, "step");
+  REQUIRE(evals.size() >= 4);
+  int checked = 0;
+  for (const auto& e : evals) {
+    const int64_t step = e["global_step"].get<int64_t>(), due = std::max<int64_t>(step, 5);
+    if (due + 10 > static_cast<int64_t>(steps.size())) continue;
+    INFO("eval of step " << step);
+    CHECK(position("eval", step) < position("step", due + 10));
+    CHECK(e["time"]["waited_s"].get<double>() >= 0.0);
+    ++checked;
+  }
+  CHECK(checked >= 3);  // the baseline and two more
+}

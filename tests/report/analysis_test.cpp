@@ -80,3 +80,14 @@ TEST_CASE("Report.SummaryTable.AlignsOneRowPerNodeReplicaAndEdge") {
   REQUIRE(widths.size() == 13);
   CHECK(std::all_of(widths.begin(), widths.end(), [&](size_t w) { return w == widths[0]; }));
 }
+
+TEST_CASE("Report.Analysis.SaysHowLongEvaluationsWaitedForAThread") {
+  RunData run = run_of({.steps = 30, .total_steps = 30}, "analysis-eval-wait");
+  run.events.push_back({{"kind", "eval"}, {"global_step", 0}, {"time", {{"eval_s", 2.0}, {"waited_s", 1.0}}}});
+  run.events.push_back({{"kind", "eval"}, {"global_step", 10}, {"time", {{"eval_s", 4.0}, {"waited_s", 5.0}}}});
+  const Analysis a = analyze(run);
+  REQUIRE_FALSE(a.summary.empty());
+  CHECK(a.summary.back() ==
+        "evaluation: 2 evaluation(s) waited 3.0 s on average for a thread after their snapshot (longest 5.0 s, step 10) "
+        "and ran 3.0 s on average");
+}
