@@ -9,6 +9,7 @@
 
 #include "report/assets.hpp"
 #include "report/compare_render.hpp"
+#include "report/html.hpp"
 #include "report/page_data.hpp"
 #include "report/pipeline_svg.hpp"
 
@@ -21,15 +22,6 @@ constexpr const char* kRunColors[] = {"#2f6fd6", "#d6453d", "#2e9d5b", "#e08a1e"
                                       "#1aa3b8", "#c2497f", "#6b7891", "#9c7a12", "#4a3fb5"};
 
 std::string run_color(size_t i) { return kRunColors[i % std::size(kRunColors)]; }
-
-std::string now_text() {
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm local{};
-  localtime_r(&now, &local);
-  std::ostringstream out;
-  out << std::put_time(&local, "%Y-%m-%d %H:%M:%S");
-  return out.str();
-}
 
 // `name` in the analysis' words as <code>name</code>, like the report page.
 std::string codeify(const std::string& text) {
@@ -122,7 +114,7 @@ nlohmann::json page_data(const Comparison& c, const CompareHtmlOptions& options)
   for (size_t k = 0; k < std::size(kComparePlotTitles); ++k)
     plots.push_back({{"title", kComparePlotTitles[k]}, {"y", k < 2 ? "loss" : "tau"}, {"x", k % 2 == 0 ? "s" : "t"},
                      {"xTitle", k % 2 == 0 ? "step" : "seconds"}});
-  return {{"runs", runs}, {"plots", plots}, {"generated", now_text()}};
+  return {{"runs", runs}, {"plots", plots}, {"generated", local_time_text()}};
 }
 
 std::string page_title(const Comparison& c, const CompareHtmlOptions& options) {

@@ -13,9 +13,7 @@
 
 namespace dflow::report {
 
-namespace {
-
-std::string now_text() {
+std::string local_time_text() {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   std::tm local{};
   localtime_r(&now, &local);
@@ -23,6 +21,8 @@ std::string now_text() {
   out << std::put_time(&local, "%Y-%m-%d %H:%M:%S");
   return out.str();
 }
+
+namespace {
 
 nlohmann::json all_events(const RunData& run) {
   nlohmann::json events = nlohmann::json::array();
@@ -69,7 +69,7 @@ Page make_page(const RunData& run, const ReportOptions& options) {
 }
 
 std::string render_page(const Page& page, const ReportOptions& options) {
-  const nlohmann::json data = {{"title", page.title},       {"run_dir", page.run_dir},   {"generated", now_text()},
+  const nlohmann::json data = {{"title", page.title},       {"run_dir", page.run_dir},   {"generated", local_time_text()},
                                {"live", options.live},      {"refresh_ms", options.refresh_ms},
                                {"cursor", page.cursor},     {"graph_version", page.graph_version},
                                {"analysis", page.analysis}, {"table", page.table},      {"records", page.records},

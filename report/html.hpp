@@ -17,6 +17,9 @@
 
 namespace dflow::report {
 
+// "2026-12-01 14:08:12", local time: when a page was generated.
+std::string local_time_text();
+
 struct ReportOptions {
   std::string title{};       // "" = the run directory's name
   size_t max_points = 2000;  // step records embedded, evenly thinned (guard decisions always kept)
