@@ -21,7 +21,7 @@ int64_t schedule_steps(const RunContext& run, const train::LoadedCheckpoint* res
 
 }  // namespace
 
-TrainableState::TrainableState(const RunContext& run, const train::LoadedCheckpoint* resume) : guard(run.config.guard) {
+TrainableState::TrainableState(const RunContext& run, const train::LoadedCheckpoint* resume) : guard(run.config.guard), rollback(run.config.guard) {
   const auto& config = run.config;
   drafter = model::DFlashDrafter(run.drafter_spec, config.run.seed);
   drafter->to(run.drafter_device, run.drafter_dtype);
