@@ -7,10 +7,10 @@
 // (optional port), and the token.
 //
 // Guard policies act here too: quarantine records the skipped step's
-// samples; rollback keeps in-memory snapshots and restores the last good one
-// on a cliff before the token goes back to drafter_step.
+// samples; rollback restores the last good snapshot the trainable state
+// keeps (train/rollback_keeper.hpp) on a cliff, before the token goes back
+// to drafter_step.
 #include <cmath>
-#include <optional>
 
 #include "config/log.hpp"
 #include "nodes/messages.hpp"
@@ -40,104 +40,118 @@ std::string list_ids(const std::vector<int64_t>& ids, size_t at_most = 12) {
 class OptimizerStep final : public graph::FunctionBody {
  public:
   OptimizerStep(const RunEnvironment& env, std::string name)
-      : run_(env.run), journal_(env.journal), checkpoints_(env.checkpoints), name_(std::move(name)),
-        rollback_(env.run.config.guard.policy == "rollback") {}
+      : run_(env.run), journal_(env.journal), checkpoints_(env.checkpoints), name_(std::move(name)) {}
 
   void process(graph::Inputs& in, graph::Emitter& out) override {
     auto message = in[0];
     auto& step = graph::payload<StepStats>(message);
     TrainableState& state = *step.token;
+    inject_node_faults(run_, name_, step.position.global_step);
+    StepDecision decision = decide(step, state);
+    apply(step, state, decision);
+    emit(message.seq, step, state, record(step, state, decision), out);
+  }
+
+ private:
+  // One step's numbers and the guard's verdict on them; carrying the verdict
+  // out adds its evidence (the record's extra guard fields).
+  struct StepDecision {
+    double loss = 0, grad_norm = 0, lr = 0;
+    train::GuardSignal signal;
+    train::GuardVerdict verdict;
+    nlohmann::json evidence = nlohmann::json::object();
+  };
+
+  // Gradients normalised by the step's total loss weight, the global grad
+  // norm, the scheduled LR, and the guard's verdict, which also settles the
+  // rollback candidate the step was computed on.
+  StepDecision decide(const StepStats& step, TrainableState& state) const {
     const auto& totals = step.totals;
     const int64_t step_index = step.position.global_step;  // 0-based
-    inject_node_faults(run_, name_, step_index);
-    if (!started_) {
-      // The state after the steps before this one: the first rollback candidate.
-      started_ = true;
-      take_candidate_if_due(state);
-    }
+    // The state after the steps before this one: the first rollback candidate.
+    if (state.rollback.candidate_due_at_start(state.progress.completed_steps))
+      state.rollback.keep_candidate(state.take_rollback_snapshot());
     auto& optimizer = *state.optimizer;
-
     if (totals.weight_sum > 0) optimizer.scale_grads(1.0 / totals.weight_sum);
-    const double grad_norm = optimizer.grad_norm();
-    const double loss = totals.weight_sum > 0 ? totals.weighted_ce_sum / totals.weight_sum : 0.0;
-    const double lr = state.schedule.lr_at(step_index);
-    const auto signal = signal_of(run_, totals, loss, grad_norm);
-    train::GuardVerdict guard = state.guard.decide(signal);
-    if (rollback_) settle_candidate(step_index, guard);
-    if (guard.apply) {
-      optimizer.clip_grad_norm(run_.config.train.grad_clip, grad_norm);
-      optimizer.step(lr);
-      state.guard.record_applied(signal);
+    StepDecision d;
+    d.grad_norm = optimizer.grad_norm();
+    d.loss = totals.weight_sum > 0 ? totals.weighted_ce_sum / totals.weight_sum : 0.0;
+    d.lr = state.schedule.lr_at(step_index);
+    d.signal = signal_of(run_, totals, d.loss, d.grad_norm);
+    d.verdict = state.guard.decide(d.signal);
+    state.rollback.settle(step_index, d.verdict);
+    return d;
+  }
+
+  // The update (when the verdict applies it), what the policy does with an
+  // event (quarantine, rollback, halt), then the step is complete.
+  void apply(const StepStats& step, TrainableState& state, StepDecision& d) {
+    update(step, state, d);
+    carry_out_verdict(step, state, d);
+    state.progress.complete_step(step.position, run_.batches_per_step());
+    journal_.step_completed(state.progress.completed_steps);
+    if (state.rollback.candidate_due_after(state.progress.completed_steps, d.verdict, state.guard.cliff_run()))
+      state.rollback.keep_candidate(state.take_rollback_snapshot());
+  }
+
+  void update(const StepStats& step, TrainableState& state, const StepDecision& d) const {
+    const int64_t step_index = step.position.global_step;
+    auto& optimizer = *state.optimizer;
+    if (d.verdict.apply) {
+      optimizer.clip_grad_norm(run_.config.train.grad_clip, d.grad_norm);
+      optimizer.step(d.lr);
+      state.guard.record_applied(d.signal);
     }
     optimizer.zero_grad();
     if (auto* f = run_.fault("corrupt_weights", name_, step_index)) corrupt_weights(state, f->factor);
+    state.rollback.step_taken(step_index, step.totals.sample_ids);
+  }
 
-    nlohmann::json evidence = nlohmann::json::object();  // extra guard fields of the record
-    if (rollback_) steps_since_good_.push_back({step_index, totals.sample_ids});
-    if (guard.quarantine) {
-      state.quarantine(run_, step_index + 1, guard.reason(), totals.sample_ids);
-      evidence["quarantined_sample_ids"] = totals.sample_ids;
+  void carry_out_verdict(const StepStats& step, TrainableState& state, StepDecision& d) {
+    const int64_t step_index = step.position.global_step;
+    const auto& sample_ids = step.totals.sample_ids;
+    auto& verdict = d.verdict;
+    if (verdict.quarantine) {
+      state.quarantine(run_, step_index + 1, verdict.reason(), sample_ids);
+      d.evidence["quarantined_sample_ids"] = sample_ids;
     }
-    if (auto released = state.settle_pending_quarantine(run_, step_index + 1, guard, totals.sample_ids); !released.empty())
-      evidence["released_sample_ids"] = std::move(released);
-    if (guard.rollback && !good_) {
-      guard.rollback = false, guard.halt = true, guard.action = "halted";  // nothing to go back to yet
-      evidence["note"] = "no good snapshot yet (the first is validated one step after step " +
-                         std::to_string(run_.config.guard.snapshot_every) + ")";
+    if (auto released = state.settle_pending_quarantine(run_, step_index + 1, verdict, sample_ids); !released.empty())
+      d.evidence["released_sample_ids"] = std::move(released);
+    if (verdict.rollback && !state.rollback.good()) {
+      verdict.escalate_to_halt();
+      d.evidence["note"] = "no good snapshot yet (the first is validated one step after step " +
+                           std::to_string(run_.config.guard.snapshot_every) + ")";
     }
-    if (guard.rollback) evidence.update(roll_back(state, step_index, guard));
-    if (!guard.kind.empty()) warn(step, guard, evidence);
-    if (guard.rebaselined > 0) {
-      evidence["rebaselined"] = guard.rebaselined;
-      const std::string released = evidence.contains("released_sample_ids")
-                                       ? log::str("; the ", evidence["released_sample_ids"].size(),
-                                                  " sample(s) they quarantined are released")
-                                       : "";
-      log::warn("guard", log::str("step ", step.position.global_step + 1, ": ", guard.metric, " ", guard.value,
-                                  " above the spike threshold ", guard.threshold, " for ", guard.rebaselined,
-                                  " steps in a row: a new level, not a spike; applied, and those steps are ",
-                                  guard.metric, "'s new baseline", released));
+    if (verdict.rollback) d.evidence.update(roll_back(state, step_index, verdict));
+    if (!verdict.kind.empty()) warn(step, verdict, d.evidence);
+    if (verdict.rebaselined > 0) {
+      d.evidence["rebaselined"] = verdict.rebaselined;
+      warn_new_level(step, d);
     }
-    if (guard.halt) halt(state, step_index, guard);
+    if (verdict.halt) halt(state, step_index, verdict);
+  }
 
-    state.progress.complete_step(step.position, run_.batches_per_step());
-    journal_.step_completed(state.progress.completed_steps);
-    if (rollback_ && guard.apply && state.guard.cliff_run() == 0) take_candidate_if_due(state);
+  StepRecord record(const StepStats& step, TrainableState& state, StepDecision& d) const {
+    StepRecord out = make_step_record(run_, step.position, step.totals, d.loss, d.grad_norm, d.lr, d.verdict);
+    out.guard.evidence = std::move(d.evidence);
+    out.time = timing(state, step);
+    return out;
+  }
 
-    StepRecord record = make_step_record(run_, step.position, totals, loss, grad_norm, lr, guard);
-    record.guard.evidence = std::move(evidence);
-    record.time = timing(state, step);
+  void emit(uint64_t seq, StepStats& step, const TrainableState& state, StepRecord step_record,
+            graph::Emitter& out) const {
     if (at_cadence(run_.config.checkpoint.every_steps, state)) {
       // The checkpoint carries its step's record: written beside training, it
       // may be saved before that record reaches metrics.jsonl, and a crash
       // between the two would lose the record for good (a resume starts after it).
       Snapshot snapshot{state.snapshot(run_)};
-      snapshot.state.run_state["step_record"] = record.to_json();
-      out.emit("snapshot", graph::make_message(message.seq, 0, std::move(snapshot)));
+      snapshot.state.run_state["step_record"] = step_record.to_json();
+      out.emit("snapshot", graph::make_message(seq, 0, std::move(snapshot)));
     }
     if (out.connected("eval") && at_cadence(run_.config.eval.every_steps, state))
-      out.emit("eval", graph::make_message(message.seq, 0, Snapshot{state.snapshot(run_)}));
-    out.emit("record", graph::make_message(message.seq, 0, std::move(record)));
-    out.emit("token", graph::make_message(message.seq, 0, std::move(step.token)));
-  }
-
- private:
-  // A candidate is the state after `completed_steps`; the next step's loss is
-  // computed on exactly those weights, so it becomes the good snapshot when
-  // that step is unremarkable, and is dropped otherwise (the update before it
-  // may already have done the damage that shows only one step later).
-  void settle_candidate(int64_t step_index, const train::GuardVerdict& guard) {
-    if (!candidate_ || candidate_->completed_steps != step_index) return candidate_.reset();
-    if (guard.kind.empty() && !guard.above_cliff) {
-      good_ = std::move(candidate_);
-      std::erase_if(steps_since_good_, [&](const auto& s) { return s.first < good_->completed_steps; });
-    }
-    candidate_.reset();
-  }
-
-  void take_candidate_if_due(const TrainableState& state) {
-    if (rollback_ && state.progress.due(run_.config.guard.snapshot_every))
-      candidate_ = state.take_rollback_snapshot();
+      out.emit("eval", graph::make_message(seq, 0, Snapshot{state.snapshot(run_)}));
+    out.emit("record", graph::make_message(seq, 0, std::move(step_record)));
+    out.emit("token", graph::make_message(seq, 0, std::move(step.token)));
   }
 
   // Restores the good snapshot; the samples of every step since it (their
@@ -145,40 +159,47 @@ class OptimizerStep final : public graph::FunctionBody {
   // its own loss looks normal) are quarantined for the rest of the run and
   // for resumed runs. The data stream is not rewound and the step counter
   // goes on: global_step counts optimizer steps taken, whatever they did.
-  nlohmann::json roll_back(TrainableState& state, int64_t step_index, const train::GuardVerdict& guard) {
-    std::vector<int64_t> excluded, steps;
-    for (const auto& [index, ids] : steps_since_good_) {
-      steps.push_back(index + 1);
-      excluded.insert(excluded.end(), ids.begin(), ids.end());
-    }
-    state.restore(*good_);
-    state.quarantine(run_, step_index + 1, "rollback: " + guard.reason(), excluded);
-    steps_since_good_.clear();
-    candidate_.reset();
+  nlohmann::json roll_back(TrainableState& state, int64_t step_index, const train::GuardVerdict& verdict) {
+    const train::RollbackUndo undo = state.rollback.roll_back();
+    state.restore(*state.rollback.good());
+    state.quarantine(run_, step_index + 1, "rollback: " + verdict.reason(), undo.excluded_sample_ids);
     return {{"from_step", step_index + 1},
-            {"to_step", good_->completed_steps},
+            {"to_step", undo.to_step},
             {"rollbacks", state.guard.rollbacks()},
             {"max_rollbacks", run_.config.guard.max_rollbacks},
-            {"undone_steps", steps},
-            {"excluded_sample_ids", excluded}};
+            {"undone_steps", undo.undone_steps},
+            {"excluded_sample_ids", undo.excluded_sample_ids}};
   }
 
-  [[noreturn]] void halt(TrainableState& state, int64_t step_index, const train::GuardVerdict& guard) {
+  [[noreturn]] void halt(TrainableState& state, int64_t step_index, const train::GuardVerdict& verdict) {
     // Policy halt: the state is still that after the previous step. Rollbacks
     // used up: the last good snapshot is what gets saved.
-    if (rollback_ && good_) state.restore(*good_, /*count_as_rollback=*/false);
+    const RollbackSnapshot* good = state.rollback.good();
+    if (good) state.restore(*good, /*count_as_rollback=*/false);
     // Every rank decides alike (the step's sums are global); rank 0 writes,
     // after any background write in progress, and nothing is written after it.
     fs::path dir = run_.checkpoints_dir / ("step-" + std::to_string(state.progress.completed_steps));
     if (run_.options.rank == 0) dir = checkpoints_.write_final(state.snapshot(run_));
-    const std::string why = guard.kind == "cliff" ? " after " + std::to_string(state.guard.rollbacks()) +
-                                                        " rollback(s) (guard.max_rollbacks)"
-                                                  : "";
-    throw std::runtime_error("guard policy '" + run_.config.guard.policy + "': " + guard.reason() + " at step " +
+    const std::string why = verdict.kind == "cliff" ? " after " + std::to_string(state.guard.rollbacks()) +
+                                                          " rollback(s) (guard.max_rollbacks)"
+                                                    : "";
+    throw std::runtime_error("guard policy '" + run_.config.guard.policy + "': " + verdict.reason() + " at step " +
                              std::to_string(step_index + 1) + why + "; the state " +
-                             (rollback_ && good_ ? "of the last good snapshot (step " + std::to_string(good_->completed_steps) + ")"
-                                                 : std::string("before it")) +
+                             (good ? "of the last good snapshot (step " + std::to_string(good->completed_steps) + ")"
+                                   : std::string("before it")) +
                              " is saved in " + dir.string());
+  }
+
+  void warn_new_level(const StepStats& step, const StepDecision& d) const {
+    const auto& verdict = d.verdict;
+    const std::string released = d.evidence.contains("released_sample_ids")
+                                     ? log::str("; the ", d.evidence["released_sample_ids"].size(),
+                                                " sample(s) they quarantined are released")
+                                     : "";
+    log::warn("guard", log::str("step ", step.position.global_step + 1, ": ", verdict.metric, " ", verdict.value,
+                                " above the spike threshold ", verdict.threshold, " for ", verdict.rebaselined,
+                                " steps in a row: a new level, not a spike; applied, and those steps are ",
+                                verdict.metric, "'s new baseline", released));
   }
 
   void warn(const StepStats& step, const train::GuardVerdict& guard, const nlohmann::json& evidence) const {
@@ -232,10 +253,6 @@ class OptimizerStep final : public graph::FunctionBody {
   RunJournal& journal_;
   train::CheckpointWriter& checkpoints_;
   std::string name_;
-  const bool rollback_;  // guard.policy == rollback: keep snapshots
-  bool started_ = false;
-  std::optional<RollbackSnapshot> candidate_, good_;
-  std::vector<std::pair<int64_t, std::vector<int64_t>>> steps_since_good_;  // (step index, its samples)
 };
 
 }  // namespace

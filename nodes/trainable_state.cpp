@@ -21,7 +21,7 @@ int64_t schedule_steps(const RunContext& run, const train::LoadedCheckpoint* res
 
 }  // namespace
 
-TrainableState::TrainableState(const RunContext& run, const train::LoadedCheckpoint* resume) : guard(run.config.guard) {
+TrainableState::TrainableState(const RunContext& run, const train::LoadedCheckpoint* resume) : guard(run.config.guard), rollback(run.config.guard) {
   const auto& config = run.config;
   drafter = model::DFlashDrafter(run.drafter_spec, config.run.seed);
   drafter->to(run.drafter_device, run.drafter_dtype);
@@ -78,6 +78,10 @@ train::CheckpointState TrainableState::snapshot(const RunContext& run) const {
                       {"guard", guard.state()},
                       {"quarantine", std::vector<int64_t>(quarantined.begin(), quarantined.end())},
                       {"quarantine_pending", quarantine_pending}});
+  if (rollback.keeping()) {
+    s.run_state["rollback"] = rollback.state();
+    s.rollback_tensors = rollback.tensors();
+  }
   return s;
 }
 
@@ -93,6 +97,13 @@ void TrainableState::restore(const train::LoadedCheckpoint& ckpt) {
   // Left to drafter_step, not the loader (RunContext::start_from): a release may still come.
   quarantine_pending = ckpt.run_state.value("quarantine_pending", std::vector<int64_t>{});
   quarantined.insert(quarantine_pending.begin(), quarantine_pending.end());
+  // Kept on the drafter's device, like the snapshots the run took itself.
+  try {
+    rollback.restore(ckpt.run_state.value("rollback", nlohmann::json()), ckpt.rollback_tensors,
+                     parameters().front().second.device());
+  } catch (const std::exception& e) {
+    throw std::runtime_error("checkpoint " + ckpt.dir.string() + ": " + e.what());
+  }
 }
 
 void TrainableState::quarantine(const RunContext& run, int64_t global_step, const std::string& reason,

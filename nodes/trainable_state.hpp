@@ -1,10 +1,10 @@
 #pragma once
 // Everything training changes, in one object that travels inside the model
 // token (nodes/model_token.hpp): the drafter, AdamW, the LR schedule, the
-// stability guard, progress and the live quarantine set. Only the token's
-// holder (drafter_step, accumulate, optimizer_step, in turn) can reach it.
-// Snapshots for checkpoints and evaluation, and rollback snapshots, are taken
-// from it and restored into it.
+// stability guard, what guard policy rollback keeps, progress and the live
+// quarantine set. Only the token's holder (drafter_step, accumulate,
+// optimizer_step, in turn) can reach it. Snapshots for checkpoints and
+// evaluation, and rollback snapshots, are taken from it and restored into it.
 #include <torch/torch.h>
 
 #include <chrono>
@@ -22,20 +22,12 @@
 #include "train/adamw.hpp"
 #include "train/checkpoint.hpp"
 #include "train/guard.hpp"
+#include "train/rollback_keeper.hpp"
 #include "train/schedule.hpp"
 
 namespace dflow::nodes {
 
-// An in-memory copy for guard policy rollback: parameters, optimizer and
-// guard state after some step, kept on the drafter's device (about three
-// times the parameters' size).
-struct RollbackSnapshot {
-  int64_t completed_steps = 0;  // the state after this many steps
-  std::vector<torch::Tensor> parameters;  // parameters() order
-  std::map<std::string, torch::Tensor> optimizer_state;
-  int64_t optimizer_steps = 0;
-  nlohmann::json guard_state;
-};
+using train::RollbackSnapshot;
 
 class TrainableState {
  public:
@@ -46,6 +38,7 @@ class TrainableState {
   std::unique_ptr<train::AdamW> optimizer;
   train::Schedule schedule;
   train::StabilityGuard guard;
+  train::RollbackKeeper rollback;  // policy rollback: the candidate and good snapshots, the steps since good
   Progress progress;
   data::SampleSet quarantined;  // live: grown by optimizer_step, read by drafter_step
   // The samples quarantined by the guard's current run of spikes (policy
@@ -75,6 +68,7 @@ class TrainableState {
                                                  const train::GuardVerdict& verdict,
                                                  const std::vector<int64_t>& sample_ids);
 
+  // Parameters, optimizer and guard state now, on the drafter's device.
   RollbackSnapshot take_rollback_snapshot() const;
   // Parameters, optimizer and the guard's baseline back to the snapshot's. A
   // rollback is counted (the count itself is never rolled back); a halt that

@@ -25,6 +25,9 @@ namespace {
 
 const char* kManifest = "manifest.json";
 const int kFormatVersion = 1;
+// Guard policy rollback's kept snapshots; only in checkpoints that have some
+// (older ones never do, and load as keeping nothing).
+const char* kRollbackFile = "rollback.safetensors";
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -134,6 +137,12 @@ fs::path write_checkpoint_files(const fs::path& checkpoints_dir, const fs::path&
   write_text(tmp_dir / "drafter" / "config.json", state.drafter_config.dump(2));
   if (mid_write) mid_write();
   model::write_safetensors(tmp_dir / "optimizer.safetensors", state.optimizer_tensors);
+  std::vector<std::string> files{"drafter/model.safetensors", "drafter/config.json", "optimizer.safetensors",
+                                 "state.json", "config.yaml"};
+  if (!state.rollback_tensors.empty()) {
+    model::write_safetensors(tmp_dir / kRollbackFile, state.rollback_tensors);
+    files.push_back(kRollbackFile);
+  }
   nlohmann::json run = state.run_state;
   run["global_step"] = state.global_step;
   run["optimizer_steps"] = state.optimizer_steps;
@@ -144,8 +153,7 @@ fs::path write_checkpoint_files(const fs::path& checkpoints_dir, const fs::path&
   nlohmann::json manifest = extra_manifest.is_object() ? extra_manifest : nlohmann::json::object();
   manifest["format_version"] = kFormatVersion;
   manifest["global_step"] = state.global_step;
-  for (const char* file : {"drafter/model.safetensors", "drafter/config.json", "optimizer.safetensors", "state.json",
-                           "config.yaml"}) {
+  for (const auto& file : files) {
     std::string bytes = read_file(tmp_dir / file);
     manifest["files"][file] = {{"bytes", bytes.size()}, {"xxhash64", checksum_hex(bytes)}};
     fsync_path(tmp_dir / file, false);
@@ -288,6 +296,8 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir) {
   };
   out.drafter_tensors = clone_all(model::SafetensorsFile(dir / "drafter" / "model.safetensors").all_tensors());
   out.optimizer_tensors = clone_all(model::SafetensorsFile(dir / "optimizer.safetensors").all_tensors());
+  for (const auto& file : manifest.files)
+    if (file.name == kRollbackFile) out.rollback_tensors = clone_all(model::SafetensorsFile(dir / kRollbackFile).all_tensors());
   return out;
 }
 

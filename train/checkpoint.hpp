@@ -1,6 +1,7 @@
 #pragma once
 // Checkpoints: a directory `step-<N>/` holding the drafter in Hugging Face
-// layout, the optimizer state, the run state (plan cursor, progress, guard),
+// layout, the optimizer state, the rollback snapshots guard policy rollback
+// keeps (if any), the run state (plan cursor, progress, guard),
 // the resolved config and a manifest with a checksum per file. Written under
 // a temporary name, synced, then renamed; `latest` names the newest complete
 // one; the oldest beyond `keep` are removed. A directory without a valid
@@ -29,6 +30,7 @@ struct CheckpointState {
   nlohmann::json drafter_config;    // HF config.json of the drafter
   NamedTensors optimizer_tensors;   // AdamW::state_tensors(), CPU copies
   int64_t optimizer_steps = 0;
+  NamedTensors rollback_tensors;    // RollbackKeeper::tensors(); none unless guard policy rollback kept a snapshot
 };
 
 struct LoadedCheckpoint {
@@ -40,6 +42,7 @@ struct LoadedCheckpoint {
   nlohmann::json drafter_config;
   std::map<std::string, torch::Tensor> optimizer_tensors;
   int64_t optimizer_steps = 0;
+  std::map<std::string, torch::Tensor> rollback_tensors;  // empty when the checkpoint has none
 };
 
 // Writing: train/checkpoint_writer.hpp (a run's one writer).

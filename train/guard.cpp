@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 namespace dflow::train {
@@ -16,6 +17,48 @@ std::string GuardVerdict::reason() const {
     out << metric << " " << value << " > cliff threshold " << threshold << " for " << cliff_steps << " steps in a row";
   else if (kind == "empty") out << "no sample left to train on (all excluded)";
   return out.str();
+}
+
+GuardVerdict GuardVerdict::event(std::string kind, std::string metric, double value, double threshold) {
+  GuardVerdict verdict;
+  verdict.kind = std::move(kind);
+  verdict.metric = std::move(metric);
+  verdict.value = value;
+  verdict.threshold = threshold;
+  return verdict;
+}
+
+GuardVerdict GuardVerdict::new_level(const GuardVerdict& last, int run_length) {
+  GuardVerdict verdict;
+  verdict.rebaselined = run_length;
+  verdict.metric = last.metric;
+  verdict.value = last.value;
+  verdict.threshold = last.threshold;
+  verdict.above_cliff = last.above_cliff;
+  verdict.cliff_steps = last.cliff_steps;
+  return verdict;
+}
+
+void GuardVerdict::become_cliff(double loss, double cliff_threshold, bool rollbacks_left) {
+  kind = "cliff";
+  metric = "loss";
+  value = loss;
+  threshold = cliff_threshold;
+  rollback = rollbacks_left;
+  halt = !rollbacks_left;
+}
+
+void GuardVerdict::act_under(const std::string& policy) {
+  apply = false;
+  halt = halt || (policy == "halt" && kind != "empty");
+  quarantine = policy == "quarantine" && (kind == "non_finite" || kind == "spike");
+  action = halt ? "halted" : rollback ? "rolled_back" : quarantine ? "quarantined" : "skipped";
+}
+
+void GuardVerdict::escalate_to_halt() {
+  rollback = false;
+  halt = true;
+  action = "halted";
 }
 
 StabilityGuard::StabilityGuard(config::GuardConfig config) : config_(std::move(config)) {}
@@ -42,79 +85,79 @@ double StabilityGuard::threshold(const std::deque<double>& history, double z, co
 }
 
 GuardVerdict StabilityGuard::decide(const GuardSignal& signal) {
-  GuardVerdict v;
-  const auto& policy = config_.policy;
-  if (policy == "none") return v;
-  const double loss = signal.loss, grad_norm = signal.grad_norm;
-  if (signal.empty) {
-    v.kind = "empty";
-  } else if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-    v.kind = "non_finite";
-    v.metric = std::isfinite(loss) ? "grad_norm" : "loss";
-    v.value = std::isfinite(loss) ? grad_norm : loss;
-  } else if (policy != "halt") {
-    const double loss_limit = threshold(losses_, config_.z_threshold, "loss");
-    const double grad_limit = threshold(grad_norms_, config_.z_threshold, "grad_norm");
-    if (loss > loss_limit) v.kind = "spike", v.metric = "loss", v.value = loss, v.threshold = loss_limit;
-    else if (grad_norm > grad_limit) v.kind = "spike", v.metric = "grad_norm", v.value = grad_norm, v.threshold = grad_limit;
-    if (v.kind.empty() && config_.per_bucket) {
-      for (const auto& [bucket, bucket_loss] : signal.bucket_losses) {
-        auto it = bucket_losses_.find(bucket);
-        if (it == bucket_losses_.end()) continue;
-        const double limit = threshold(it->second, config_.z_threshold, "loss@" + std::to_string(bucket));
-        if (bucket_loss > limit) {
-          v.kind = "spike", v.metric = "loss@" + std::to_string(bucket), v.value = bucket_loss, v.threshold = limit;
-          break;
-        }
-      }
-    }
+  if (config_.policy == "none") return GuardVerdict::applied();
+  GuardVerdict verdict = find_event(signal);
+  if (config_.policy == "rollback") count_cliff(signal, verdict);
+  if (extend_spike_run(signal, verdict)) return rebaseline(verdict);
+  if (verdict.kind.empty()) return verdict;
+  if (may_rebase(verdict)) verdict.spike_run = static_cast<int>(spike_run_.size());
+  verdict.act_under(config_.policy);
+  return verdict;
+}
+
+GuardVerdict StabilityGuard::find_event(const GuardSignal& signal) const {
+  if (signal.empty) return GuardVerdict::event("empty");
+  if (!std::isfinite(signal.loss)) return GuardVerdict::event("non_finite", "loss", signal.loss);
+  if (!std::isfinite(signal.grad_norm)) return GuardVerdict::event("non_finite", "grad_norm", signal.grad_norm);
+  if (config_.policy == "halt") return GuardVerdict::applied();  // halt acts on non-finite values only
+  return find_spike(signal);
+}
+
+GuardVerdict StabilityGuard::find_spike(const GuardSignal& signal) const {
+  const double z = config_.z_threshold;
+  if (const double limit = threshold(losses_, z, "loss"); signal.loss > limit)
+    return GuardVerdict::event("spike", "loss", signal.loss, limit);
+  if (const double limit = threshold(grad_norms_, z, "grad_norm"); signal.grad_norm > limit)
+    return GuardVerdict::event("spike", "grad_norm", signal.grad_norm, limit);
+  if (!config_.per_bucket) return GuardVerdict::applied();
+  for (const auto& [bucket, bucket_loss] : signal.bucket_losses) {
+    const auto it = bucket_losses_.find(bucket);
+    if (it == bucket_losses_.end()) continue;
+    const std::string metric = "loss@" + std::to_string(bucket);
+    if (const double limit = threshold(it->second, z, metric); bucket_loss > limit)
+      return GuardVerdict::event("spike", metric, bucket_loss, limit);
   }
-  if (policy == "rollback") {
-    // A cliff: the loss stays above its (lower) cliff threshold step after
-    // step. Non-finite losses count too: they are the worst cliff.
-    const double cliff_limit = threshold(losses_, config_.cliff_z_threshold, "loss");
-    v.above_cliff = !signal.empty && (!std::isfinite(loss) || loss > cliff_limit);
-    cliff_run_ = v.above_cliff ? cliff_run_ + 1 : 0;
-    v.cliff_steps = cliff_run_;
-    if (cliff_run_ >= config_.cliff_steps) {
-      v.kind = "cliff", v.metric = "loss", v.value = loss, v.threshold = cliff_limit;
-      v.rollback = rollbacks_ < config_.max_rollbacks;
-      v.halt = !v.rollback;
-    }
-  }
-  // A run of spikes on one metric: after rebaseline_after() of them its level
-  // has moved. Not for the loss under policy rollback, where a loss that
-  // stays up is a cliff.
-  const bool may_rebase = v.kind == "spike" && !(policy == "rollback" && v.metric.rfind("loss", 0) == 0);
-  if (may_rebase && v.metric == spike_metric_) {
-    spike_run_.push_back(signal);
-  } else {
+  return GuardVerdict::applied();
+}
+
+void StabilityGuard::count_cliff(const GuardSignal& signal, GuardVerdict& verdict) {
+  // A cliff: the loss stays above its (lower) cliff threshold step after
+  // step. Non-finite losses count too: they are the worst cliff.
+  const double limit = threshold(losses_, config_.cliff_z_threshold, "loss");
+  verdict.above_cliff = !signal.empty && (!std::isfinite(signal.loss) || signal.loss > limit);
+  cliff_run_ = verdict.above_cliff ? cliff_run_ + 1 : 0;
+  verdict.cliff_steps = cliff_run_;
+  if (cliff_run_ >= config_.cliff_steps) verdict.become_cliff(signal.loss, limit, rollbacks_ < config_.max_rollbacks);
+}
+
+// Not the loss under policy rollback, where a loss that stays up is a cliff.
+bool StabilityGuard::may_rebase(const GuardVerdict& verdict) const {
+  return verdict.kind == "spike" && !(config_.policy == "rollback" && verdict.metric.rfind("loss", 0) == 0);
+}
+
+// A run of spikes on one metric: after rebaseline_after() of them its level has moved.
+bool StabilityGuard::extend_spike_run(const GuardSignal& signal, const GuardVerdict& verdict) {
+  const bool rebasable = may_rebase(verdict);
+  if (!rebasable || verdict.metric != spike_metric_) {
     spike_run_.clear();
     spike_metric_.clear();
-    if (may_rebase) spike_run_.push_back(signal), spike_metric_ = v.metric;
+    if (rebasable) spike_metric_ = verdict.metric;
   }
-  if (static_cast<int>(spike_run_.size()) >= rebaseline_after()) {
-    // The run's earlier steps become the metric's baseline (the caller
-    // records this one as applied), judged from then on.
-    std::deque<double>* history = history_of(spike_metric_);
-    history->clear();
-    for (size_t i = 0; i + 1 < spike_run_.size(); ++i) push(*history, value_of(spike_run_[i], spike_metric_));
-    if (std::find(rebased_.begin(), rebased_.end(), spike_metric_) == rebased_.end()) rebased_.push_back(spike_metric_);
-    GuardVerdict applied;
-    applied.rebaselined = static_cast<int>(spike_run_.size());
-    applied.metric = v.metric, applied.value = v.value, applied.threshold = v.threshold;
-    applied.above_cliff = v.above_cliff, applied.cliff_steps = v.cliff_steps;
-    spike_run_.clear();
-    spike_metric_.clear();
-    return applied;
-  }
-  if (v.kind.empty()) return v;
-  if (may_rebase) v.spike_run = static_cast<int>(spike_run_.size());
-  v.apply = false;
-  v.halt = v.halt || (policy == "halt" && v.kind != "empty");
-  v.quarantine = policy == "quarantine" && (v.kind == "non_finite" || v.kind == "spike");
-  v.action = v.halt ? "halted" : v.rollback ? "rolled_back" : v.quarantine ? "quarantined" : "skipped";
-  return v;
+  if (rebasable) spike_run_.push_back(signal);
+  return static_cast<int>(spike_run_.size()) >= rebaseline_after();
+}
+
+// The run's earlier steps become the metric's baseline (the caller records
+// the last one as applied), judged from then on.
+GuardVerdict StabilityGuard::rebaseline(const GuardVerdict& last) {
+  std::deque<double>* history = history_of(spike_metric_);
+  history->clear();
+  for (size_t i = 0; i + 1 < spike_run_.size(); ++i) push(*history, value_of(spike_run_[i], spike_metric_));
+  if (std::find(rebased_.begin(), rebased_.end(), spike_metric_) == rebased_.end()) rebased_.push_back(spike_metric_);
+  GuardVerdict verdict = GuardVerdict::new_level(last, static_cast<int>(spike_run_.size()));
+  spike_run_.clear();
+  spike_metric_.clear();
+  return verdict;
 }
 
 std::deque<double>* StabilityGuard::history_of(const std::string& metric) {

@@ -39,6 +39,25 @@ struct GuardVerdict {
                            // yet become its new level (then its earlier steps were no spikes)
   std::string action = "applied";  // applied | skipped | quarantined | rolled_back | halted
   std::string reason() const;      // "loss 41.2 > spike threshold 9.7"
+
+  // A step that needs no action: applied.
+  static GuardVerdict applied() { return {}; }
+  // An event of `kind` found on `metric` (still applied until acted on).
+  static GuardVerdict event(std::string kind, std::string metric = "", double value = 0, double threshold = 0);
+  // The spike run that ended in `last` (its `run_length`-th spike) is the
+  // metric's new level: an applied step that says what rose. The cliff
+  // bookkeeping of `last` stays.
+  static GuardVerdict new_level(const GuardVerdict& last, int run_length);
+
+  // The loss has stood above its cliff threshold for cliff_steps steps: a
+  // cliff, whatever else was found. Rolled back while rollbacks are left,
+  // halted otherwise.
+  void become_cliff(double loss, double cliff_threshold, bool rollbacks_left);
+  // An event, acted on under `policy`: not applied; halted, rolled back,
+  // quarantined or skipped.
+  void act_under(const std::string& policy);
+  // A rollback with nothing to go back to: halted instead.
+  void escalate_to_halt();
 };
 
 // What the guard sees of one step: scalars already on the host.
@@ -74,6 +93,15 @@ class StabilityGuard {
   void restore(const nlohmann::json& state);
 
  private:
+  // The steps of decide(), in order.
+  GuardVerdict find_event(const GuardSignal& signal) const;  // empty, non-finite, spike
+  GuardVerdict find_spike(const GuardSignal& signal) const;  // loss, grad norm, then each bucket's loss
+  void count_cliff(const GuardSignal& signal, GuardVerdict& verdict);  // policy rollback
+  // Whether `verdict` may be part of a run of spikes that becomes a new level.
+  bool may_rebase(const GuardVerdict& verdict) const;
+  // Extends or ends the current run of spikes; true when it is long enough to be a new level.
+  bool extend_spike_run(const GuardSignal& signal, const GuardVerdict& verdict);
+  GuardVerdict rebaseline(const GuardVerdict& last);
   // median + z * max(1.4826 MAD, 10% of the median); infinity before warmup
   // (before 4 values for a re-based metric).
   double threshold(const std::deque<double>& history, double z, const std::string& metric) const;

@@ -247,6 +247,42 @@ TEST_CASE("Guard.Rollback.after_a_cliff_the_loss_returns_to_its_baseline_and_the
   for (size_t i = corrupt + 4; i < records.size(); ++i) CHECK(records[i]["guard"]["action"] == "applied");
 }
 
+TEST_CASE("Guard.Rollback.a_run_stopped_after_a_rollback_resumes_as_if_never_stopped") {
+  // corrupt_weights after the updates of steps 25 and 30 (1-based): each
+  // shows as a cliff three steps later, at steps 28 and 33, and both roll
+  // back to the good snapshot after step 20. The split run stops after step
+  // 30, between the two, so its resumed part must roll back to a snapshot
+  // the first part kept, undo steps that part took (29 and 30) and exclude
+  // their samples.
+  const std::vector<std::string> common{"run.max_steps=38",       "guard.policy=rollback", "guard.snapshot_every=5",
+                                        "guard.cliff_steps=3",    "guard.warmup_steps=10", "train.lr=3e-3",
+                                        "guard.z_threshold=20"};
+  auto faulted = [&](const std::filesystem::path& dir) {
+    return with_fault(with_fault(small_run_config(dir, common), "corrupt_weights", 24, 4.0), "corrupt_weights", 29, 4.0);
+  };
+  auto whole_dir = fresh_dir("guard-rollback-whole"), split_dir = fresh_dir("guard-rollback-split");
+  nodes::run_training(faulted(whole_dir), {});
+  auto whole = step_records(whole_dir);
+  REQUIRE(whole.size() == 38);
+  for (int64_t cliff : {28, 33}) {
+    const auto& event = whole[cliff - 1]["guard"];
+    INFO("step ", cliff, ": ", event.dump());
+    REQUIRE(event["action"] == "rolled_back");
+    CHECK(event["to_step"] == 20);
+  }
+  CHECK(whole[32]["guard"]["undone_steps"] == nlohmann::json({29, 30, 31, 32, 33}));
+
+  nodes::run_training(testing::stopped_after(faulted(split_dir), 30), {});
+  REQUIRE(step_records(split_dir).size() == 30);
+  nodes::RunOptions resume;
+  resume.resume = "latest";
+  nodes::run_training(faulted(split_dir), resume);
+  auto split = step_records(split_dir);
+  REQUIRE(split.size() == whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) CHECK_MESSAGE(split[i] == whole[i], "step ", i + 1);
+  CHECK(data::read_quarantine(split_dir / "quarantine.jsonl") == data::read_quarantine(whole_dir / "quarantine.jsonl"));
+}
+
 TEST_CASE("Guard.Rollback.halts_with_a_good_checkpoint_when_rollbacks_are_used_up") {
   auto dir = fresh_dir("guard-rollback-halt");
   auto config = with_fault(small_run_config(dir, {"run.max_steps=36", "guard.policy=rollback", "guard.snapshot_every=5",
