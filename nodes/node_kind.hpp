@@ -8,11 +8,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "config/pipeline.hpp"
 #include "config/yaml_reader.hpp"
 #include "data/batching_policy.hpp"
 #include "graph/registry.hpp"
+#include "train/optimizer.hpp"
 
 namespace dflow::nodes {
 
@@ -28,6 +31,12 @@ struct RunHooks {
   // of the same name, naming it: the node computes something else then
   // (another objective, another optimizer).
   std::function<std::string(config::YamlSection& params)> resume_signature = {};
+  // An optimizer node: the optimizer its params pick, over the drafter's
+  // trainable parameters (by name), built when the trainable state is. At
+  // most one node of a pipeline has this hook; without one, AdamW.
+  std::function<std::unique_ptr<train::Optimizer>(const RunContext& run, config::YamlSection& params,
+                                                  std::vector<std::pair<std::string, torch::Tensor>> parameters)>
+      optimizer = {};
   // Reads and checks what the node needs before the graph is built (a node
   // factory that throws would leave a half-built graph): files, prompts. The
   // result is kept in the run context under the node's name

@@ -1,7 +1,8 @@
-// optimizer_step.adamw: one optimizer step per StepStats, with the model
-// token and the trainable state it carries: normalise gradients by the step's
-// total loss weight, global grad norm, stability guard, clipping, AdamW at
-// the scheduled LR. Emits the step's exact record, a snapshot when a
+// optimizer_step.adamw and optimizer_step.muon: one optimizer step per
+// StepStats, with the model token and the trainable state it carries:
+// normalise gradients by the step's total loss weight, global grad norm,
+// stability guard, clipping, the optimizer the node type picked
+// (nodes/optimizers.hpp) at the scheduled LR. Emits the step's exact record, a snapshot when a
 // checkpoint is due (taken here, so it is always the state after step k and
 // before k+1), a snapshot for the eval node when an evaluation is due
 // (optional port), and the token.
@@ -15,6 +16,7 @@
 #include "config/log.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_support.hpp"
+#include "nodes/optimizers.hpp"
 #include "nodes/registry.hpp"
 
 namespace dflow::nodes {
@@ -258,19 +260,26 @@ class OptimizerStep final : public graph::FunctionBody {
 }  // namespace
 
 void register_optimizer_step(graph::NodeRegistry& registry) {
-  graph::NodeSpec spec;
-  spec.type = "optimizer_step.adamw";
-  spec.description = "grad norm, guard (skip, quarantine, rollback), clipping, AdamW at the scheduled LR; one record "
-                     "per step; snapshots";
-  spec.inputs = {{"in", "StepStats"}};
-  spec.outputs = {{"token", "ModelToken"},
-                  {"record", "StepRecord"},
-                  {"snapshot", "Snapshot", false, false, true},
-                  {"eval", "Snapshot", false, false, true}};
-  spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    return std::make_unique<OptimizerStep>(environment(context), context.name);
-  };
-  registry.add(std::move(spec));
+  for (const std::string optimizer : {"adamw", "muon"}) {
+    graph::NodeSpec spec;
+    spec.type = "optimizer_step." + optimizer;
+    spec.description =
+        optimizer == "adamw"
+            ? "grad norm, guard (skip, quarantine, rollback), clipping, AdamW at the scheduled LR; one record per step; "
+              "snapshots"
+            : "as optimizer_step.adamw, with Muon on the 2-D hidden weights (params: lr, weight_decay, momentum, "
+              "ns_steps) and AdamW on the rest";
+    spec.check_params = [optimizer](config::YamlSection& params) { check_optimizer_params(optimizer, params); };
+    spec.inputs = {{"in", "StepStats"}};
+    spec.outputs = {{"token", "ModelToken"},
+                    {"record", "StepRecord"},
+                    {"snapshot", "Snapshot", false, false, true},
+                    {"eval", "Snapshot", false, false, true}};
+    spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
+      return std::make_unique<OptimizerStep>(environment(context), context.name);
+    };
+    add_node_kind(registry, std::move(spec), optimizer_hooks(optimizer));
+  }
 }
 
 }  // namespace dflow::nodes

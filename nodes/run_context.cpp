@@ -7,6 +7,7 @@
 #include "nodes/node_kind.hpp"
 #include "nodes/registry.hpp"
 #include "text/dataset_tokenizer.hpp"
+#include "train/adamw.hpp"
 #include "train/devices.hpp"
 
 namespace dflow::nodes {
@@ -219,6 +220,23 @@ void RunContext::start_from(const train::LoadedCheckpoint& ckpt) {
   resumed_from = ckpt.dir.string();
   log::info("train", log::str("resumed from ", resumed_from, " at step ", start.completed_steps, " (epoch ",
                               start.cursor.epoch, ", batch ", start.cursor.next_batch, ")"));
+}
+
+std::unique_ptr<train::Optimizer> RunContext::make_optimizer(
+    std::vector<std::pair<std::string, torch::Tensor>> parameters) const {
+  const auto& nodes = config.pipeline.nodes;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const RunHooks* hooks = run_hooks(options.node_kinds(), nodes[i].type);
+    if (!hooks || !hooks->optimizer) continue;
+    config::YamlSection params(nodes[i].params, "pipeline.nodes[" + std::to_string(i) + "].params", config.pipeline.origins);
+    try {
+      return hooks->optimizer(*this, params, std::move(parameters));
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(nodes[i].mark, "pipeline.nodes[" + std::to_string(i) + "]",
+                        "node '" + nodes[i].name + "' (" + nodes[i].type + "): " + e.what());
+    }
+  }
+  return std::make_unique<train::AdamW>(std::move(parameters), train::adamw_options(config.train));
 }
 
 const config::FaultDecl* RunContext::fault(const std::string& kind, const std::string& node, int64_t step) const {

@@ -30,6 +30,7 @@
 #include "nodes/progress.hpp"
 #include "train/checkpoint.hpp"
 #include "train/distributed.hpp"
+#include "train/optimizer.hpp"
 
 namespace dflow::report {
 class LiveServer;
@@ -131,6 +132,9 @@ class RunContext {
   }
   // Some node wants a fresh run's untrained drafter (RunHooks::wants_untrained_state).
   bool wants_untrained_state = false;
+  // The optimizer the pipeline's optimizer node picks (RunHooks::optimizer;
+  // AdamW without one), over the drafter's trainable parameters by name.
+  std::unique_ptr<train::Optimizer> make_optimizer(std::vector<std::pair<std::string, torch::Tensor>> parameters) const;
 
   // Fault injection: the fault of `kind` for `node` (or any node) at `step`, if declared.
   const config::FaultDecl* fault(const std::string& kind, const std::string& node, int64_t step) const;

@@ -25,12 +25,7 @@ TrainableState::TrainableState(const RunContext& run, const train::LoadedCheckpo
   const auto& config = run.config;
   drafter = model::DFlashDrafter(run.drafter_spec, config.run.seed);
   drafter->to(run.drafter_device, run.drafter_dtype);
-  train::AdamWOptions adam;
-  adam.beta1 = config.train.adam_beta1;
-  adam.beta2 = config.train.adam_beta2;
-  adam.eps = config.train.adam_eps;
-  adam.weight_decay = config.train.weight_decay;
-  optimizer = std::make_unique<train::AdamW>(parameters(), adam);
+  optimizer = run.make_optimizer(parameters());
   schedule.peak_lr = config.train.lr;
   schedule.total_steps = schedule_steps(run, resume);
   if (resume && run.stop_step > schedule.total_steps)

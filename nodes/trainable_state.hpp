@@ -19,7 +19,7 @@
 #include "model/drafter.hpp"
 #include "nodes/progress.hpp"
 #include "nodes/run_context.hpp"
-#include "train/adamw.hpp"
+#include "train/optimizer.hpp"
 #include "train/checkpoint.hpp"
 #include "train/guard.hpp"
 #include "train/rollback_keeper.hpp"
@@ -35,7 +35,7 @@ class TrainableState {
   TrainableState(const RunContext& run, const train::LoadedCheckpoint* resume);
 
   model::DFlashDrafter drafter{nullptr};   // [drafter device]
-  std::unique_ptr<train::AdamW> optimizer;
+  std::unique_ptr<train::Optimizer> optimizer;  // the optimizer node's pick (RunContext::make_optimizer)
   train::Schedule schedule;
   train::StabilityGuard guard;
   train::RollbackKeeper rollback;  // policy rollback: the candidate and good snapshots, the steps since good

@@ -5,6 +5,15 @@
 
 namespace dflow::train {
 
+AdamWOptions adamw_options(const config::TrainConfig& train) {
+  AdamWOptions o;
+  o.beta1 = train.adam_beta1;
+  o.beta2 = train.adam_beta2;
+  o.eps = train.adam_eps;
+  o.weight_decay = train.weight_decay;
+  return o;
+}
+
 AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWOptions options) : options_(options) {
   torch::NoGradGuard no_grad;
   for (auto& [name, p] : params) {

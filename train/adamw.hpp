@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/config.hpp"
 #include "train/optimizer.hpp"
 
 namespace dflow::train {
@@ -19,6 +20,9 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 0.0;
 };
+
+// train.adam_beta1, adam_beta2, adam_eps and weight_decay.
+AdamWOptions adamw_options(const config::TrainConfig& train);
 
 class AdamW final : public Optimizer {
  public:
