@@ -11,7 +11,7 @@
 #      kernel, or the per-document path where it cannot run); the demo for 60 steps on cuda:0 (loss follows the CPU run, no
 #      NaN, a checkpoint at step 30 resumes); 20 steps with the target on
 #      cuda:0 and the drafter on the CPU (losses follow the CPU run); 20 steps
-#      with a sliding-window draft layer; a one-rank NCCL process group
+#      with a sliding-window draft layer, with D-PACE and with Muon; a one-rank NCCL process group
 #      (the step's all-reduce); throughput at the qwen3-8b preset with the
 #      recipe in bf16 (bench_gpu throughput) and through the whole graph.
 # Without a usable GPU it runs 1 and 2 (here the build is the ordinary
@@ -155,10 +155,10 @@ fi
 # The demo: its assets once (runs/demo), then 60 steps per device.
 DEMO_SET=(--set run.max_steps=60 --set metrics.sinks=[jsonl] --set checkpoint.every_steps=30 --set eval.every_steps=0
           --set eval.max_prompts=2 --set eval.max_new_tokens=16 --set run.log_level=warn)
-train_demo() {  # OUT_DIR DEVICE [more --set ...]
+train_demo() {  # OUT_DIR DEVICE [more --set ...]; DEMO_CONFIG: a config file to start from
   local out=$1 device=$2; shift 2
   rm -rf "$out"
-  "$DFLOW" train "${DEMO_SET[@]}" --set run.out_dir="$out" --set devices.target=["$device"] \
+  "$DFLOW" train ${DEMO_CONFIG:-} "${DEMO_SET[@]}" --set run.out_dir="$out" --set devices.target=["$device"] \
     --set devices.drafter="$device" "$@"
 }
 # loss_stats A B: steps in both, NaNs in B, mean and max |B - A| per step over
@@ -256,6 +256,26 @@ if run demo_sliding 180 train_demo "$WORK/demo-sliding" cuda:0 --set run.max_ste
 else
   fail "demo on cuda:0, sliding layers" "see demo_sliding.log"
 fi
+# The recipe's other axes: D-PACE position weights (drafter params) and Muon
+# (optimizer type), 20 steps each on cuda:0: finite losses that fall.
+for variant in dpace muon; do
+  cfg="$WORK/$variant.yaml"
+  "$DFLOW" config "${DEMO_SET[@]}" >"$cfg" 2>/dev/null
+  case $variant in
+    dpace) sed -i 's/{name: drafter, type: drafter_step}/{name: drafter, type: drafter_step, params: {objective: dpace}}/' "$cfg" ;;
+    muon) sed -i 's/type: optimizer_step.adamw}/type: optimizer_step.muon}/' "$cfg" ;;
+  esac
+  if DEMO_CONFIG="$cfg" run "demo_$variant" 180 train_demo "$WORK/demo-$variant" cuda:0 --set run.max_steps=20 \
+      --set checkpoint.every_steps=0; then
+    read -r steps nans _ _ first last _ <<<"$(loss_stats "$WORK/demo-$variant" "$WORK/demo-$variant")"
+    verdict=ok
+    [ "$steps" = 20 ] && [ "$nans" = 0 ] && "$PY" -c "import sys; sys.exit(0 if $last < $first else 1)" || verdict=FAIL
+    [ $verdict = FAIL ] && FAILED=1
+    row "demo on cuda:0, $variant, 20 steps" "$verdict" "$steps steps, $nans NaN, loss $first -> $last"
+  else
+    fail "demo on cuda:0, $variant" "see demo_$variant.log"
+  fi
+done
 if run nccl 120 "$BENCH" nccl; then
   row "NCCL, one rank" "ok" "$(grep -h 'backend\|RESULT' "$RESULTS/nccl.log" | tr '\n' ' ' | cut -c1-200)"
 else
