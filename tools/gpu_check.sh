@@ -242,31 +242,21 @@ if run demo_split 240 train_demo "$WORK/demo-split" cuda:0 --set devices.drafter
 else
   fail "demo, target cuda:0 + drafter cpu" "see demo_split.log"
 fi
-# Sliding-window draft layers: 20 steps on cuda:0 with a sliding layer of 32
-# beside a full one, then the run's eval (drafting with the window): finite
-# losses that fall.
-if run demo_sliding 180 train_demo "$WORK/demo-sliding" cuda:0 --set run.max_steps=20 --set checkpoint.every_steps=0 \
-    --set model.drafter.num_layers=2 --set model.drafter.layer_types=[sliding_attention,full_attention] \
-    --set model.drafter.sliding_window=32; then
-  read -r steps nans _ _ first last _ <<<"$(loss_stats "$WORK/demo-sliding" "$WORK/demo-sliding")"
-  verdict=ok
-  [ "$steps" = 20 ] && [ "$nans" = 0 ] && "$PY" -c "import sys; sys.exit(0 if $last < $first else 1)" || verdict=FAIL
-  [ $verdict = FAIL ] && FAILED=1
-  row "demo on cuda:0, sliding + full layer, 20 steps" "$verdict" "$steps steps, $nans NaN, loss $first -> $last"
-else
-  fail "demo on cuda:0, sliding layers" "see demo_sliding.log"
-fi
-# The recipe's other axes: D-PACE position weights (drafter params) and Muon
-# (optimizer type), 20 steps each on cuda:0: finite losses that fall.
-for variant in dpace muon; do
-  cfg="$WORK/$variant.yaml"
+# The 2026 recipe's axes, 20 steps each on cuda:0: sliding-window draft
+# layers (a layer of 32 beside a full one, and the run's eval drafting with
+# the window), D-PACE position weights (drafter params), Muon (optimizer
+# type): finite losses that fall.
+for variant in sliding dpace muon; do
+  cfg="$WORK/$variant.yaml" extra=()
   "$DFLOW" config "${DEMO_SET[@]}" >"$cfg" 2>/dev/null
   case $variant in
+    sliding) extra=(--set model.drafter.num_layers=2 --set model.drafter.layer_types=[sliding_attention,full_attention]
+                    --set model.drafter.sliding_window=32) ;;
     dpace) sed -i 's/{name: drafter, type: drafter_step}/{name: drafter, type: drafter_step, params: {objective: dpace}}/' "$cfg" ;;
     muon) sed -i 's/type: optimizer_step.adamw}/type: optimizer_step.muon}/' "$cfg" ;;
   esac
   if DEMO_CONFIG="$cfg" run "demo_$variant" 180 train_demo "$WORK/demo-$variant" cuda:0 --set run.max_steps=20 \
-      --set checkpoint.every_steps=0; then
+      --set checkpoint.every_steps=0 ${extra[@]+"${extra[@]}"}; then
     read -r steps nans _ _ first last _ <<<"$(loss_stats "$WORK/demo-$variant" "$WORK/demo-$variant")"
     verdict=ok
     [ "$steps" = 20 ] && [ "$nans" = 0 ] && "$PY" -c "import sys; sys.exit(0 if $last < $first else 1)" || verdict=FAIL
