@@ -35,13 +35,29 @@ Outcome run(const std::string& command, int limit_s = 120) { return testing::run
 std::string dflow_bin() { return ::dflow::testing::dflow_binary(); }
 
 // A small 1-thread run in `dir` (2 ranks share this machine's 2 cores).
-fs::path write_config(const fs::path& dir, std::vector<std::string> overrides, const std::string& extra_yaml = "") {
+config::Config run_config(const fs::path& dir, std::vector<std::string> overrides) {
   overrides.insert(overrides.begin(), {"run.threads=1", "run.torch_threads=1", "train.epochs=1",
                                        "run.max_steps=" + std::to_string(kSteps), "distributed.timeout_s=20",
                                        "checkpoint.every_steps=3"});
+  return testing::small_run_config(dir, overrides);
+}
+
+fs::path write_run_config(const fs::path& dir, const config::Config& config, const std::string& extra_yaml = "") {
   auto path = dir / "run.yaml";
-  std::ofstream(path) << config::to_yaml(testing::small_run_config(dir, overrides)) << extra_yaml;
+  std::ofstream(path) << config::to_yaml(config) << extra_yaml;
   return path;
+}
+
+fs::path write_config(const fs::path& dir, std::vector<std::string> overrides, const std::string& extra_yaml = "") {
+  return write_run_config(dir, run_config(dir, std::move(overrides)), extra_yaml);
+}
+
+// The same with the drafter node's objective set to D-PACE.
+fs::path write_dpace_config(const fs::path& dir, std::vector<std::string> overrides) {
+  auto config = run_config(dir, std::move(overrides));
+  for (auto& n : config.pipeline.nodes)
+    if (n.name == "drafter") n.params["objective"] = "dpace";
+  return write_run_config(dir, config);
 }
 
 // Every field of two step records except wall-clock and telemetry; losses,
@@ -98,6 +114,24 @@ TEST_CASE("Dist.Launch.two_ranks_give_the_one_rank_losses_of_the_same_global_bat
   CHECK(first["time"]["rank_step_s"].size() == 2);
   CHECK(first["time"]["slowest_rank"].get<int>() >= 0);
   CHECK(train::read_checkpoint(train::resolve_checkpoint(two_rank_run() / "checkpoints", "latest")).global_step == kSteps);
+}
+
+TEST_CASE("Dist.Launch.dpace_two_ranks_give_the_one_rank_losses_of_the_same_global_batch") {
+  // D-PACE weighs each block by its own confidences; the step divides by the
+  // weight sum over both ranks, whose shares hold different numbers of
+  // blocks: the split must not change a loss.
+  auto one = fresh_dir("dist-dpace-1rank"), two = fresh_dir("dist-dpace-2rank");
+  auto o = run(dflow_bin() + " train " + write_dpace_config(one, {"train.grad_accum=2"}).string());
+  INFO(o.output);
+  REQUIRE(o.exit_code == 0);
+  o = run(dflow_bin() + " launch -n 2 " + write_dpace_config(two, {"train.grad_accum=1"}).string());
+  INFO(o.output);
+  REQUIRE(o.exit_code == 0);
+  const auto single = testing::step_records(one), pair = testing::step_records(two);
+  REQUIRE(single.size() == static_cast<size_t>(kSteps));
+  check_same_steps(single, pair, kLossTolerance);
+  // Not the decay's losses: the objective really changed.
+  CHECK(single[0]["loss"] != testing::step_records(two_rank_run())[0]["loss"]);
 }
 
 TEST_CASE("Dist.Launch.a_short_last_step_leaves_one_rank_an_empty_share") {
