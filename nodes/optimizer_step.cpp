@@ -182,9 +182,13 @@ class OptimizerStep final : public graph::FunctionBody {
     // after any background write in progress, and nothing is written after it.
     fs::path dir = run_.checkpoints_dir / ("step-" + std::to_string(state.progress.completed_steps));
     if (run_.options.rank == 0) dir = checkpoints_.write_final(state.snapshot(run_));
-    const std::string why = verdict.kind == "cliff" ? " after " + std::to_string(state.guard.rollbacks()) +
-                                                          " rollback(s) (guard.max_rollbacks)"
-                                                    : "";
+    // A cliff halts when rollbacks are used up, or when there is no good
+    // snapshot to go back to yet.
+    const std::string why =
+        verdict.kind != "cliff" ? ""
+        : good ? " after " + std::to_string(state.guard.rollbacks()) + " rollback(s) (guard.max_rollbacks)"
+               : " with no good snapshot to roll back to yet (the first is validated one step after step " +
+                     std::to_string(run_.config.guard.snapshot_every) + ", guard.snapshot_every)";
     throw std::runtime_error("guard policy '" + run_.config.guard.policy + "': " + verdict.reason() + " at step " +
                              std::to_string(step_index + 1) + why + "; the state " +
                              (good ? "of the last good snapshot (step " + std::to_string(good->completed_steps) + ")"
