@@ -38,7 +38,11 @@ std::string fixed(double value, int digits) {
 class EvalTau final : public graph::FunctionBody {
  public:
   EvalTau(const RunEnvironment& env, std::string name)
-      : run_(env.run), journal_(env.journal), checkpoints_(env.checkpoints), name_(std::move(name)), settings_(env.run.prepared_for<PreparedEval>(name_).settings),
+      : run_(env.run),
+        journal_(env.journal),
+        checkpoints_(env.checkpoints),
+        name_(std::move(name)),
+        settings_(env.run.prepared_for<PreparedEval>(name_).settings),
         prompts_(env.run.prepared_for<PreparedEval>(name_).prompts) {
     drafter_ = model::DFlashDrafter(run_.drafter_spec, 0);
     drafter_->to(run_.drafter_device);
@@ -112,7 +116,8 @@ class EvalTau final : public graph::FunctionBody {
     record["generated_tokens"] = report.generated_tokens;
     record["best"] = improved;
     record["best_tau"] = best_tau_;
-    record["time"] = {{"eval_s", seconds}, {"waited_s", waited}, {"speculative_tokens_per_s", report.speculative_tokens_per_s}};
+    record["time"] = {
+        {"eval_s", seconds}, {"waited_s", waited}, {"speculative_tokens_per_s", report.speculative_tokens_per_s}};
     journal_.write(record);
     log::info("eval", log::str("step ", snapshot.global_step, ": tau ", fixed(report.mean_tau, 2), " on ",
                                report.prompts, " held-out prompts (", fixed(seconds, 1), " s",
