@@ -2,6 +2,7 @@
 // configs, which run wins each metric, and what to keep in mind reading them.
 #include "report/compare.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -65,8 +66,15 @@ void name_runs(std::vector<RunSummary>& runs) {
   for (auto& run : runs) run.name = uses[dir_name(run.run_dir)] > 1 ? run.run_dir.string() : dir_name(run.run_dir);
 }
 
+std::string recent_label(const std::vector<RunSummary>& runs, const CompareOptions& options) {
+  const bool fewer = std::any_of(runs.begin(), runs.end(), [&](const RunSummary& r) {
+    return r.last_step < static_cast<int64_t>(options.recent_steps);
+  });
+  return "last " + std::to_string(options.recent_steps) + " steps" + (fewer ? " (all, where fewer)" : "");
+}
+
 std::vector<Winner> pick_winners(const std::vector<RunSummary>& runs, const CompareOptions& options) {
-  const std::string recent = "last " + std::to_string(options.recent_steps) + " steps";
+  const std::string recent = recent_label(runs, options);
   return {
       best_of(runs, "lowest final loss (mean of last " + std::to_string(options.loss_tail) + " steps)", "", false,
               [](const RunSummary& r) { return r.final_loss; }),

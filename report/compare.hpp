@@ -86,6 +86,8 @@ struct Comparison {
 };
 
 std::vector<Winner> pick_winners(const std::vector<RunSummary>& runs, const CompareOptions& options = {});
+// "last 50 steps", or "last 50 steps (all, where fewer)" when a run has fewer.
+std::string recent_label(const std::vector<RunSummary>& runs, const CompareOptions& options);
 
 // Names each run by its directory; where two share a name, by its path as given.
 void name_runs(std::vector<RunSummary>& runs);

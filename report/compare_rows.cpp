@@ -56,7 +56,7 @@ CompareRow row(const Comparison& c, std::string label, const std::function<std::
 }  // namespace
 
 std::vector<CompareRow> summary_rows(const Comparison& c) {
-  const std::string recent = "last " + std::to_string(c.options.recent_steps) + " steps";
+  const std::string recent = recent_label(c.runs, c.options);
   // Winner indices follow pick_winners: loss, best tau, tokens/s, steps/s.
   return {
       row(c, "run directory", [](const RunSummary& r) { return r.run_dir.string(); }),
