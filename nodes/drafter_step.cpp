@@ -12,12 +12,11 @@
 // the model token, which this node holds, so the run stays deterministic.
 #include <algorithm>
 #include <cmath>
-#include <iomanip>
-#include <sstream>
 
 #include "config/errors.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_kind.hpp"
+#include "nodes/node_params.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
 
@@ -25,29 +24,28 @@ namespace dflow::nodes {
 
 namespace {
 
-// params: {objective: decay | dpace, alpha: 0.5 (dpace)}.
+// params: the objective's position weighting.
 struct ObjectiveParams {
   std::string objective = "decay";
   double alpha = 0.5;
-  // "" for the default (decay), else "{objective: dpace, alpha: 0.5}": what a resume must keep.
-  std::string text() const {
-    if (objective == "decay") return "";
-    std::ostringstream out;
-    out << std::setprecision(17) << "{objective: " << objective << ", alpha: " << alpha << "}";
-    return out.str();
-  }
 };
 
-ObjectiveParams read_objective_params(config::YamlSection& params) {
-  ObjectiveParams p;
-  params.read("objective", p.objective);
-  params.require(p.objective == "decay" || p.objective == "dpace", "objective",
-                 "must be decay (exp(-(k-1)/train.loss_decay_gamma)) or dpace (D-PACE, params.alpha)" +
-                     did_you_mean(p.objective, {"decay", "dpace"}));
-  params.read("alpha", p.alpha);
-  params.require(p.alpha > 0.0 && p.alpha <= 1.0, "alpha", "must lie in (0, 1] (D-PACE smoothing; 0.5 by default)");
-  return p;
+const config::KeySet<ObjectiveParams>& objective_keys() {
+  using config::OnResume;
+  static const config::KeySet<ObjectiveParams> keys = [] {
+    config::KeySet<ObjectiveParams> k;
+    k.add("objective", [](ObjectiveParams& p) -> auto& { return p.objective; }, OnResume::must_match,
+          "position weights: decay (exp(-(k-1)/train.loss_decay_gamma)) or dpace (D-PACE)",
+          config::one_of({"decay", "dpace"}));
+    k.add("alpha", [](ObjectiveParams& p) -> auto& { return p.alpha; }, OnResume::must_match,
+          "D-PACE smoothing: q~ = (1 - alpha) q + alpha",
+          config::must<double>([](double a) { return a > 0.0 && a <= 1.0; }, "must lie in (0, 1] (0.5 by default)"));
+    return k;
+  }();
+  return keys;
 }
+
+ObjectiveParams read_objective_params(config::YamlSection& params) { return read_params(objective_keys(), params); }
 
 class DrafterStep final : public graph::FunctionBody {
  public:
@@ -211,7 +209,9 @@ void register_drafter_step(graph::NodeRegistry& registry) {
     return std::make_unique<DrafterStep>(environment(context), context.name, context.params);
   };
   RunHooks hooks;
-  hooks.resume_signature = [](config::YamlSection& params) { return read_objective_params(params).text(); };
+  hooks.resume_signature = [](config::YamlSection& params) {
+    return resume_text(objective_keys(), read_objective_params(params));
+  };
   add_node_kind(registry, std::move(spec), std::move(hooks));
 }
 

@@ -7,6 +7,7 @@
 #include "config/errors.hpp"
 #include "config/log.hpp"
 #include "nodes/eval_tau.hpp"
+#include "nodes/node_params.hpp"
 #include "nodes/run_context.hpp"
 #include "train/evaluate.hpp"
 
@@ -61,16 +62,28 @@ std::vector<bool> training_prompts(const data::Dataset& dataset, const std::vect
 }
 
 EvalSettings read_eval_settings(const config::EvalConfig& defaults, config::YamlSection& params) {
-  EvalSettings s{defaults.prompts, defaults.max_prompts, defaults.max_new_tokens, defaults.temperature, defaults.seed};
-  params.read("prompts", s.prompts);
-  params.read("max_prompts", s.max_prompts);
-  params.require(s.max_prompts >= 0, "max_prompts", "must be >= 0 (0: all)");
-  params.read("max_new_tokens", s.max_new_tokens);
-  params.require(s.max_new_tokens >= 1, "max_new_tokens", "must be >= 1");
-  params.read("temperature", s.temperature);
-  params.require(s.temperature >= 0, "temperature", "must be >= 0 (0: greedy)");
-  params.read("seed", s.seed);
-  return s;
+  using config::OnResume;
+  // Evaluation never changes what training computes: every key may change on resume.
+  static const config::KeySet<EvalSettings> keys = [] {
+    config::KeySet<EvalSettings> k;
+    k.add("prompts", [](EvalSettings& s) -> auto& { return s.prompts; }, OnResume::may_change,
+          "JSONL of held-out prompts (default: eval.prompts)");
+    k.add("max_prompts", [](EvalSettings& s) -> auto& { return s.max_prompts; }, OnResume::may_change,
+          "prompts evaluated, 0: all (default: eval.max_prompts)",
+          config::must<int>([](int v) { return v >= 0; }, "must be >= 0 (0: all)"));
+    k.add("max_new_tokens", [](EvalSettings& s) -> auto& { return s.max_new_tokens; }, OnResume::may_change,
+          "tokens generated per prompt (default: eval.max_new_tokens)",
+          config::must<int>([](int v) { return v >= 1; }, "must be >= 1"));
+    k.add("temperature", [](EvalSettings& s) -> auto& { return s.temperature; }, OnResume::may_change,
+          "0: greedy; > 0: speculative sampling (default: eval.temperature)",
+          config::must<double>([](double v) { return v >= 0; }, "must be >= 0 (0: greedy)"));
+    k.add("seed", [](EvalSettings& s) -> auto& { return s.seed; }, OnResume::may_change,
+          "sampling seed (default: eval.seed)");
+    return k;
+  }();
+  return read_params(keys, params,
+                     EvalSettings{defaults.prompts, defaults.max_prompts, defaults.max_new_tokens, defaults.temperature,
+                                  defaults.seed});
 }
 
 std::vector<std::vector<int64_t>> held_out_prompts(const RunContext& run, const std::string& node,

@@ -1,9 +1,8 @@
 #include "nodes/optimizers.hpp"
 
-#include <iomanip>
-#include <sstream>
 #include <stdexcept>
 
+#include "nodes/node_params.hpp"
 #include "nodes/run_context.hpp"
 #include "train/adamw.hpp"
 #include "train/muon.hpp"
@@ -12,25 +11,26 @@ namespace dflow::nodes {
 
 namespace {
 
-train::MuonOptions read_muon_params(config::YamlSection& params) {
-  train::MuonOptions o;
-  params.read("lr", o.lr);
-  params.require(o.lr > 0, "lr", "must be > 0 (the Muon group's peak learning rate; the schedule scales it)");
-  params.read("weight_decay", o.weight_decay);
-  params.require(o.weight_decay >= 0, "weight_decay", "must be >= 0");
-  params.read("momentum", o.momentum);
-  params.require(o.momentum >= 0 && o.momentum < 1, "momentum", "must lie in [0, 1)");
-  params.read("ns_steps", o.ns_steps);
-  params.require(o.ns_steps >= 1 && o.ns_steps < 100, "ns_steps", "must lie in [1, 100)");
-  return o;
+const config::KeySet<train::MuonOptions>& muon_keys() {
+  using config::OnResume;
+  using train::MuonOptions;
+  static const config::KeySet<MuonOptions> keys = [] {
+    config::KeySet<MuonOptions> k;
+    k.add("lr", [](MuonOptions& o) -> auto& { return o.lr; }, OnResume::must_match,
+          "the Muon group's peak learning rate (the schedule scales it like train.lr)",
+          config::must<double>([](double v) { return v > 0; }, "must be > 0"));
+    k.add("weight_decay", [](MuonOptions& o) -> auto& { return o.weight_decay; }, OnResume::must_match,
+          "the Muon group's decoupled weight decay", config::must<double>([](double v) { return v >= 0; }, "must be >= 0"));
+    k.add("momentum", [](MuonOptions& o) -> auto& { return o.momentum; }, OnResume::must_match, "Nesterov momentum",
+          config::must<double>([](double v) { return v >= 0 && v < 1; }, "must lie in [0, 1)"));
+    k.add("ns_steps", [](MuonOptions& o) -> auto& { return o.ns_steps; }, OnResume::must_match,
+          "Newton-Schulz iterations", config::must<int>([](int v) { return v >= 1 && v < 100; }, "must lie in [1, 100)"));
+    return k;
+  }();
+  return keys;
 }
 
-std::string muon_text(const train::MuonOptions& o) {
-  std::ostringstream out;
-  out << std::setprecision(17) << "{lr: " << o.lr << ", weight_decay: " << o.weight_decay << ", momentum: " << o.momentum
-      << ", ns_steps: " << o.ns_steps << "}";
-  return out.str();
-}
+train::MuonOptions read_muon_params(config::YamlSection& params) { return read_params(muon_keys(), params); }
 
 }  // namespace
 
@@ -50,7 +50,7 @@ RunHooks optimizer_hooks(const std::string& optimizer) {
       return std::make_unique<train::Muon>(std::move(parameters), read_muon_params(params),
                                            train::adamw_options(run.config.train), run.config.train.lr);
     };
-    hooks.resume_signature = [](config::YamlSection& params) { return muon_text(read_muon_params(params)); };
+    hooks.resume_signature = [](config::YamlSection& params) { return resume_text(muon_keys(), read_muon_params(params)); };
     return hooks;
   }
   throw std::logic_error("optimizer_hooks: no optimizer '" + optimizer + "'");

@@ -11,23 +11,31 @@
 #include "data/collate.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_kind.hpp"
+#include "nodes/node_params.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
 
 namespace dflow::nodes {
 
 FixedBatchParams read_fixed_batch_params(config::YamlSection& params) {
-  FixedBatchParams p;
-  params.read("batch_size", p.batch_size);
-  params.require(p.batch_size >= 1, "batch_size", "must be >= 1 (rows per micro-batch)");
-  return p;
+  static const config::KeySet<FixedBatchParams> keys = [] {
+    config::KeySet<FixedBatchParams> k;
+    k.add("batch_size", [](FixedBatchParams& p) -> auto& { return p.batch_size; }, config::OnResume::must_match,
+          "rows per micro-batch", config::must<int>([](int v) { return v >= 1; }, "must be >= 1 (rows per micro-batch)"));
+    return k;
+  }();
+  return read_params(keys, params);
 }
 
 PackParams read_pack_params(config::YamlSection& params) {
-  PackParams p;
-  params.read("pack_window", p.pack_window);
-  params.require(p.pack_window >= 1, "pack_window", "must be >= 1 (samples packed together, longest first)");
-  return p;
+  static const config::KeySet<PackParams> keys = [] {
+    config::KeySet<PackParams> k;
+    k.add("pack_window", [](PackParams& p) -> auto& { return p.pack_window; }, config::OnResume::must_match,
+          "samples packed together (best-fit decreasing within each window)",
+          config::must<int>([](int v) { return v >= 1; }, "must be >= 1 (samples packed together, longest first)"));
+    return k;
+  }();
+  return read_params(keys, params);
 }
 
 namespace {
