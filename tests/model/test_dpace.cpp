@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "model/objective.hpp"
-#include "model_fixtures.hpp"
+#include "objective_rig.hpp"
 
 using namespace dflow::model;
-using dflow::model::testing::small_drafter_spec;
+using namespace dflow::model::testing;
 
 namespace {
 
@@ -40,44 +40,22 @@ std::vector<double> weights_of(const std::vector<double>& ce, const std::vector<
   return {w.data_ptr<double>(), w.data_ptr<double>() + n};
 }
 
-struct Rig {
-  DrafterSpec spec = small_drafter_spec(1, 4, 2);
-  DFlashDrafter drafter{spec, 8};
-  torch::Tensor embedding, lm_head, features, input_ids, loss_mask, lengths;
-  AnchorBatch anchors;
-  Rig() {
-    torch::set_num_threads(1);
-    torch::manual_seed(12);
-    {
-      torch::NoGradGuard no_grad;
-      for (auto& p : drafter->parameters()) p.add_(torch::randn_like(p) * 0.2);
-    }
-    embedding = torch::randn({spec.vocab_size, spec.hidden_size});
-    lm_head = torch::randn({spec.vocab_size, spec.hidden_size}) * 0.3;
-    features = torch::randn({2, 12, 2 * spec.hidden_size});
-    input_ids = torch::randint(0, 49, {2, 12}, torch::kInt64);
-    loss_mask = torch::tensor({0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1,  //
-                               0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0},
-                              torch::kInt64)
-                    .view({2, 12});
-    lengths = torch::tensor({12, 9}, torch::kInt64);
-    // Uneven: row 0 keeps 3 blocks, row 1 keeps 2.
-    anchors.anchor_positions = torch::tensor({2, 6, 9, 4, 7, 0}, torch::kInt64).view({2, 3});
-    anchors.block_keep = torch::tensor({1, 1, 1, 1, 1, 0}, torch::kInt64).view({2, 3}).to(torch::kBool);
-  }
-  ObjectiveOutput loss(double alpha, int64_t first_row = 0, int64_t rows = 2) {
-    ObjectiveOptions options;
-    options.weighting = PositionWeighting::DPace;
-    options.dpace_alpha = alpha;
-    AnchorBatch part;
-    part.anchor_positions = anchors.anchor_positions.narrow(0, first_row, rows);
-    part.block_keep = anchors.block_keep.narrow(0, first_row, rows);
-    return dflash_loss(*drafter, embedding, lm_head, features.narrow(0, first_row, rows),
-                       input_ids.narrow(0, first_row, rows), loss_mask.narrow(0, first_row, rows),
-                       lengths.narrow(0, first_row, rows), part, options);
-  }
-  torch::Tensor grad() { return drafter->fc->weight.grad().clone(); }
-};
+// The objective rig's loss under D-PACE, over `rows` rows from `first_row`.
+ObjectiveOutput dpace_loss(Rig& rig, double alpha, int64_t first_row = 0, int64_t rows = 2) {
+  ObjectiveOptions options;
+  options.weighting = PositionWeighting::DPace;
+  options.dpace_alpha = alpha;
+  const AnchorBatch anchors = fixed_anchors();  // uneven: row 0 keeps 3 blocks, row 1 keeps 2
+  AnchorBatch part;
+  part.anchor_positions = anchors.anchor_positions.narrow(0, first_row, rows);
+  part.block_keep = anchors.block_keep.narrow(0, first_row, rows);
+  const auto& b = rig.batch;
+  return dflash_loss(*rig.drafter, rig.embedding, rig.lm_head, rig.features.narrow(0, first_row, rows),
+                     b.input_ids.narrow(0, first_row, rows), b.loss_mask.narrow(0, first_row, rows),
+                     b.lengths.narrow(0, first_row, rows), part, options);
+}
+
+torch::Tensor fc_grad(Rig& rig) { return rig.drafter->fc->weight.grad().clone(); }
 
 }  // namespace
 
@@ -114,15 +92,16 @@ TEST_CASE("Model.DPace.weights_match_the_closed_form") {
 
 TEST_CASE("Model.DPace.loss_is_the_dpace_weighted_mean_and_the_weights_carry_no_gradient") {
   Rig rig;
-  ObjectiveOutput out = rig.loss(0.5);
+  const AnchorBatch anchors = fixed_anchors();
+  ObjectiveOutput out = dpace_loss(rig, 0.5);
   out.loss_sum.backward();
-  const torch::Tensor got_grad = rig.grad();
+  const torch::Tensor got_grad = fc_grad(rig);
 
   // Dense: full logits, plain CE per slot, the closed form's weights as constants.
   rig.drafter->zero_grad();
-  const DraftBlocks blocks = build_draft_blocks(rig.input_ids, rig.loss_mask, rig.lengths, rig.anchors, 4,
+  const DraftBlocks blocks = build_draft_blocks(rig.batch.input_ids, rig.batch.loss_mask, rig.batch.lengths, anchors, 4,
                                                 rig.spec.mask_token_id, 2.0, torch::kCPU);
-  const auto plan = plan_block_attention(rig.anchors.anchor_positions, rig.anchors.block_keep, 12, 4, 0, torch::kCPU);
+  const auto plan = plan_block_attention(anchors.anchor_positions, anchors.block_keep, 12, 4, 0, torch::kCPU);
   const torch::Tensor hidden =
       rig.drafter->forward(rig.features, torch::embedding(rig.embedding, blocks.block_tokens.view({2, 12})),
                            blocks.block_positions.view({2, 12}), plan);
@@ -149,14 +128,14 @@ TEST_CASE("Model.DPace.loss_is_the_dpace_weighted_mean_and_the_weights_carry_no_
   CHECK(out.loss.item<double>() == doctest::Approx(reference_sum.item<double>() / weights.sum().item<double>()).epsilon(1e-5));
   // Weights as constants: the gradient is w * dCE/dtheta, nothing through w.
   reference_sum.backward({}, /*retain_graph=*/true);
-  CHECK(torch::allclose(got_grad, rig.grad(), 1e-4, 1e-6));
+  CHECK(torch::allclose(got_grad, fc_grad(rig), 1e-4, 1e-6));
   // ... and not the gradient with the weights left attached to the graph.
   rig.drafter->zero_grad();
   const torch::Tensor q = (0.5 * torch::exp(-ce) + 0.5).view({-1, 4}).masked_fill(valid.logical_not(), 0.0);
   const torch::Tensor chained = torch::cat({torch::ones({q.size(0), 1}), q.narrow(1, 1, 3)}, 1).cumprod(1);
   const torch::Tensor attached = chained.flip(1).cumsum(1).flip(1).masked_fill(valid.logical_not(), 0.0).view({-1});
   (ce * attached).sum().backward();
-  CHECK_FALSE(torch::allclose(got_grad, rig.grad(), 1e-4, 1e-6));
+  CHECK_FALSE(torch::allclose(got_grad, fc_grad(rig), 1e-4, 1e-6));
 }
 
 TEST_CASE("Model.DPace.a_split_across_micro_batches_or_ranks_changes_nothing") {
@@ -164,20 +143,20 @@ TEST_CASE("Model.DPace.a_split_across_micro_batches_or_ranks_changes_nothing") {
   // to the whole batch's, so the step's sum(w CE) / sum(w), divided by the
   // all-reduced weight sum, is that of one rank with both rows.
   Rig rig;
-  ObjectiveOutput whole = rig.loss(0.3);
+  ObjectiveOutput whole = dpace_loss(rig, 0.3);
   whole.loss_sum.backward();
-  const torch::Tensor whole_grad = rig.grad();
+  const torch::Tensor whole_grad = fc_grad(rig);
   rig.drafter->zero_grad();
-  ObjectiveOutput first = rig.loss(0.3, 0, 1);
+  ObjectiveOutput first = dpace_loss(rig, 0.3, 0, 1);
   first.loss_sum.backward();
-  ObjectiveOutput second = rig.loss(0.3, 1, 1);
+  ObjectiveOutput second = dpace_loss(rig, 0.3, 1, 1);
   second.loss_sum.backward();
   CHECK(first.num_anchors == 3);
   CHECK(second.num_anchors == 2);
   // Equal up to float32 rounding: the CE feeding the weights comes from matmuls of other shapes.
   CHECK(first.weight_sum + second.weight_sum == doctest::Approx(whole.weight_sum).epsilon(1e-6));
   CHECK(first.weighted_ce_sum + second.weighted_ce_sum == doctest::Approx(whole.weighted_ce_sum).epsilon(1e-6));
-  CHECK(torch::allclose(rig.grad(), whole_grad, 1e-5, 1e-7));
+  CHECK(torch::allclose(fc_grad(rig), whole_grad, 1e-5, 1e-7));
   const double step_loss = (first.weighted_ce_sum + second.weighted_ce_sum) / (first.weight_sum + second.weight_sum);
   CHECK(step_loss == doctest::Approx(whole.loss.item<double>()).epsilon(1e-6));
 }

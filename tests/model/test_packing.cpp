@@ -190,19 +190,38 @@ TEST_CASE("Pack.AnchorsArePerSampleAndMatchTheSamplesUnpacked") {
     }
 }
 
+namespace {
+
+// The rig's samples through `drafter` twice: one per row, and packed (each
+// with its own anchors), with the features and anchors both runs used.
+struct PackedAndAlone {
+  torch::Tensor alone_features, packed_features;
+  AnchorBatch alone_anchors, packed_anchors;
+  LossAndGradients alone;
+};
+
+PackedAndAlone features_and_alone_loss(DFlashDrafterImpl& drafter, const PackedRig& rig) {
+  const auto& target = tiny_target();
+  const auto& layers = drafter.spec().target_layer_ids;
+  PackedAndAlone out;
+  out.alone_features = target.context_features(rig.unpacked_ids, layers);
+  out.packed_features = target.context_features(rig.packed_ids, rig.documents, layers);
+  out.alone_anchors = sample_anchors(rig.unpacked_mask, rig.unpacked_lengths, anchor_options());
+  out.packed_anchors =
+      sample_packed_anchors(rig.packed_mask, rig.packed_lengths, rig.documents.document_ids, anchor_options());
+  out.alone = run_loss(drafter, out.alone_features, rig.unpacked_ids, rig.unpacked_mask, rig.unpacked_lengths,
+                       out.alone_anchors, nullptr);
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("Pack.LossAndGradientsEqualTheSamplesRunUnpacked") {
   torch::set_num_threads(1);
   PackedRig rig;
   auto drafter = make_drafter();
-  const auto& target = tiny_target();
-  const auto& layers = drafter->spec().target_layer_ids;
-  const auto alone_features = target.context_features(rig.unpacked_ids, layers);
-  const auto packed_features = target.context_features(rig.packed_ids, rig.documents, layers);
-  const auto alone_anchors = sample_anchors(rig.unpacked_mask, rig.unpacked_lengths, anchor_options());
-  const auto packed_anchors = sample_packed_anchors(rig.packed_mask, rig.packed_lengths, rig.documents.document_ids,
-                                                    anchor_options());
-  const auto alone = run_loss(*drafter, alone_features, rig.unpacked_ids, rig.unpacked_mask, rig.unpacked_lengths,
-                              alone_anchors, nullptr);
+  const auto [alone_features, packed_features, alone_anchors, packed_anchors, alone] =
+      features_and_alone_loss(*drafter, rig);
   // Chunks of 0 (as many blocks as fit), 2 and 3 blocks; the packed row's
   // chunks batched into one attention call, or (score budget 1) each alone.
   for (const auto& [blocks_per_chunk, max_scores] :
@@ -237,15 +256,8 @@ TEST_CASE("Pack.SlidingLayersLossEqualsTheSamplesRunUnpacked") {
   torch::set_num_threads(1);
   PackedRig rig;
   auto drafter = make_drafter({"sliding_attention", "full_attention"}, 8);
-  const auto& target = tiny_target();
-  const auto& layers = drafter->spec().target_layer_ids;
-  const auto alone_features = target.context_features(rig.unpacked_ids, layers);
-  const auto packed_features = target.context_features(rig.packed_ids, rig.documents, layers);
-  const auto alone_anchors = sample_anchors(rig.unpacked_mask, rig.unpacked_lengths, anchor_options());
-  const auto packed_anchors = sample_packed_anchors(rig.packed_mask, rig.packed_lengths, rig.documents.document_ids,
-                                                    anchor_options());
-  const auto alone = run_loss(*drafter, alone_features, rig.unpacked_ids, rig.unpacked_mask, rig.unpacked_lengths,
-                              alone_anchors, nullptr);
+  const auto [alone_features, packed_features, alone_anchors, packed_anchors, alone] =
+      features_and_alone_loss(*drafter, rig);
   for (const int64_t blocks_per_chunk : {0, 2}) {
     CAPTURE(blocks_per_chunk);
     const auto packed = run_loss(*drafter, packed_features, rig.packed_ids, rig.packed_mask, rig.packed_lengths,
