@@ -8,7 +8,7 @@
 // builds the epoch plans with it, and a resume with another one is refused.
 #include "nodes/pad_bucket.hpp"
 
-#include "data/collate.hpp"
+#include "nodes/feature_source.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_kind.hpp"
 #include "nodes/node_params.hpp"
@@ -49,22 +49,10 @@ class PadBucket final : public graph::FunctionBody {
   void process(graph::Inputs& in, graph::Emitter& out) override {
     auto message = in[0];
     auto& loaded = graph::payload<LoadedBatch>(message);
-    const int64_t rows = loaded.plan.rows(), length = loaded.plan.padded_length;
-    auto options = torch::TensorOptions().pinned_memory(pin_);
-    PaddedBatch padded{loaded.plan, loaded.position, torch::empty({rows, length}, options.dtype(torch::kInt64)),
-                       torch::empty({rows, length}, options.dtype(torch::kUInt8)),
-                       torch::empty({rows}, options.dtype(torch::kInt32)), loaded.excluded_samples};
-    if (loaded.plan.packed()) {
-      padded.position_ids = torch::empty({rows, length}, options.dtype(torch::kInt64));
-      padded.document_ids = torch::empty({rows, length}, options.dtype(torch::kInt32));
-    }
+    PaddedBatch padded;
     with_batch_context(loaded.plan, loaded.position, [&] {
-      data::collate_into(run_.dataset, loaded.plan, padded.input_ids.data_ptr<int64_t>(),
-                         padded.loss_mask.data_ptr<uint8_t>(), padded.lengths.data_ptr<int32_t>(), run_.pad_token_id,
-                         padded.packed() ? padded.position_ids.data_ptr<int64_t>() : nullptr,
-                         padded.packed() ? padded.document_ids.data_ptr<int32_t>() : nullptr);
+      padded = collate_padded(run_, loaded.plan, loaded.position, loaded.excluded_samples, pin_);
     });
-    padded.lengths = padded.lengths.to(torch::kInt64);  // [B]: a few bytes
     out.emit(graph::make_message(message.seq, message.cost, std::move(padded)));
   }
 

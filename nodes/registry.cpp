@@ -10,6 +10,7 @@ void register_all_nodes(graph::NodeRegistry& registry) {
   register_pad_bucket(registry);
   register_routers(registry);
   register_target_forward(registry);
+  register_features_cached(registry);
   register_drafter_step(registry);
   register_accumulate(registry);
   register_optimizer_step(registry);

@@ -150,7 +150,7 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
   for (const auto& node : config.pipeline.nodes) {
     const RunHooks* hooks = run_hooks(options.node_kinds(), node.type);
     if (!hooks) continue;
-    if (hooks->prepare) prepared[node.name] = hooks->prepare(*this, node);
+    if (hooks->prepare && options.prepare_nodes) prepared[node.name] = hooks->prepare(*this, node);
     wants_untrained_state = wants_untrained_state || hooks->wants_untrained_state;
   }
 }

@@ -55,6 +55,10 @@ struct RunOptions {
   // kind dflow has); tests and extensions add their own.
   const graph::NodeRegistry* registry = nullptr;
   const graph::NodeRegistry& node_kinds() const;
+  // Run the node kinds' prepare hooks (false: a tool that builds the context
+  // without a graph, such as `dflow cache-features` filling the cache a
+  // features.cached node would refuse as incomplete).
+  bool prepare_nodes = true;
 };
 
 // How the declared pipeline forms batches: the policy its batching node

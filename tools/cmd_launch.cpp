@@ -1,4 +1,5 @@
-// `dflow launch -n N CONFIG [train options]`: N `dflow train` processes on
+// `dflow launch -n N CONFIG [train options]`: N `dflow train` processes (or,
+// with --run cache-features, N `dflow cache-features`) on
 // this machine with the launcher environment torchrun would set (RANK,
 // WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free MASTER_PORT).
 // Forwards SIGINT/SIGTERM to them; when one fails, the others get
@@ -198,7 +199,11 @@ void add_launch_command(CLI::App& app, Common& common, Action& action) {
   static int world_size = 2;
   static std::string file, resume;
   static bool overwrite = false;
+  static std::string run = "train";
   sub->add_option("-n,--nproc", world_size, "number of ranks (processes)")->check(CLI::Range(1, 1024));
+  sub->add_option("--run", run, "what each rank runs: train, or cache-features (each rank fills its share)")
+      ->check(CLI::IsMember({"train", "cache-features"}))
+      ->capture_default_str();
   sub->add_option("CONFIG", file, "YAML config file")->required()->check(CLI::ExistingFile);
   sub->add_option("--resume", resume, "continue from 'latest' or a checkpoint directory");
   sub->add_flag("--overwrite", overwrite, "start over in an out_dir that holds checkpoints (deletes them)");
@@ -206,9 +211,12 @@ void add_launch_command(CLI::App& app, Common& common, Action& action) {
   sub->callback([&action, &common] {
     action = [&common] {
       auto config = config::load_config(file, common.overrides);  // errors here, once, not N times
-      std::vector<std::string> args{"train", file};
+      std::vector<std::string> args{run, file};
       for (const auto& o : common.overrides) args.insert(args.end(), {"--set", o});
       if (!common.log_level.empty()) args.insert(args.end(), {"--log-level", common.log_level});
+      if (run == "cache-features" && (!resume.empty() || overwrite))
+        throw ConfigError("launch --run cache-features: --resume and --overwrite are training options (a rerun of "
+                          "cache-features continues by itself)");
       if (!resume.empty()) args.insert(args.end(), {"--resume", resume});
       if (overwrite) args.push_back("--overwrite");
       return launch(world_size, args, config.distributed.timeout_s);

@@ -1,0 +1,53 @@
+#pragma once
+// What the feature sources share (target_forward, features.cached, and
+// `dflow cache-features`): collating a planned batch, the target's fused
+// features of a padded batch, and where each sample of a batch lies.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "data/feature_cache.hpp"
+#include "model/target.hpp"
+#include "nodes/messages.hpp"
+
+namespace dflow::nodes {
+
+class RunContext;
+
+// A planned batch collated from the memory-mapped shards into padded tensors
+// (pinned host memory with `pin`): what pad_bucket emits.
+PaddedBatch collate_padded(const RunContext& run, const data::PlannedBatch& plan, const StepPosition& position,
+                           int64_t excluded_samples, bool pin);
+
+// The target's fused features of `batch` ([B, S, n*H]) on its device and
+// in its dtype (what a cache stores); an empty batch gives [0, S, n*H].
+torch::Tensor target_features(const RunContext& run, const model::TargetModel& target, const PaddedBatch& batch);
+// On the drafter's device in its dtype: what the drafter reads.
+torch::Tensor for_drafter(const RunContext& run, const torch::Tensor& features);
+
+// A sample's tokens within a batch: row `row`, positions [first, first + length).
+struct SamplePlace {
+  int64_t sample_id = 0;
+  int64_t row = 0;
+  int64_t first = 0;
+  int64_t length = 0;
+};
+// In row order; one sample per row unless the batch is packed.
+std::vector<SamplePlace> sample_places(const data::PlannedBatch& plan, std::span<const int32_t> lengths);
+
+// Appends to `writer` the samples of `batch` for which `wanted` is true,
+// from their rows of `features` ([B, S, W], any device); returns how many.
+int64_t write_sample_features(data::FeatureCacheWriter& writer, const RunContext& run, const PaddedBatch& batch,
+                              const torch::Tensor& features, data::FeatureDtype dtype,
+                              const std::function<bool(int64_t sample_id)>& wanted);
+
+// The samples' features from `cache` laid out as the batch's rows ([B, S, W]
+// on the drafter's device, zero on padding). Throws DataError naming the
+// shard and the sample for a record that fails its checksum.
+torch::Tensor cached_features(const RunContext& run, const data::FeatureCacheReader& cache, const PaddedBatch& batch,
+                              bool verify);
+
+}  // namespace dflow::nodes
