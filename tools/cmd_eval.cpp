@@ -183,8 +183,14 @@ void add_regenerate_command(CLI::App& app, Action& action) {
         features.log = &std::cout;
       }
       auto target = model::TargetModel::load(target_dir);
-      if (features.enabled())
-        features.layer_ids = train::regenerate_feature_layers(target.config(), num_target_features, target_layer_ids);
+      if (features.enabled()) {
+        try {
+          features.layer_ids = train::regenerate_feature_layers(target.config(), num_target_features, target_layer_ids);
+        } catch (const std::exception& e) {  // e.g. a layer id past the target's layers
+          throw ConfigError(std::string(target_layer_ids.empty() ? "--num-target-features" : "--target-layer-ids") +
+                            ": " + e.what());
+        }
+      }
       options.features = features;
       if (!chats.empty()) {
         train::ChatRegenerateOptions chat_options;
