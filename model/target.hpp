@@ -106,6 +106,20 @@ class TargetModel {
                                 double temperature, uint64_t seed,
                                 const std::vector<int64_t>& eos_token_ids) const;
 
+  // The same generation, also returning the hidden states of `layer_ids` that
+  // its forward passes computed (the prefill and each decode step), plus one
+  // more step that feeds the last token (generation itself never needs its
+  // states): features [P + tokens, n * H] = cat(layer_ids, -1) at every
+  // position of prompt + new tokens, on the target's device in its dtype;
+  // undefined when layer_ids is empty. The tokens are exactly generate()'s.
+  struct Generation {
+    std::vector<int64_t> tokens;
+    torch::Tensor features;
+  };
+  Generation generate_with_features(const std::vector<int64_t>& prompt_ids, int64_t max_new_tokens, double temperature,
+                                    uint64_t seed, const std::vector<int64_t>& eos_token_ids,
+                                    const std::vector<int64_t>& layer_ids) const;
+
  private:
   TargetOutput run(const torch::Tensor& input_ids, KVCache* cache, const std::vector<int64_t>& layer_ids,
                    bool want_logits, const PackedDocuments* documents = nullptr) const;

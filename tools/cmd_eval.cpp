@@ -5,7 +5,9 @@
 #include <fstream>
 #include <iostream>
 
+#include "config/config.hpp"
 #include "config/errors.hpp"
+#include "data/feature_cache.hpp"
 #include "model/drafter.hpp"
 #include "model/target.hpp"
 #include "tools/cli.hpp"
@@ -14,6 +16,7 @@
 #include "train/evaluate.hpp"
 #include "train/regenerate.hpp"
 #include "train/regenerate_chats.hpp"
+#include "train/regenerate_features.hpp"
 #include "text/chat_template.hpp"
 #include "text/draft_marks.hpp"
 #include "text/tokenizer.hpp"
@@ -106,6 +109,15 @@ int regenerate_conversations_impl(const model::TargetModel& target, const std::s
   std::cout << "wrote " << report.written << " samples to " << chat_options.out.string() << " ("
             << report.already_done << " already there from an earlier run, " << report.rejected.size()
             << " conversations not answered)\n";
+  // This run's records were logged at publishing; the earlier lines' are checked here.
+  if (chat_options.features.enabled() && report.already_done > 0) {
+    std::cout << "features: of the " << report.already_done << " lines already in " << chat_options.out.string() << ", "
+              << report.features_missing << " lack features in " << chat_options.features.dir.string()
+              << (report.features_missing > 0 ? " (not in the cache, or cached for other tokens: an earlier run "
+                                                "without --features, or killed before publishing)"
+                                              : "")
+              << "\n";
+  }
   for (const auto& rejection : report.rejected) std::cout << "  " << chat_options.chats.string() << " " << rejection << "\n";
   return 0;
 }
@@ -135,12 +147,51 @@ void add_regenerate_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   sub->add_option("--seed", options.seed)->capture_default_str();
   add_threads_option(*sub, threads);
+  static std::string features_dir, features_dtype = "bfloat16";
+  static int64_t num_target_features = config::DrafterConfig{}.num_target_features;
+  static std::vector<int64_t> target_layer_ids;
+  auto* features_option = sub->add_option("--features", features_dir,
+                  "also write each output line's target hidden states (the layers the drafter reads, every position) "
+                  "to a feature cache here, sample id = the line's index; the generation computes them anyway");
+  sub->add_option("--features-dtype", features_dtype, "with --features: bfloat16 | float32 | float8_e4m3")
+      ->needs(features_option)
+      ->capture_default_str();
+  sub->add_option("--num-target-features", num_target_features,
+                  "with --features: how many target layers, chosen as training chooses them (model.drafter."
+                  "num_target_features; 0: as many as the default draft layers)")
+      ->needs(features_option)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--target-layer-ids", target_layer_ids,
+                  "with --features: these layers instead (model.drafter.target_layer_ids), e.g. 1,9,17")
+      ->needs(features_option)
+      ->delimiter(',');
   sub->callback([&action] {
     action = [] {
       torch::set_num_threads(threads);
       if (prompts.empty() == chats.empty()) throw ConfigError("regenerate needs exactly one of --prompts and --chats");
       if (!chats.empty()) text::chat_template(chat_template);  // an unknown name fails before the model loads
+      train::FeatureCaptureOptions features;
+      if (!features_dir.empty()) {
+        try {
+          features.dtype = data::parse_feature_dtype(features_dtype);
+        } catch (const std::invalid_argument& e) {
+          throw ConfigError(std::string("--features-dtype: ") + e.what());
+        }
+        features.dir = features_dir;
+        features.target_dir = target_dir;
+        features.log = &std::cout;
+      }
       auto target = model::TargetModel::load(target_dir);
+      if (features.enabled()) {
+        try {
+          features.layer_ids = train::regenerate_feature_layers(target.config(), num_target_features, target_layer_ids);
+        } catch (const std::exception& e) {  // e.g. a layer id past the target's layers
+          throw ConfigError(std::string(target_layer_ids.empty() ? "--num-target-features" : "--target-layer-ids") +
+                            ": " + e.what());
+        }
+      }
+      options.features = features;
       if (!chats.empty()) {
         train::ChatRegenerateOptions chat_options;
         chat_options.chats = chats;
@@ -150,6 +201,7 @@ void add_regenerate_command(CLI::App& app, Action& action) {
         chat_options.max_new_tokens = options.max_new_tokens;
         chat_options.temperature = options.temperature;
         chat_options.seed = options.seed;
+        chat_options.features = features;
         return regenerate_conversations_impl(target, target_dir, chat_options);
       }
       int64_t written = train::regenerate_jsonl(target, train::read_prompts(prompts), options, out);

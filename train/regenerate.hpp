@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/target.hpp"
+#include "train/regenerate_features.hpp"
 
 namespace dflow::train {
 
@@ -15,9 +16,14 @@ struct RegenerateOptions {
   double temperature = 0.0;  // <= 0: greedy
   uint64_t seed = 0;         // per prompt: hash(seed, prompt index)
   int64_t batch_rows = 64;   // greedy: prompts of equal length decoded together
+  // With a directory: each line's features (of features.layer_ids) go to the
+  // cache there as sample id = the line's index. The output is rewritten,
+  // so the cache must hold no samples yet.
+  FeatureCaptureOptions features;
 };
 
-// Returns the number of samples written (prompts whose response is empty are skipped).
+// Returns the number of samples written (prompts whose response is empty are
+// skipped: only with max_new_tokens 0, which --features refuses).
 int64_t regenerate_jsonl(const model::TargetModel& target, const std::vector<std::vector<int64_t>>& prompts,
                          const RegenerateOptions& options, const std::filesystem::path& out_jsonl);
 

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
@@ -18,9 +20,11 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 // The input line after which a previous run stopped (0: none), keeping only
-// the complete lines of `out` (a line torn by a crash is cut off).
-int64_t resume_point(const std::filesystem::path& out, int64_t& lines_kept) {
-  lines_kept = 0;
+// the complete lines of `out` (a line torn by a crash is cut off);
+// `kept_hashes` gets the tokens hash of each kept line (what its cached
+// features must match).
+int64_t resume_point(const std::filesystem::path& out, std::vector<uint64_t>& kept_hashes) {
+  kept_hashes.clear();
   if (!std::filesystem::exists(out)) return 0;
   std::ifstream in(out, std::ios::binary);
   std::string line;
@@ -29,16 +33,29 @@ int64_t resume_point(const std::filesystem::path& out, int64_t& lines_kept) {
   while (std::getline(in, line)) {
     if (in.eof()) break;  // no newline: torn
     try {
-      last_line = json::parse(line).at("line").get<int64_t>();
+      const auto sample = json::parse(line);
+      last_line = sample.at("line").get<int64_t>();
+      const auto ids = sample.at("input_ids").get<std::vector<int32_t>>();
+      kept_hashes.push_back(data::tokens_hash(ids));
     } catch (const json::exception&) {
       break;
     }
     good_bytes = in.tellg();
-    ++lines_kept;
   }
   in.close();
   std::filesystem::resize_file(out, static_cast<uintmax_t>(good_bytes));
   return last_line;
+}
+
+// Of the lines an earlier run wrote, those the cache lacks or holds for
+// other tokens.
+int64_t missing_features(const data::FeatureCacheReader& cache, const std::vector<uint64_t>& kept_hashes) {
+  int64_t missing = 0;
+  for (size_t i = 0; i < kept_hashes.size(); ++i) {
+    const auto id = static_cast<int64_t>(i);
+    missing += !cache.contains(id) || cache.get(id, /*verify=*/false).tokens_hash != kept_hashes[i];
+  }
+  return missing;
 }
 
 int64_t count_lines(const std::filesystem::path& path) {
@@ -64,6 +81,51 @@ std::string rejection(int64_t line_number, const std::string& reason, const std:
   return "line " + std::to_string(line_number) + ": " + reason + ": " + detail;
 }
 
+// The prompt of one conversation line (rendered with the generation
+// prompt), or nullopt with `rejected` set when the line cannot be answered.
+std::optional<std::vector<int64_t>> line_prompt(const std::string& line, int64_t line_number,
+                                                const text::Tokenizer& tokenizer,
+                                                const text::ChatTemplate& chat_template,
+                                                const ChatRegenerateOptions& options, std::string& rejected) {
+  text::Conversation conversation;
+  std::optional<text::ConversationProblem> problem;
+  try {
+    problem = text::read_conversation(nlohmann::ordered_json::parse(line), conversation);
+  } catch (const json::exception& e) {
+    problem = text::ConversationProblem{"bad_json", e.what()};
+  }
+  const bool has_user = std::any_of(conversation.messages.begin(), conversation.messages.end(),
+                                    [](const text::Message& m) { return m.role == text::Role::User; });
+  if (!problem && !has_user) problem = text::ConversationProblem{"no_user_turn", "nothing to answer"};
+  if (problem) {
+    rejected = rejection(line_number, problem->reason, problem->detail);
+    return std::nullopt;
+  }
+  std::vector<int32_t> prompt32;
+  try {
+    prompt32 = text::encode_prompt(tokenizer, chat_template, conversation, options.enable_thinking);
+  } catch (const text::ChatTemplateError& e) {  // the chosen template cannot write this data
+    throw ConfigError(options.chats.string() + ":" + std::to_string(line_number) + ": " + e.what());
+  }
+  return std::vector<int64_t>(prompt32.begin(), prompt32.end());
+}
+
+// An upper bound on the positions this run's features take: each line still
+// to answer, its prompt + max_new_tokens (a pass over the input that only
+// tokenizes, cheap beside generation).
+uint64_t projected_positions(const text::Tokenizer& tokenizer, const text::ChatTemplate& chat_template,
+                             const ChatRegenerateOptions& options, int64_t resume_after) {
+  std::ifstream in(options.chats, std::ios::binary);
+  uint64_t positions = 0;
+  std::string line, ignored;
+  for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
+    if (line_number <= resume_after || line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (const auto prompt = line_prompt(line, line_number, tokenizer, chat_template, options, ignored))
+      positions += prompt->size() + static_cast<uint64_t>(options.max_new_tokens);
+  }
+  return positions;
+}
+
 }  // namespace
 
 ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const text::Tokenizer& tokenizer,
@@ -72,7 +134,9 @@ ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const te
   std::ifstream in(options.chats, std::ios::binary);
   if (!in) throw std::runtime_error(options.chats.string() + ": cannot open the conversations JSONL");
   ChatRegenerateReport report;
-  const int64_t resume_after = resume_point(options.out, report.already_done);
+  std::vector<uint64_t> kept_hashes;
+  const int64_t resume_after = resume_point(options.out, kept_hashes);
+  report.already_done = static_cast<int64_t>(kept_hashes.size());
   if (options.out.has_parent_path()) std::filesystem::create_directories(options.out.parent_path());
   std::ofstream out(options.out, std::ios::app | std::ios::binary);
   if (!out) throw std::runtime_error(options.out.string() + ": cannot write");
@@ -80,6 +144,15 @@ ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const te
   if (auto end_of_turn = tokenizer.token_id(chat_template.end_of_turn())) stop.push_back(*end_of_turn);
 
   const int64_t total = count_lines(options.chats);
+  std::unique_ptr<FeatureCapture> capture;
+  if (options.features.enabled()) {
+    if (options.max_new_tokens < 1) throw ConfigError("regenerate --features: --max-new-tokens must be at least 1");
+    capture = std::make_unique<FeatureCapture>(target, options.features);
+    report.features_missing = missing_features(capture->existing(), kept_hashes);
+    capture->reserve(projected_positions(tokenizer, chat_template, options, resume_after));
+  }
+  const std::vector<int64_t> no_layers;
+  const auto& layer_ids = capture ? capture->layer_ids() : no_layers;
   const auto start = Clock::now();
   int64_t done_now = 0, generated_tokens = 0, position = 0;
   std::string line;
@@ -88,40 +161,33 @@ ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const te
     ++report.conversations;
     ++position;
     if (line_number <= resume_after) continue;
-    text::Conversation conversation;
-    std::optional<text::ConversationProblem> problem;
-    try {
-      problem = text::read_conversation(nlohmann::ordered_json::parse(line), conversation);
-    } catch (const json::exception& e) {
-      problem = text::ConversationProblem{"bad_json", e.what()};
-    }
-    const bool has_user = std::any_of(conversation.messages.begin(), conversation.messages.end(),
-                                      [](const text::Message& m) { return m.role == text::Role::User; });
-    if (!problem && !has_user) problem = text::ConversationProblem{"no_user_turn", "nothing to answer"};
-    if (problem) {
-      report.rejected.push_back(rejection(line_number, problem->reason, problem->detail));
+    std::string rejected;
+    const auto prompt = line_prompt(line, line_number, tokenizer, chat_template, options, rejected);
+    if (!prompt) {
+      report.rejected.push_back(rejected);
       continue;
     }
-    std::vector<int32_t> prompt32;
-    try {
-      prompt32 = text::encode_prompt(tokenizer, chat_template, conversation, options.enable_thinking);
-    } catch (const text::ChatTemplateError& e) {  // the chosen template cannot write this data
-      throw ConfigError(options.chats.string() + ":" + std::to_string(line_number) + ": " + e.what());
-    }
-    const std::vector<int64_t> prompt(prompt32.begin(), prompt32.end());
-    const auto response = target.generate(prompt, options.max_new_tokens, options.temperature,
-                                          data::hash_combine(options.seed, static_cast<uint64_t>(line_number)), stop);
+    auto generation =
+        target.generate_with_features(*prompt, options.max_new_tokens, options.temperature,
+                                      data::hash_combine(options.seed, static_cast<uint64_t>(line_number)), stop,
+                                      layer_ids);
+    const auto& response = generation.tokens;
     if (response.empty()) {
       report.rejected.push_back(rejection(line_number, "empty_response", "the target ended its turn at once"));
       continue;
     }
-    std::vector<int64_t> ids = prompt;
+    std::vector<int64_t> ids = *prompt;
     ids.insert(ids.end(), response.begin(), response.end());
-    std::vector<int> mask(prompt.size(), 0);
+    // Sample id = the line's index in `out`; asked before the line is
+    // written, so that a refusal leaves the two agreeing.
+    const int64_t sample_id = report.already_done + report.written;
+    const bool new_record = capture && capture->needs(sample_id, ids);
+    std::vector<int> mask(prompt->size(), 0);
     mask.resize(ids.size(), 1);
     out << json{{"line", line_number}, {"input_ids", ids}, {"loss_mask", mask}}.dump() << "\n";
     out.flush();  // a crash loses at most the conversation in progress
     if (!out) throw std::runtime_error(options.out.string() + ": write failed");
+    if (new_record) capture->append(sample_id, ids, generation.features);
     ++report.written;
     ++done_now;
     generated_tokens += static_cast<int64_t>(response.size());
@@ -136,6 +202,10 @@ ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const te
     }
   }
   if (options.progress && done_now > 0) *options.progress << "\n";
+  if (capture) {
+    capture->publish();
+    report.features_written = capture->samples_written() + capture->samples_already_cached();
+  }
   return report;
 }
 

@@ -13,6 +13,7 @@
 
 #include "model/target.hpp"
 #include "text/tokenizer.hpp"
+#include "train/regenerate_features.hpp"
 
 namespace dflow::train {
 
@@ -25,6 +26,10 @@ struct ChatRegenerateOptions {
   double temperature = 0.0;          // <= 0: greedy
   uint64_t seed = 0;                 // sampling: hash(seed, input line)
   std::ostream* progress = nullptr;  // a progress line with ETA after each conversation
+  // With a directory: each line written gets its features in the cache there,
+  // sample id = the line's 0-based index in `out` (a rerun's lines continue
+  // the numbering, as they continue the file).
+  FeatureCaptureOptions features;
 };
 
 struct ChatRegenerateReport {
@@ -32,6 +37,11 @@ struct ChatRegenerateReport {
   int64_t already_done = 0;     // lines a previous run had written
   int64_t written = 0;          // by this run
   std::vector<std::string> rejected;  // "line N: reason", one per line not answered
+  // --features: of the already_done lines, those whose record the cache
+  // lacks (an earlier run without --features, or killed before publishing)
+  // or holds for other tokens. Reported, not refused: the lines are good data.
+  int64_t features_missing = 0;
+  int64_t features_written = 0;  // lines of this run with their record (appended, or already there)
 };
 
 ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const text::Tokenizer& tokenizer,
