@@ -69,7 +69,11 @@ data::FeatureCacheManifest feature_manifest_for(const fs::path& target_dir, cons
   m.target_config = file_hash(target_dir / "config.json");
   m.target_weights = weights_fingerprint(target_dir);
   m.tokenizer = file_hash(target_dir / "tokenizer.json");
-  m.target_dtype = std::string(c10::toString(target_dtype));
+  m.target_dtype = target_dtype == torch::kFloat32    ? "float32"
+                   : target_dtype == torch::kBFloat16 ? "bfloat16"
+                   : target_dtype == torch::kFloat16  ? "float16"
+                   : target_dtype == torch::kFloat64  ? "float64"
+                                                      : std::string(c10::toString(target_dtype));
   m.target_path = target_dir.string();
   m.layer_ids = layer_ids;
   m.hidden_size = config.hidden_size;
