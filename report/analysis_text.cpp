@@ -64,6 +64,9 @@ std::string bound_text(const Analysis& a, const Bottleneck& b) {
 std::string compute_text(const Bottleneck& b) {
   if (b.type.empty()) return "";
   if (is_compute(b.type)) return "That is compute, as the performance model expects: the rest of the graph hides behind it.";
+  if (b.type.rfind("features.cached", 0) == 0)
+    return "That is the feature cache's reader: reading and decoding cached features from disk bounds this run, not "
+           "compute. Give it more replicas, faster storage, or a smaller storage dtype (bfloat16, float8_e4m3).";
   return "That is not a compute node: the performance model expects the target's or the drafter's compute to bound a run, "
          "so `" + b.node + "` (" + b.type + ") is not hidden behind compute. Give it more time (replicas, capacity) or less work.";
 }

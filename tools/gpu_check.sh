@@ -11,7 +11,8 @@
 #      kernel, or the per-document path where it cannot run); the demo for 60 steps on cuda:0 (loss follows the CPU run, no
 #      NaN, a checkpoint at step 30 resumes); 20 steps with the target on
 #      cuda:0 and the drafter on the CPU (losses follow the CPU run); 20 steps
-#      with a sliding-window draft layer, with D-PACE and with Muon; a one-rank NCCL process group
+#      with a sliding-window draft layer, with D-PACE and with Muon; a one-rank NCCL process group;
+#      the qwen3-8b graph again from a bfloat16 feature cache (cache-features, then features.cached)
 #      (the step's all-reduce); throughput at the qwen3-8b preset with the
 #      recipe in bf16 (bench_gpu throughput) and through the whole graph.
 # Without a usable GPU it runs 1 and 2 (here the build is the ordinary
@@ -308,6 +309,34 @@ PYEOF
     row "qwen3-8b whole graph (goal 8K tok/s)" "ok" "$figures"
   else
     fail "qwen3-8b whole graph" "$(tail -n3 "$RESULTS/graph.log" | tr '\n' ' ' | cut -c1-300)"
+  fi
+  # The same graph reading a bfloat16 feature cache of the same data
+  # (features.cached in the target's place): the fill's speed, the bytes a
+  # token, and steps per second cached against online.
+  cached_run() {
+    rm -rf "$WORK/qwen3-8b-cache" "$WORK/qwen3-8b-cached"
+    sed 's/type: target_forward[^}]*}/type: features.cached, params: {dir: CACHE_DIR, dtype: bfloat16}}/' \
+      <("$DFLOW" config examples/qwen3-8b.yaml) | sed "s#CACHE_DIR#$WORK/qwen3-8b-cache#" >"$WORK/qwen3-8b-cached.yaml"
+    grep -q features.cached "$WORK/qwen3-8b-cached.yaml" || { echo "no target_forward node to swap" >&2; return 1; }
+    local sets=(--set model.target.path="$WORK/qwen3-8b" --set data.train=["$WORK/qwen3-8b-data"]
+                --set run.max_steps=12 --set metrics.sinks=[jsonl] --set checkpoint.every_steps=0
+                --set devices.target=[cuda:0] --set devices.drafter=cuda:0 --set run.log_level=warn)
+    /usr/bin/time -f "fill wall %e s" "$DFLOW" cache-features "$WORK/qwen3-8b-cached.yaml" "${sets[@]}" --log-level info &&
+      "$DFLOW" train "$WORK/qwen3-8b-cached.yaml" "${sets[@]}" --set run.out_dir="$WORK/qwen3-8b-cached"
+  }
+  if [ -f "$WORK/qwen3-8b-run/metrics.jsonl" ] && run cached 300 cached_run; then
+    figures=$("$PY" - "$WORK/qwen3-8b-run/metrics.jsonl" "$WORK/qwen3-8b-cached/metrics.jsonl" <<'PYEOF'
+import json, sys
+def rate(path):
+    steps = [r for r in map(json.loads, open(path)) if r.get("kind") == "step"][2:]
+    return len(steps) / sum(r["time"]["step_s"] for r in steps), sum(r["real_tokens"] for r in steps) / sum(r["time"]["step_s"] for r in steps)
+(on_s, on_t), (ca_s, ca_t) = rate(sys.argv[1]), rate(sys.argv[2])
+print(f"cached {ca_s:.2f} steps/s ({ca_t:.0f} tok/s) vs online {on_s:.2f} steps/s ({on_t:.0f} tok/s): x{ca_s / on_s:.2f}")
+PYEOF
+)
+    row "qwen3-8b cached (bf16 cache) vs online" "ok" "$figures; $(grep -h 'fill wall\|bytes a token' "$RESULTS/cached.log" | tr '\n' ' ' | cut -c1-200)"
+  else
+    fail "qwen3-8b cached" "$(tail -n3 "$RESULTS/cached.log" 2>/dev/null | tr '\n' ' ' | cut -c1-300)"
   fi
 else
   fail "make-tiny-target --preset qwen3-8b" "see preset.log"

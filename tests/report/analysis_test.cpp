@@ -55,6 +55,15 @@ TEST_CASE("Report.Analysis.ANonComputeBoundIsCalledOut") {
   CHECK(text.find("not a compute node") != std::string::npos);
 }
 
+TEST_CASE("Report.Analysis.AFeatureCacheReaderThatBoundsTheRunIsCalledTheDisk") {
+  const Analysis a = analyze(run_of({.bound = "target", .target_type = "features.cached"}, "analysis-cache"));
+  REQUIRE(a.bottleneck);
+  CHECK(a.bottleneck->node == "target");
+  const std::string text = bottleneck_summary(a);
+  CHECK(text.find("`target` (features.cached x2) bounds throughput") != std::string::npos);
+  CHECK(text.find("reading and decoding cached features from disk bounds this run") != std::string::npos);
+}
+
 TEST_CASE("Report.Analysis.ReportsDrainingEdgesWithTheStepTheyWillBeEmpty") {
   // pad.out->route.in stays full (4) to step 200, then falls 0.02 items/step: empty at step 400.
   const Analysis a = analyze(run_of({.steps = 300, .total_steps = 600, .draining_edge = "pad.out->route.in"},

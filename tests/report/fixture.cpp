@@ -23,7 +23,7 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-nlohmann::json default_graph(int target_replicas) {
+nlohmann::json default_graph(int target_replicas, const std::string& target_type) {
   auto port = [](const char* name, const char* type, bool routed = false) {
     return nlohmann::json{{"name", name}, {"type", type}, {"ordered", false}, {"routed", routed}, {"optional", false}};
   };
@@ -36,7 +36,7 @@ nlohmann::json default_graph(int target_replicas) {
       node("load", "load.shards", "source", 1, nlohmann::json::array(), {port("out", "PlannedBatch")}),
       node("pad", "pad_bucket.token_budget", "function", 1, {port("in", "PlannedBatch")}, {port("out", "PaddedBatch")}),
       node("route", "route.least_loaded", "router", 1, {port("in", "PaddedBatch")}, {port("out", "PaddedBatch", true)}),
-      node("target", "target_forward", "function", target_replicas, {port("in", "PaddedBatch")}, {port("out", "ContextFeatures")}),
+      node("target", target_type, "function", target_replicas, {port("in", "PaddedBatch")}, {port("out", "ContextFeatures")}),
       node("reorder", "reorder", "function", 1, {port("in", "ContextFeatures")}, {port("out", "ContextFeatures")}),
       node("drafter", "drafter_step", "function", 1, {port("batch", "ContextFeatures"), port("token", "ModelToken")},
            {port("out", "MicroStep")}),
@@ -151,7 +151,7 @@ std::vector<nlohmann::json> fixture_records(const FixtureOptions& o) {
   std::mt19937_64 rng(o.seed);
   std::normal_distribution<double> noise(0.0, 1.0);
   std::uniform_int_distribution<int> bucket(0, 2);
-  const nlohmann::json graph = default_graph(o.target_replicas);
+  const nlohmann::json graph = default_graph(o.target_replicas, o.target_type);
   std::vector<EdgeSim> edges = make_edges(graph, o.bound);
   std::vector<NodeSim> nodes = make_nodes(graph, o.bound);
   DrainDetector detector;
@@ -231,7 +231,7 @@ void write_fixture_run(const fs::path& dir, const FixtureOptions& options) {
     metrics << record.dump() << "\n";
     if (record["kind"] == "checkpoint") fs::create_directories(dir / "checkpoints" / ("step-" + std::to_string(record["global_step"].get<int>())));
   }
-  if (options.write_graph) std::ofstream(dir / "graph.json") << default_graph(options.target_replicas).dump(2) << "\n";
+  if (options.write_graph) std::ofstream(dir / "graph.json") << default_graph(options.target_replicas, options.target_type).dump(2) << "\n";
 }
 
 }  // namespace dflow::report::test

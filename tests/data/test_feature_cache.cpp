@@ -1,0 +1,185 @@
+// The feature cache's files without torch: records written by writers are
+// read back bit for bit once published; a killed writer's open shard is
+// never read and its numbering continues; a truncated shard, a corrupt index
+// or record, and a manifest of something else are refused naming the file,
+// the sample or the field.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "data/data_error.hpp"
+#include "data/feature_cache.hpp"
+#include "data_fixtures.hpp"
+
+namespace {
+
+using namespace dflow::data;
+using dflow::data::test::TempDir;
+namespace fs = std::filesystem;
+
+constexpr int64_t kWidth = 6;  // values a position, float32 storage: 24 bytes a row
+
+FeatureCacheManifest manifest() {
+  FeatureCacheManifest m;
+  m.target_config = "c0ffee";
+  m.target_weights = "beef";
+  m.tokenizer = "none";
+  m.target_dtype = "float32";
+  m.layer_ids = {1, 2, 3};
+  m.hidden_size = 2;
+  m.dtype = FeatureDtype::float32;
+  m.source = "test";
+  return m;
+}
+
+// Sample `id`'s record: `rows` rows whose bytes all say which sample and row.
+std::vector<unsigned char> record(int64_t id, int64_t rows) {
+  std::vector<unsigned char> bytes(static_cast<size_t>(rows) * feature_row_bytes(FeatureDtype::float32, kWidth));
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(id * 31 + i);
+  return bytes;
+}
+
+void write_samples(const fs::path& dir, const std::string& writer, int64_t first, int64_t count, uint64_t shard_bytes) {
+  FeatureCacheWriter w(dir, writer, FeatureDtype::float32, kWidth, shard_bytes);
+  for (int64_t id = first; id < first + count; ++id) w.append(id, 1000 + id, 3 + id % 5, record(id, 3 + id % 5));
+}
+
+std::vector<fs::path> files(const fs::path& dir, const std::string& ext) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir / "shards"))
+    if (e.path().string().size() > ext.size() && e.path().string().ends_with(ext)) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("FeatureCacheFiles.records_round_trip_across_shards_and_writers") {
+  TempDir dir;
+  create_or_check_manifest(dir.path(), manifest());
+  write_samples(dir.path(), "r0", 0, 20, 200);   // several shards of ~200 bytes
+  write_samples(dir.path(), "r1", 20, 10, 1 << 20);
+  FeatureCacheReader reader(dir.path());
+  CHECK(reader.num_samples() == 30);
+  CHECK(files(dir.path(), ".idx").size() > 3);
+  for (int64_t id = 0; id < 30; ++id) {
+    const auto r = reader.get(id);
+    const auto expected = record(id, 3 + id % 5);
+    CHECK(r.rows == 3 + id % 5);
+    CHECK(r.tokens_hash == static_cast<uint64_t>(1000 + id));
+    CHECK(std::equal(r.bytes.begin(), r.bytes.end(), expected.begin(), expected.end()));
+  }
+  const std::vector<int64_t> ids{3, 30, 29, 31};
+  CHECK(reader.missing(ids) == std::vector<int64_t>{30, 31});
+  CHECK(error_of([&] { reader.get(30); }).find("no features for sample 30") != std::string::npos);
+}
+
+TEST_CASE("FeatureCacheFiles.an_unpublished_shard_is_never_read_and_a_new_writer_continues") {
+  TempDir dir;
+  create_or_check_manifest(dir.path(), manifest());
+  {
+    FeatureCacheWriter w(dir.path(), "r0", FeatureDtype::float32, kWidth, 1 << 20);
+    w.append(0, 0, 2, record(0, 2));
+    CHECK(w.publish().has_value());
+    w.append(1, 1, 2, record(1, 2));
+    FeatureCacheReader reader(dir.path());  // sample 1 is in the open shard: not visible
+    CHECK(reader.contains(0));
+    CHECK_FALSE(reader.contains(1));
+    CHECK(files(dir.path(), ".bin.tmp").size() == 1);
+  }  // the destructor publishes it; a kill would have left it as a .tmp:
+  fs::remove(files(dir.path(), ".idx").back());
+  fs::rename(files(dir.path(), ".bin").back(), dir.path() / "shards" / "r0-000001.bin.tmp");
+  REQUIRE(FeatureCacheReader(dir.path()).num_samples() == 1);
+  {
+    FeatureCacheWriter again(dir.path(), "r0", FeatureDtype::float32, kWidth, 1 << 20);  // removes the leftover
+    CHECK(files(dir.path(), ".tmp").empty());
+    again.append(1, 1, 2, record(1, 2));
+  }
+  FeatureCacheReader reader(dir.path());
+  CHECK(reader.num_samples() == 2);
+  CHECK(fs::exists(dir.path() / "shards" / "r0-000001.idx"));  // numbering went on after the published one
+}
+
+TEST_CASE("FeatureCacheFiles.corruption_is_named") {
+  TempDir dir;
+  create_or_check_manifest(dir.path(), manifest());
+  write_samples(dir.path(), "r0", 0, 12, 150);
+  const auto bins = files(dir.path(), ".bin"), idx = files(dir.path(), ".idx");
+  REQUIRE(bins.size() > 1);
+
+  SUBCASE("a flipped record byte fails that sample's checksum") {
+    {
+      std::fstream f(bins[0], std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(5);
+      f.put('\x7f');
+    }
+    FeatureCacheReader reader(dir.path());
+    const auto e = error_of([&] { reader.get(0); });
+    CHECK(e.find(bins[0].string() + ": sample 0") != std::string::npos);
+    CHECK(e.find("fails its checksum") != std::string::npos);
+    CHECK_NOTHROW(reader.get(0, /*verify=*/false));
+  }
+  SUBCASE("a truncated shard names the samples it loses") {
+    fs::resize_file(bins[0], fs::file_size(bins[0]) - 10);
+    const auto e = error_of([&] { FeatureCacheReader reader(dir.path()); });
+    CHECK(e.find(bins[0].string() + " is truncated") != std::string::npos);
+    CHECK(e.find("samples [") != std::string::npos);
+  }
+  SUBCASE("a corrupt index fails its checksum") {
+    {
+      std::fstream f(idx[0], std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(50);
+      f.put('\x01');
+    }
+    const auto e = error_of([&] { FeatureCacheReader reader(dir.path()); });
+    CHECK(e.find(idx[0].string()) != std::string::npos);
+    CHECK(e.find("fails its checksum") != std::string::npos);
+  }
+}
+
+TEST_CASE("FeatureCacheFiles.a_manifest_of_something_else_is_refused_naming_the_fields") {
+  TempDir dir;
+  create_or_check_manifest(dir.path(), manifest());
+  CHECK_NOTHROW(create_or_check_manifest(dir.path(), manifest()));  // the same: fine (ranks race to write it)
+  auto other = manifest();
+  other.layer_ids = {1, 2, 4};
+  other.target_weights = "f00d";
+  other.dtype = FeatureDtype::bfloat16;
+  const auto e = error_of([&] { create_or_check_manifest(dir.path(), other); });
+  CHECK(e.find("layer ids: cache [1, 2, 3], this run [1, 2, 4]") != std::string::npos);
+  CHECK(e.find("target weights (fingerprint): cache beef, this run f00d") != std::string::npos);
+  CHECK(e.find("storage dtype: cache float32, asked bfloat16") != std::string::npos);
+  CHECK(read_manifest(dir.path()).layer_ids == std::vector<int64_t>{1, 2, 3});
+  CHECK(error_of([&] { read_manifest(dir.path() / "nowhere"); }).find("does not exist") != std::string::npos);
+  std::ofstream(dir.path() / "manifest.json") << "{\"version\": 1}";
+  CHECK(error_of([&] { read_manifest(dir.path()); }).find("field 'target'") != std::string::npos);
+}
+
+TEST_CASE("FeatureCacheFiles.dtypes_sizes_and_free_space") {
+  CHECK(parse_feature_dtype("bf16") == FeatureDtype::bfloat16);
+  CHECK(parse_feature_dtype("float8_e4m3") == FeatureDtype::float8_e4m3);
+  CHECK(error_of([] { parse_feature_dtype("int8"); }).find("float32 (exact), bfloat16") != std::string::npos);
+  // Qwen3-8B, 5 layers of 4096: bytes a token.
+  CHECK(feature_row_bytes(FeatureDtype::float32, 5 * 4096) == 81920);
+  CHECK(feature_row_bytes(FeatureDtype::bfloat16, 5 * 4096) == 40960);
+  CHECK(feature_row_bytes(FeatureDtype::float8_e4m3, 5 * 4096) == 20484);
+  TempDir dir;
+  const auto e = error_of([&] { check_free_space(dir.path() / "cache", uint64_t{1} << 62, "the feature cache"); });
+  CHECK(e.find("the feature cache needs 4611686.02 TB more in " + (dir.path() / "cache").string()) != std::string::npos);
+  CHECK(e.find("free") != std::string::npos);
+  CHECK_NOTHROW(check_free_space(dir.path(), 1, "x"));
+}
