@@ -51,7 +51,7 @@ bytes=$(cat "$OUT"/cache-float32/shards/*.bin | wc -c)
   s=$(dd_all); s=$(dd_all)
   python3 -c "print(f'RESULT dd bs=1M, warm: {$bytes / $s / 1e9:.2f} GB/s')"
   if (sync && echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then
-    build/bench/bench_feature_cache "$OUT/cache-float32" 1 | sed 's/^RESULT /RESULT cold: /'
+    build/bench/bench_feature_cache "$OUT/cache-float32" 1 once | sed 's/^RESULT /RESULT cold: /'
     sync && echo 3 > /proc/sys/vm/drop_caches
     s=$(dd_all)
     python3 -c "print(f'RESULT cold: dd bs=1M: {$bytes / $s / 1e9:.2f} GB/s')"
@@ -107,12 +107,14 @@ if [ "${PRESET:-1}" = 1 ]; then
   sed "s#type: target_forward[^}]*}#type: features.cached, params: {dir: $P/cache, dtype: bfloat16}}#" \
     "$P/online.yaml" > "$P/cached.yaml"
   echo "[cache-bench] qwen3-0.6b online"
-  "$BIN" train "$P/online.yaml" --set run.out_dir="$P/online" "${pre[@]}" "${quiet[@]}" --overwrite > /dev/null
+  /usr/bin/time -f "RESULT qwen3-0.6b online process: wall %e s, cpu %U s user + %S s sys" \
+    "$BIN" train "$P/online.yaml" --set run.out_dir="$P/online" "${pre[@]}" "${quiet[@]}" --overwrite 2>&1 > /dev/null | tail -1
   echo "[cache-bench] qwen3-0.6b fill"
   rm -rf "$P/cache"
   /usr/bin/time -f "fill wall %e s" "$BIN" cache-features "$P/cached.yaml" "${pre[@]}" 2>&1 | tee "$P/fill.txt"
   echo "[cache-bench] qwen3-0.6b cached"
-  "$BIN" train "$P/cached.yaml" --set run.out_dir="$P/cached" "${pre[@]}" "${quiet[@]}" --overwrite > /dev/null
+  /usr/bin/time -f "RESULT qwen3-0.6b cached process: wall %e s, cpu %U s user + %S s sys" \
+    "$BIN" train "$P/cached.yaml" --set run.out_dir="$P/cached" "${pre[@]}" "${quiet[@]}" --overwrite 2>&1 > /dev/null | tail -1
   python3 - "$P" <<'PY'
 import json, sys
 p = sys.argv[1]

@@ -36,7 +36,7 @@ nlohmann::json default_graph(int target_replicas, const std::string& target_type
       node("load", "load.shards", "source", 1, nlohmann::json::array(), {port("out", "PlannedBatch")}),
       node("pad", "pad_bucket.token_budget", "function", 1, {port("in", "PlannedBatch")}, {port("out", "PaddedBatch")}),
       node("route", "route.least_loaded", "router", 1, {port("in", "PaddedBatch")}, {port("out", "PaddedBatch", true)}),
-      node("target", target_type, "function", target_replicas, {port("in", "PaddedBatch")}, {port("out", "ContextFeatures")}),
+      node("target", target_type.c_str(), "function", target_replicas, {port("in", "PaddedBatch")}, {port("out", "ContextFeatures")}),
       node("reorder", "reorder", "function", 1, {port("in", "ContextFeatures")}, {port("out", "ContextFeatures")}),
       node("drafter", "drafter_step", "function", 1, {port("batch", "ContextFeatures"), port("token", "ModelToken")},
            {port("out", "MicroStep")}),
