@@ -43,8 +43,11 @@ struct Difference {
 
 // Every line's record read back in float32 against context_features of the
 // line's tokens alone; checks the record's tokens hash and count on the way.
-Difference compare_with_full_forward(const TargetModel& target, const fs::path& jsonl, const fs::path& cache_dir,
+// `dir`'s out.jsonl and cache against a full forward; `label` names the case
+// in the printed figures.
+Difference compare_with_full_forward(const std::string& label, const TargetModel& target, const fs::path& dir,
                                      const std::vector<int64_t>& layer_ids) {
+  const fs::path jsonl = dir / "out.jsonl", cache_dir = dir / "cache";
   std::vector<int64_t> prompt_lengths;
   const auto lines = read_lines(jsonl, &prompt_lengths);
   dflow::data::FeatureCacheReader reader(cache_dir);
@@ -72,6 +75,8 @@ Difference compare_with_full_forward(const TargetModel& target, const fs::path& 
     worst.max_relative_prompt = std::max(
         worst.max_relative_prompt, difference.narrow(0, 0, prompt_lengths[i]).max().item<double>() / scale);
   }
+  MESSAGE(label, ": max abs ", worst.max_abs, ", max relative ", worst.max_relative, ", prompt positions ",
+          worst.max_relative_prompt);
   return worst;
 }
 
@@ -125,10 +130,7 @@ TEST_CASE("Regenerate.features.float32_greedy_batches_match_a_full_forward") {
   REQUIRE(lines.size() == all.size());
   CHECK(lines[0].size() <= all[0].size() + 4);  // stopped at the added eos
   CHECK(lines[1].size() == all[1].size() + 12);  // while its batch went on to the end
-  const auto diff = compare_with_full_forward(target, dir.path() / "out.jsonl", dir.path() / "cache",
-                                              options.features.layer_ids);
-  MESSAGE("float32 greedy: max abs ", diff.max_abs, ", max relative ", diff.max_relative, ", prompt positions ",
-          diff.max_relative_prompt);
+  const auto diff = compare_with_full_forward("float32 greedy", target, dir.path(), options.features.layer_ids);
   // Not bit-equal, even on the prompt's positions: the prefill multiplies
   // [P, H] matrices, the full forward [L, H] ones, and the CPU GEMM splits
   // its sums by shape; the decode steps ([1, H] rows, attention over the
@@ -152,10 +154,7 @@ TEST_CASE("Regenerate.features.float32_sampled_matches_a_full_forward") {
   const auto again = target.generate(some[1], options.max_new_tokens, options.temperature,
                                      dflow::data::hash_combine(options.seed, 1), target.config().eos_token_ids);
   CHECK(std::vector<int64_t>(lines[1].begin() + static_cast<int64_t>(some[1].size()), lines[1].end()) == again);
-  const auto diff = compare_with_full_forward(target, dir.path() / "out.jsonl", dir.path() / "cache",
-                                              options.features.layer_ids);
-  MESSAGE("float32 sampled: max abs ", diff.max_abs, ", max relative ", diff.max_relative, ", prompt positions ",
-          diff.max_relative_prompt);
+  const auto diff = compare_with_full_forward("float32 sampled", target, dir.path(), options.features.layer_ids);
   // As greedy's. Measured: 1.1e-6 with 1 thread, 1.5e-6 with 2 (the GEMM
   // splits by thread count too; prompt positions up to 5.0e-7), max abs 1.0e-5.
   CHECK(diff.max_relative <= 5e-6);
@@ -166,10 +165,7 @@ TEST_CASE("Regenerate.features.bfloat16_target_within_tolerance") {
   ScratchDir dir("regen-features-bf16");
   auto options = options_for(target, dir.path() / "cache", dflow::data::FeatureDtype::bfloat16);
   REQUIRE(dflow::train::regenerate_jsonl(target, prompts(), options, dir.path() / "out.jsonl") == 6);
-  const auto diff = compare_with_full_forward(target, dir.path() / "out.jsonl", dir.path() / "cache",
-                                              options.features.layer_ids);
-  MESSAGE("bfloat16 greedy: max abs ", diff.max_abs, ", max relative ", diff.max_relative, ", prompt positions ",
-          diff.max_relative_prompt);
+  const auto diff = compare_with_full_forward("bfloat16 greedy", target, dir.path(), options.features.layer_ids);
   // bfloat16 rounds every layer's output to 8 bits of mantissa (relative
   // step 2^-8 = 0.0039), so a different summation order moves a feature by
   // whole bf16 steps. Measured: 0.0103 (prompt positions 0.0096), max abs
