@@ -167,9 +167,7 @@ void register_eval_tau(graph::NodeRegistry& registry) {
   RunHooks hooks;
   spec.check_params = [](config::YamlSection& params) { read_eval_settings(config::EvalConfig{}, params); };
   hooks.prepare = [](const RunContext& run, const config::NodeDecl& node) -> std::any {
-    const auto& nodes = run.config.pipeline.nodes;
-    const auto index = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.name == node.name; }) - nodes.begin();
-    config::YamlSection params(node.params, "pipeline.nodes[" + std::to_string(index) + "].params", run.config.pipeline.origins);
+    auto params = node_params(run.config.pipeline, node);
     PreparedEval prepared{read_eval_settings(run.config.eval, params), {}};
     prepared.prompts = held_out_prompts(run, node.name, prepared.settings);
     return prepared;

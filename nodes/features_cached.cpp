@@ -54,13 +54,6 @@ struct CacheSource {
 };
 using PreparedCache = std::shared_ptr<CacheSource>;
 
-std::string node_key(const RunContext& run, const config::NodeDecl& node) {
-  const auto& nodes = run.config.pipeline.nodes;
-  const auto index = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.name == node.name; }) -
-                     nodes.begin();
-  return "pipeline.nodes[" + std::to_string(index) + "]";
-}
-
 std::vector<int64_t> all_samples(const RunContext& run) {
   std::vector<int64_t> ids(static_cast<size_t>(run.dataset.size()));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
@@ -68,8 +61,8 @@ std::vector<int64_t> all_samples(const RunContext& run) {
 }
 
 PreparedCache prepare_cache(const RunContext& run, const config::NodeDecl& node) {
-  const std::string key = node_key(run, node);
-  config::YamlSection section(node.params, key + ".params", run.config.pipeline.origins);
+  const std::string key = node_path(run.config.pipeline, node);
+  auto section = node_params(run.config.pipeline, node);
   auto source = std::make_shared<CacheSource>();
   source->params = read_cached_features_params(section);
   const auto& p = source->params;

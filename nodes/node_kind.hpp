@@ -47,6 +47,12 @@ struct RunHooks {
   bool wants_untrained_state = false;
 };
 
+// "pipeline.nodes[i]" of the declared `node`: where its errors point.
+std::string node_path(const config::PipelineConfig& pipeline, const config::NodeDecl& node);
+// The node's params as a section named as declared ("pipeline.nodes[i].params"),
+// for hooks that read them (prepare).
+config::YamlSection node_params(const config::PipelineConfig& pipeline, const config::NodeDecl& node);
+
 // Registers `spec` with `hooks` attached.
 void add_node_kind(graph::NodeRegistry& registry, graph::NodeSpec spec, RunHooks hooks);
 // The hooks of `type` in `registry` (null for a kind without any, or unknown).
