@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "config/config_keys.hpp"
+#include "config/pipeline_override.hpp"
 #include "config/validate.hpp"
 
 namespace dflow::config {
@@ -30,6 +31,16 @@ void apply_override(YAML::Node root, const std::string& text, Origins& origins) 
     parsed = YAML::Node(value);
   }
   if (!parsed || parsed.IsNull()) parsed = YAML::Node(value);
+  if (is_pipeline_override(path)) {
+    if (!root["pipeline"]) {
+      // No pipeline section: the override edits the default graph, which
+      // stays the default one (its errors say so, not a line of this file).
+      root["pipeline"] = YAML::Clone(YAML::Load(default_config_yaml())["pipeline"]);
+      origins.overrides["pipeline"] = kDefaultPipelineOrigin;
+    }
+    apply_pipeline_override(root["pipeline"], path, parsed, text, origins);
+    return;
+  }
   // Walk with fresh handles: yaml-cpp's operator[] on a non-const node inserts.
   std::vector<YAML::Node> chain{root};
   for (size_t i = 0; i + 1 < keys.size(); ++i) {

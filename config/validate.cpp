@@ -4,6 +4,7 @@
 #include <set>
 
 #include "config/config_keys.hpp"
+#include "config/pipeline_override.hpp"
 
 namespace dflow::config {
 
@@ -80,6 +81,7 @@ Config read_config(YamlSection root) {
   Config c;
   c.faults = read_faults(root);
   c.pipeline = root.has("pipeline") ? parse_pipeline(root.section("pipeline")) : default_pipeline();
+  if (pipeline_is_edited_default(*root.origins())) c.pipeline.from_default = true;
   std::map<std::string, YamlSection> sections;
   config_keys().read(root, c, &sections);
   check_across_keys(c, sections);

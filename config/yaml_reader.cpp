@@ -7,10 +7,15 @@
 namespace dflow::config {
 
 SourceMark mark_for(const YAML::Node& node, const std::string& key_path, const Origins& origins) {
-  // An overridden key, or anything below one, points at the --set text.
+  // An overridden key, or anything below one, points at the --set text (the
+  // most specific one: a node's overridden type inside an overridden pipeline).
+  const std::string* best = nullptr;
+  size_t best_length = 0;
   for (const auto& [path, text] : origins.overrides) {
-    if (key_path == path || key_path.rfind(path + ".", 0) == 0) return SourceMark{text, 0, 0};
+    if ((key_path == path || key_path.rfind(path + ".", 0) == 0) && path.size() >= best_length)
+      best = &text, best_length = path.size();
   }
+  if (best) return SourceMark{*best, 0, 0};
   if (node && node.Mark().line >= 0) return SourceMark{origins.file, node.Mark().line + 1, node.Mark().column + 1};
   return SourceMark{origins.file, 0, 0};
 }

@@ -2,6 +2,7 @@
 // against the registry. Structural rules live in describe_rules.cpp.
 #include <map>
 
+#include "config/pipeline_override.hpp"
 #include "graph/description.hpp"
 
 namespace dflow::graph {
@@ -28,6 +29,12 @@ std::string suggest(const std::string& word, const std::vector<std::string>& kno
   return "";
 }
 
+// Where a node's type came from: a --set that swapped it, else its declaration.
+SourceMark type_mark(const config::NodeDecl& decl, const NodeDesc& node) {
+  if (auto text = config::override_text(*node.origins, node.key_path + ".type")) return SourceMark{*text};
+  return decl.mark;
+}
+
 void resolve_node(NodeDesc& node, const config::NodeDecl& decl, size_t index, const config::PipelineConfig& pipeline,
                   const NodeRegistry& registry) {
   node.name = decl.name;
@@ -48,7 +55,7 @@ void resolve_node(NodeDesc& node, const config::NodeDecl& decl, size_t index, co
     throw ConfigError(decl.mark, node.key_path + ".name", "node name '" + node.name + "' may not contain '.' (edges write 'node.port')");
   node.spec = registry.find(decl.type);
   if (!node.spec)
-    throw ConfigError(decl.mark, node.key_path + ".type",
+    throw ConfigError(type_mark(decl, node), node.key_path + ".type",
                       "unknown node type '" + decl.type + "'" + suggest(decl.type, registry.types(), "types"));
   node.kind = node.spec->kind;
   node.description = node.spec->description;

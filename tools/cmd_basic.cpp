@@ -6,6 +6,8 @@
 
 #include "config/config.hpp"
 #include "config/config_keys.hpp"
+#include "graph/description.hpp"
+#include "nodes/registry.hpp"
 #include "tools/cli.hpp"
 
 namespace dflow::cli {
@@ -48,7 +50,11 @@ void add_config_command(CLI::App& app, Common& common, Action& action) {
         std::cout << config::config_reference_markdown();
         return 0;
       }
-      std::cout << config::to_yaml(config::load_config(file, common.overrides));
+      auto config = config::load_config(file, common.overrides);
+      // The pipeline too: node types, their params and the edges, as `dflow
+      // graph` and a run check them, before anything is loaded.
+      (void)graph::describe(config.pipeline, nodes::default_registry());
+      std::cout << config::to_yaml(config);
       return 0;
     };
   });

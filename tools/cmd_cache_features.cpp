@@ -10,7 +10,9 @@
 #include "config/config.hpp"
 #include "config/errors.hpp"
 #include "config/log.hpp"
+#include "graph/description.hpp"
 #include "nodes/cache_fill.hpp"
+#include "nodes/registry.hpp"
 #include "tools/cli.hpp"
 #include "train/launch_env.hpp"
 
@@ -25,6 +27,7 @@ struct CacheOptions {
 
 int cache_features(const CacheOptions& cli, const Common& common) {
   auto config = config::load_config(cli.file, common.overrides);
+  (void)graph::describe(config.pipeline, nodes::default_registry());  // node params before any model loads
   if (common.log_level.empty()) log::set_level(config.run.log_level);
   torch::set_num_threads(config.run.torch_threads);
   nodes::FillOptions fill;

@@ -6,11 +6,13 @@
 #include "config/config.hpp"
 #include "config/errors.hpp"
 #include "config/log.hpp"
+#include "graph/description.hpp"
+#include "nodes/registry.hpp"
 #include "nodes/trainer.hpp"
-#include "train/devices.hpp"
 #include "report/live_server.hpp"
 #include "tools/cli.hpp"
 #include "train/demo.hpp"
+#include "train/devices.hpp"
 #include "train/distributed.hpp"
 
 namespace dflow::cli {
@@ -49,6 +51,7 @@ void add_train_command(CLI::App& app, Common& common, Action& action) {
   sub->callback([&action, &common] {
     action = [&common] {
       auto config = config::load_config(file, common.overrides);
+      (void)graph::describe(config.pipeline, nodes::default_registry());  // node params before any model loads
       if (common.log_level.empty()) log::set_level(config.run.log_level);
       torch::set_num_threads(config.run.torch_threads);
       if (file.empty()) train::ensure_demo_assets(config);
