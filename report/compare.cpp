@@ -9,6 +9,8 @@
 #include <set>
 
 #include "config/log.hpp"
+#include "report/compare_fairness.hpp"
+#include "report/compare_variants.hpp"
 
 namespace dflow::report {
 
@@ -16,23 +18,55 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The run(s) with the best finite value; a relative difference under 1e-9 is a tie.
-Winner best_of(const std::vector<RunSummary>& runs, std::string metric, std::string unit, bool higher_wins,
-               const std::function<double(const RunSummary&)>& value_of) {
-  Winner w{std::move(metric), {}, kUnknownValue, {}, std::move(unit)};
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const double value = value_of(runs[i]);
-    w.values.push_back(value);
+double mean_of_finite(const std::vector<double>& values, const std::vector<size_t>& which) {
+  double sum = 0;
+  size_t n = 0;
+  for (size_t i : which)
+    if (std::isfinite(values[i])) sum += values[i], ++n;
+  return n ? sum / static_cast<double>(n) : kUnknownValue;
+}
+
+// The variant(s) with the best finite mean; a relative difference under 1e-9
+// is a tie. `why_not` (non-empty: the runs' figures mean different things)
+// names none.
+Winner best_of(const std::vector<RunSummary>& runs, const std::vector<Variant>& variants, std::string metric,
+               std::string unit, bool higher_wins, const std::function<double(const RunSummary&)>& value_of,
+               const std::string& why_not = {}) {
+  Winner w{std::move(metric), {}, kUnknownValue, {}, std::move(unit), {}};
+  for (const auto& run : runs) w.values.push_back(value_of(run));
+  std::vector<size_t> best;
+  for (size_t v = 0; v < variants.size(); ++v) {
+    const double value = mean_of_finite(w.values, variants[v].runs);
     if (!std::isfinite(value)) continue;
     const bool tie = std::isfinite(w.value) && std::abs(value - w.value) <= 1e-9 * std::max(std::abs(value), std::abs(w.value));
     if (tie) {
-      w.runs.push_back(i);
+      best.push_back(v);
     } else if (!std::isfinite(w.value) || (higher_wins ? value > w.value : value < w.value)) {
-      w.runs = {i};
+      best = {v};
       w.value = value;
     }
   }
+  if (!best.empty() && !why_not.empty()) {
+    w.no_winner = why_not;
+    w.value = kUnknownValue;
+    return w;
+  }
+  for (size_t v : best) w.runs.insert(w.runs.end(), variants[v].runs.begin(), variants[v].runs.end());
   return w;
+}
+
+// Why the runs' losses (or taus) cannot be ranked; "" when they can.
+std::string why_not_ranked(const std::vector<RunSummary>& runs, const std::vector<Variant>& variants,
+                           std::map<std::string, std::string> (*definition)(const FlatConfig&)) {
+  if (variants.size() < 2) return {};
+  std::vector<const FlatConfig*> configs;
+  std::vector<std::string> names;
+  for (const auto& v : variants) {
+    const auto& run = runs[v.runs.front()];  // a variant's runs share the definitions
+    configs.push_back(run.config ? &run.config->values : nullptr);
+    names.push_back(v.name);
+  }
+  return why_not_comparable(configs, names, definition);
 }
 
 std::vector<std::string> comparison_notes(const std::vector<RunSummary>& runs) {
@@ -73,16 +107,26 @@ std::string recent_label(const std::vector<RunSummary>& runs, const CompareOptio
   return "last " + std::to_string(options.recent_steps) + " steps" + (fewer ? " (all, where fewer)" : "");
 }
 
-std::vector<Winner> pick_winners(const std::vector<RunSummary>& runs, const CompareOptions& options) {
+std::vector<Winner> pick_winners(const std::vector<RunSummary>& runs, const std::vector<Variant>& variants,
+                                 const CompareOptions& options) {
   const std::string recent = recent_label(runs, options);
   return {
-      best_of(runs, "lowest final loss (mean of last " + std::to_string(options.loss_tail) + " steps)", "", false,
-              [](const RunSummary& r) { return r.final_loss; }),
-      best_of(runs, "highest best tau", "", true, [](const RunSummary& r) { return r.best_tau ? r.best_tau->tau : kUnknownValue; }),
-      best_of(runs, "highest throughput (" + recent + ")", "real tokens/s", true,
+      best_of(runs, variants, "lowest final loss (mean of last " + std::to_string(options.loss_tail) + " steps)", "", false,
+              [](const RunSummary& r) { return r.final_loss; }, why_not_ranked(runs, variants, loss_definition)),
+      best_of(runs, variants, "highest best tau", "", true,
+              [](const RunSummary& r) { return r.best_tau ? r.best_tau->tau : kUnknownValue; },
+              why_not_ranked(runs, variants, tau_definition)),
+      best_of(runs, variants, "highest throughput (" + recent + ")", "real tokens/s", true,
               [](const RunSummary& r) { return r.recent.real_tokens_per_s; }),
-      best_of(runs, "most steps per second (" + recent + ")", "steps/s", true, [](const RunSummary& r) { return r.recent.steps_per_s; }),
+      best_of(runs, variants, "most steps per second (" + recent + ")", "steps/s", true,
+              [](const RunSummary& r) { return r.recent.steps_per_s; }),
   };
+}
+
+std::vector<Winner> pick_winners(const std::vector<RunSummary>& runs, const CompareOptions& options) {
+  std::vector<Variant> alone;
+  for (size_t i = 0; i < runs.size(); ++i) alone.push_back({runs[i].name, {i}, {}});
+  return pick_winners(runs, alone, options);
 }
 
 Comparison compare(std::vector<RunSummary> runs, const CompareOptions& options) {
@@ -92,8 +136,11 @@ Comparison compare(std::vector<RunSummary> runs, const CompareOptions& options) 
   std::vector<const FlatConfig*> configs;
   for (const auto& run : runs) configs.push_back(run.config ? &run.config->values : nullptr);
   c.config_diff = diff_configs(configs);
-  c.winners = pick_winners(runs, options);
+  c.variants = group_variants(runs);
+  c.winners = pick_winners(runs, c.variants, options);
   c.notes = comparison_notes(runs);
+  c.tau_target = resolve_tau_target(runs, options);
+  c.tau_steps = common_tau_steps(runs, options.tau_steps);
   c.runs = std::move(runs);
   return c;
 }

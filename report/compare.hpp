@@ -38,6 +38,8 @@ struct CompareOptions {
   size_t recent_steps = 50;  // "last N steps" throughput
   size_t loss_tail = 10;     // final loss: mean of the last this many finite losses
   size_t wait_lines = 3;     // lines of the bottleneck analysis kept per run
+  double tau_target = kUnknownValue;  // "time to tau": unknown = 0.8 x the highest best tau of the runs
+  size_t tau_steps = 4;      // "tau at step S": this many steps that every run evaluated
 };
 
 struct RunSummary {
@@ -68,23 +70,44 @@ void require_run_dir(const std::filesystem::path& run_dir);
 // Loads and summarizes RUN_DIR (require_run_dir first).
 RunSummary read_run(const std::filesystem::path& run_dir, const CompareOptions& options = {});
 
-// One metric and the run(s) best at it ("lowest final loss": run 1).
+// Runs that differ only in their seed (run.seed; run.name and run.out_dir
+// aside): one variant measured several times. A run without a config yet is
+// a variant of its own.
+struct Variant {
+  std::string name;          // the runs' common name without their seed ("lr=0.02" of "lr=0.02+seed=7")
+  std::vector<size_t> runs;  // indices into the compared runs, in their order
+  std::vector<std::string> seeds;  // run.seed of each ("?" without config)
+};
+
+// One metric and the variant(s) best at it ("lowest final loss": run 1).
+// Variants are ranked by their mean over seeds; a metric is ranked only
+// where it means the same in every run (report/compare_fairness.hpp).
 struct Winner {
   std::string metric;        // "lowest final loss (mean of last 10 steps)"
-  std::vector<size_t> runs;  // indices into the compared runs; several on a tie; empty when no run has the metric
-  double value = kUnknownValue;  // the winning value
+  std::vector<size_t> runs;  // the runs of the winning variant(s); several variants on a tie; empty when none wins
+  double value = kUnknownValue;  // the winning value (a variant's mean)
   std::vector<double> values;    // every run's, unknown where it has none
   std::string unit;              // "", "real tokens/s", "steps/s"
+  std::string no_winner;         // why no variant is named although some have the metric ("" otherwise)
 };
 
 struct Comparison {
   std::vector<RunSummary> runs;
+  std::vector<Variant> variants;  // every run in exactly one
   std::vector<ConfigDifference> config_diff;
   std::vector<Winner> winners;
   std::vector<std::string> notes;  // what to keep in mind: runs at different steps, runs without config
   CompareOptions options;
+  double tau_target = kUnknownValue;  // resolved options.tau_target
+  std::vector<int64_t> tau_steps;     // steps every run with tau evaluated, up to options.tau_steps of them
 };
 
+// Groups runs into variants (each run alone when none differ only in seed).
+std::vector<Variant> group_variants(const std::vector<RunSummary>& runs);
+
+std::vector<Winner> pick_winners(const std::vector<RunSummary>& runs, const std::vector<Variant>& variants,
+                                 const CompareOptions& options = {});
+// Each run a variant of its own.
 std::vector<Winner> pick_winners(const std::vector<RunSummary>& runs, const CompareOptions& options = {});
 // "last 50 steps", or "last 50 steps (all, where fewer)" when a run has fewer.
 std::string recent_label(const std::vector<RunSummary>& runs, const CompareOptions& options);

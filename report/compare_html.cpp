@@ -54,6 +54,22 @@ std::string summary_table_html(const Comparison& c) {
   return out + "</table>\n";
 }
 
+// Seeds grouped (empty when every variant is one run).
+std::string variants_html(const Comparison& c) {
+  const auto rows = variant_rows(c);
+  if (rows.empty()) return "";
+  std::string out = "<section class=\"panel\"><h2>Variants, seeds grouped (mean \u00b1 sd)</h2>\n"
+                    "<table class=\"compare\" id=\"variants\">\n<tr><th></th>";
+  for (const auto& v : c.variants) out += "<th>" + escape_html(v.name) + "</th>";
+  out += "</tr>\n";
+  for (const auto& row : rows) {
+    out += "<tr><th>" + escape_html(row.label) + "</th>";
+    for (const auto& cell : row.cells) out += "<td>" + escape_html(cell) + "</td>";
+    out += "</tr>\n";
+  }
+  return out + "</table></section>\n";
+}
+
 std::string config_html(const Comparison& c) {
   std::string out;
   if (c.config_diff.empty()) {
@@ -139,6 +155,7 @@ std::string render_compare_html(const Comparison& c, const CompareHtmlOptions& o
       << "<div class=\"sub\">" << c.runs.size() << " runs, each read from its own directory</div></header>\n"
       << "<div id=\"errors\" hidden></div>\n"
       << "<section class=\"panel\"><h2>Which run wins</h2><ul id=\"winners\">" << winners << "</ul></section>\n"
+      << variants_html(c)
       << "<section class=\"panel\"><h2>Side by side</h2>\n" << summary_table_html(c) << "</section>\n"
       << "<section class=\"panel\"><h2>Config: the keys that differ</h2>\n" << config_html(c) << "</section>\n"
       << "<section class=\"panel\"><h2>Loss and tau</h2><p class=\"note\">Wall time: the run's training processes, "

@@ -20,6 +20,11 @@ struct CompareRow {
 
 std::vector<CompareRow> summary_rows(const Comparison& comparison);
 
+// The variants side by side, seeds aggregated (mean ± sd over each variant's
+// runs): seeds, final loss, best tau, tau at the common steps, time to the
+// tau target, throughput. Empty when every variant is one run.
+std::vector<CompareRow> variant_rows(const Comparison& comparison);
+
 // "lowest final loss (mean of last 10 steps): lr-high 1.234 (lr-low 1.567)".
 std::string winner_line(const Comparison& comparison, const Winner& winner);
 

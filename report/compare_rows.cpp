@@ -76,22 +76,41 @@ std::vector<CompareRow> summary_rows(const Comparison& c) {
 }
 
 std::string winner_line(const Comparison& c, const Winner& w) {
+  if (!w.no_winner.empty()) return w.metric + ": no winner: " + w.no_winner;
   if (w.runs.empty()) return w.metric + ": no run has it";
   auto value = [&](double v) {  // in a sentence: no trailing zeros ("3.5", not "3.500")
     char text[32];
     std::snprintf(text, sizeof text, "%.4g", v);
     return w.unit.empty() ? std::string(text) : format_rate(v) + " " + w.unit;
   };
-  std::string names;
-  for (size_t i : w.runs) names += (names.empty() ? "" : ", ") + c.runs[i].name;
-  std::string line = w.metric + ": " + names + " " + value(w.value);
-  if (w.runs.size() > 1) line += " (a tie)";
-  std::string others;
-  for (size_t i = 0; i < c.runs.size(); ++i) {
-    if (std::find(w.runs.begin(), w.runs.end(), i) != w.runs.end()) continue;
-    const double v = i < w.values.size() ? w.values[i] : kUnknownValue;
-    others += (others.empty() ? "" : ", ") + c.runs[i].name + " " + (std::isfinite(v) ? value(v) : "-");
+  // Variants (a run alone is one), each by its mean over its seeds.
+  std::vector<Variant> variants = c.variants;
+  if (variants.empty())
+    for (size_t i = 0; i < c.runs.size(); ++i) variants.push_back({c.runs[i].name, {i}, {}});
+  auto mean_of = [&](const Variant& v) {
+    double sum = 0;
+    size_t n = 0;
+    for (size_t i : v.runs)
+      if (i < w.values.size() && std::isfinite(w.values[i])) sum += w.values[i], ++n;
+    return n ? sum / static_cast<double>(n) : kUnknownValue;
+  };
+  auto label = [](const Variant& v) {
+    return v.runs.size() > 1 ? v.name + " (mean of " + std::to_string(v.runs.size()) + " seeds)" : v.name;
+  };
+  std::string names, others;
+  size_t winners = 0;
+  for (const auto& v : variants) {
+    const bool won = std::find(w.runs.begin(), w.runs.end(), v.runs.front()) != w.runs.end();
+    if (won) {
+      names += (names.empty() ? "" : ", ") + label(v);
+      ++winners;
+    } else {
+      const double m = mean_of(v);
+      others += (others.empty() ? "" : ", ") + label(v) + " " + (std::isfinite(m) ? value(m) : "-");
+    }
   }
+  std::string line = w.metric + ": " + names + " " + value(w.value);
+  if (winners > 1) line += " (a tie)";
   if (!others.empty()) line += "; " + others;
   return line;
 }

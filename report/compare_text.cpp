@@ -48,6 +48,17 @@ std::string compare_table(const Comparison& c) {
   }
   out << aligned(summary) << (any_win ? "(* the best of the runs)\n" : "");
 
+  if (const auto rows = variant_rows(c); !rows.empty()) {
+    out << "\nvariants (runs that differ only in seed, grouped: mean ± sd)\n";
+    std::vector<std::vector<std::string>> lines{{""}};
+    for (const auto& v : c.variants) lines.front().push_back(v.name);
+    for (const auto& row : rows) {
+      lines.push_back({row.label});
+      lines.back().insert(lines.back().end(), row.cells.begin(), row.cells.end());
+    }
+    out << aligned(lines, "  ");
+  }
+
   out << "\nwinners\n";
   for (const auto& winner : c.winners) out << "  " << winner_line(c, winner) << "\n";
 

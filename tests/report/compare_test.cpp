@@ -34,6 +34,8 @@ RunSummary summary(std::string name, double loss, double tau, double tokens_per_
   if (std::isfinite(tau)) r.best_tau = TauAt{tau, 10};
   r.recent.real_tokens_per_s = tokens_per_s;
   r.recent.steps_per_s = tokens_per_s / 1000;
+  // Runs of one recipe but another lr: their losses and taus mean the same.
+  r.config = RunConfig{r.name + "/config.yaml", {{"train.lr", r.name}, {"run.seed", "1"}}};
   return r;
 }
 
