@@ -1,0 +1,40 @@
+#pragma once
+// `dflow sweep`'s grid: each `--vary KEY=v1,v2,...` an axis, times seeds; every
+// combination one variant with its own --set overrides and a directory name
+// that says what it varies ("lr=0.02+optimizer=optimizer_step.muon+seed=1235").
+// Any key --set takes is an axis, pipeline nodes and edges included.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dflow::config {
+
+struct SweepAxis {
+  std::string key;                  // "train.lr", "pipeline.nodes.optimizer.type"
+  std::vector<std::string> values;  // as written, each a YAML value
+};
+
+// "KEY=v1,v2,...": commas inside [...], {...} or quotes do not split
+// ("model.drafter.layer_types=[sliding_attention, full_attention],[full_attention, full_attention]").
+// Throws ConfigError naming the --vary text for a missing '=', an empty value
+// or a value given twice.
+SweepAxis parse_vary(const std::string& text);
+
+struct SweepVariant {
+  std::string name;                    // the run's directory name under the sweep's --out
+  std::vector<std::string> overrides;  // "key=value" per axis, then run.seed
+  uint64_t seed = 0;
+};
+
+// Every combination, the first axis slowest, then each seed of
+// first_seed .. first_seed + seeds - 1. One variant "base" when there is
+// nothing to vary. Throws ConfigError for an axis given twice or seeds < 1.
+std::vector<SweepVariant> sweep_variants(const std::vector<SweepAxis>& axes, int seeds, uint64_t first_seed);
+
+// The short label of an axis in names: "lr" for train.lr, "optimizer" for
+// pipeline.nodes.optimizer.type, "drafter.objective" for
+// pipeline.nodes.drafter.params.objective, "load-pad.capacity" for an edge;
+// the whole key when two axes would share a label.
+std::string axis_label(const std::string& key, const std::vector<std::string>& all_keys);
+
+}  // namespace dflow::config
