@@ -82,6 +82,36 @@ SweepAxis parse_vary(const std::string& text) {
   return axis;
 }
 
+void add_named_variant(SweepAxis& axis, const std::string& text) {
+  const auto at = [&](const std::string& message) { return ConfigError(SourceMark{"--variant " + text}, "", message); };
+  const auto colon = text.find(':');
+  std::string name = text.substr(0, colon);
+  name.erase(name.find_last_not_of(' ') + 1);
+  if (name.empty() || name_part(name) != name)
+    throw at("expected NAME: KEY=VALUE ..., NAME in letters, digits, '.', '_' and '-' (it names the run directory)");
+  if (std::find(axis.values.begin(), axis.values.end(), name) != axis.values.end()) throw at("the name '" + name + "' is given twice");
+  std::vector<std::string> sets;
+  std::string current;
+  int depth = 0;
+  const std::string rest = colon == std::string::npos ? "" : text.substr(colon + 1);
+  for (size_t i = 0; i <= rest.size(); ++i) {
+    const char ch = i < rest.size() ? rest[i] : ' ';
+    if (ch == '[' || ch == '{') ++depth;
+    if ((ch == ']' || ch == '}') && depth > 0) --depth;
+    if (ch == ' ' && depth == 0) {
+      if (!current.empty()) sets.push_back(current);
+      current.clear();
+      continue;
+    }
+    current += ch;
+  }
+  for (const auto& kv : sets)
+    if (kv.find('=') == std::string::npos || kv.front() == '=') throw at("'" + kv + "' is no KEY=VALUE");
+  axis.key = "variant";
+  axis.values.push_back(name);
+  axis.sets.push_back(sets);
+}
+
 std::string axis_label(const std::string& key, const std::vector<std::string>& all_keys) {
   const std::string label = short_label(key);
   for (const auto& other : all_keys)
@@ -108,8 +138,15 @@ std::vector<SweepVariant> sweep_variants(const std::vector<SweepAxis>& axes, int
       v.seed = first_seed + static_cast<uint64_t>(s);
       for (size_t a = 0; a < axes.size(); ++a) {
         const std::string& value = axes[a].values[index[a]];
+        v.name += v.name.empty() ? "" : "+";
+        if (!axes[a].sets.empty()) {  // named variants: the name alone says it
+          const auto& sets = axes[a].sets[index[a]];
+          v.overrides.insert(v.overrides.end(), sets.begin(), sets.end());
+          v.name += value;
+          continue;
+        }
         v.overrides.push_back(axes[a].key + "=" + value);
-        v.name += (v.name.empty() ? "" : "+") + name_part(axis_label(axes[a].key, keys)) + "=" + name_part(value);
+        v.name += name_part(axis_label(axes[a].key, keys)) + "=" + name_part(value);
       }
       if (seeds > 1) v.name += (v.name.empty() ? "" : "+") + std::string("seed=") + std::to_string(v.seed);
       if (v.name.empty()) v.name = "base";

@@ -10,8 +10,11 @@
 namespace dflow::config {
 
 struct SweepAxis {
-  std::string key;                  // "train.lr", "pipeline.nodes.optimizer.type"
-  std::vector<std::string> values;  // as written, each a YAML value
+  std::string key;                  // "train.lr", "pipeline.nodes.optimizer.type"; "variant" for named variants
+  std::vector<std::string> values;  // as written, each a YAML value; the names of named variants
+  // Named variants only: each value's overrides ("key=value"), which may set
+  // several keys at once (a recipe: an optimizer and its learning rate).
+  std::vector<std::vector<std::string>> sets;
 };
 
 // "KEY=v1,v2,...": commas inside [...], {...} or quotes do not split
@@ -19,6 +22,13 @@ struct SweepAxis {
 // Throws ConfigError naming the --vary text for a missing '=', an empty value
 // or a value given twice.
 SweepAxis parse_vary(const std::string& text);
+
+// "NAME: KEY=VALUE KEY=VALUE ..." (or "NAME" alone: the config as it is)
+// added to `axis`, the named variants' axis: space-separated overrides,
+// spaces inside [...] or {...} kept. Throws ConfigError naming the --variant
+// text for a name given twice, a name a directory cannot have, or an override
+// without '='.
+void add_named_variant(SweepAxis& axis, const std::string& text);
 
 struct SweepVariant {
   std::string name;                    // the run's directory name under the sweep's --out

@@ -11,11 +11,15 @@ void add_compare_command(CLI::App& app, Action& action) {
   static std::vector<std::filesystem::path> run_dirs;
   static std::string out;
   static size_t recent_steps = 50;
+  static double tau_target = report::kUnknownValue;
   sub->add_option("RUN_DIR", run_dirs, "two or more runs' out_dirs (each holds metrics.jsonl)")->required()->check(CLI::ExistingDirectory);
   sub->add_option("-o,--out", out, "the HTML page (default compare.html in the current directory)");
   sub->add_option("--last", recent_steps, "steps in the recent throughput window (default 50)")->check(CLI::PositiveNumber);
+  sub->add_option("--tau-target", tau_target, "the tau whose wall time to reach is compared (default 0.8 x the best tau)");
   sub->callback([&action] {
-    action = [] { return report::compare_command(run_dirs, out, std::cout, {.recent_steps = recent_steps}); };
+    action = [] {
+      return report::compare_command(run_dirs, out, std::cout, {.recent_steps = recent_steps, .tau_target = tau_target});
+    };
   });
 }
 

@@ -7,6 +7,7 @@
 #include "config/errors.hpp"
 #include "config/log.hpp"
 #include "tools/cli.hpp"
+#include "tools/sweep_runner.hpp"
 
 namespace {
 
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   cli::add_regenerate_command(app, action);
   cli::add_replay_command(app, common, action);
   cli::add_cache_features_command(app, common, action);
+  cli::add_sweep_command(app, common, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

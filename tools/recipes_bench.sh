@@ -8,8 +8,9 @@
 # variants are told apart by where that climb happens: tau is measured every
 # 2 steps with speculative sampling (eval.temperature 1), and each variant
 # reports the first step (and second) at which tau reached TAU_THRESHOLD and
-# tau at step BUDGET_STEP, for each seed of SEEDS. Prints `dflow compare` of
-# the first seed's runs (the HTML page in OUT_DIR/compare.html).
+# tau at step BUDGET_STEP, for each seed. The variants run as one `dflow sweep`
+# (SEEDS gives how many seeds, from its first), which prints the comparison
+# with seeds grouped (the HTML page in OUT_DIR/compare.html).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/recipes}"
@@ -19,46 +20,31 @@ BUDGET="${BUDGET_STEP:-30}"
 SEEDS="${SEEDS:-1234 1235 1236}"
 BIN=build/dflow
 [ -x "$BIN" ] || { echo "[recipes] error: build dflow first (tools/build.sh dflow)" >&2; exit 1; }
-mkdir -p "$OUT"
-# The demo's assets (target, data, held-out prompts) once.
-[ -f runs/demo/target/config.json ] || "$BIN" train --set run.max_steps=1 --set run.out_dir="$OUT/assets" --overwrite >/dev/null
+# (dflow sweep makes the demo's assets once, before the variants that share them.)
 
 common=(--set run.max_steps="$STEPS" --set eval.every_steps=2 --set eval.temperature=1.0 --set eval.max_prompts=16
         --set checkpoint.every_steps=0 --set metrics.sinks=[jsonl] --set run.log_level=warn)
-base="$OUT/base.yaml"
-"$BIN" config "${common[@]}" > "$base"
-
-variant() {  # name, then sed expressions and --set=KEY=VALUE overrides for it; once per seed
-  local name="$1"; shift
-  local file="$OUT/$name.yaml" sets=() exprs=() seed
-  for arg in "$@"; do
-    case "$arg" in --set=*) sets+=(--set "${arg#--set=}") ;; *) exprs+=(-e "$arg") ;; esac
-  done
-  if ((${#exprs[@]})); then sed "${exprs[@]}" "$base" > "$file"; else cp "$base" "$file"; fi
-  for seed in $SEEDS; do
-    echo "[recipes] $name seed $seed"
-    "$BIN" train "$file" --set run.out_dir="$OUT/$name-$seed" --set run.name="$name-$seed" --set run.seed="$seed" \
-      ${sets[@]+"${sets[@]}"} --overwrite >/dev/null
-  done
-}
-
-variant baseline
-variant dpace 's/{name: drafter, type: drafter_step}/{name: drafter, type: drafter_step, params: {objective: dpace, alpha: 0.5}}/'
-variant muon 's/type: optimizer_step.adamw}/type: optimizer_step.muon}/'
-variant sliding --set=model.drafter.layer_types=[sliding_attention] --set=model.drafter.sliding_window=32
-
 first_seed="${SEEDS%% *}"
-"$BIN" compare "$OUT"/{baseline,dpace,muon,sliding}-"$first_seed" -o "$OUT/compare.html"
+seed_count=$(wc -w <<<"$SEEDS")
+# One axis changes per variant against the 2025 baseline; the seeds are
+# first_seed, first_seed + 1, ... (dflow sweep --seeds). A rerun skips the
+# variants that finished.
+"$BIN" sweep --out "$OUT" "${common[@]}" --set run.seed="$first_seed" --seeds "$seed_count" --tau-target "$THRESHOLD" \
+  --variant baseline \
+  --variant 'dpace: pipeline.nodes.drafter.params={objective: dpace, alpha: 0.5}' \
+  --variant 'muon: pipeline.nodes.optimizer.type=optimizer_step.muon' \
+  --variant 'sliding: model.drafter.layer_types=[sliding_attention] model.drafter.sliding_window=32'
 echo
 echo "tau >= $THRESHOLD first reached at (step, seconds) and tau at step $BUDGET, per seed; mean over seeds:"
-python3 - "$OUT" "$THRESHOLD" "$BUDGET" $SEEDS <<'PY'
+python3 - "$OUT" "$THRESHOLD" "$BUDGET" $(seq "$first_seed" $((first_seed + seed_count - 1))) <<'PY'
 import json, sys
 out, threshold, budget, seeds = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 for name in ["baseline", "dpace", "muon", "sliding"]:
     rows = []
     for seed in seeds:
         elapsed, reached, at_budget = {}, None, None
-        for line in open(f"{out}/{name}-{seed}/metrics.jsonl"):
+        run = f"{name}+seed={seed}" if len(seeds) > 1 else name
+        for line in open(f"{out}/{run}/metrics.jsonl"):
             r = json.loads(line)
             if r.get("kind") == "step":
                 elapsed[r["global_step"]] = r.get("time", {}).get("elapsed_s", 0.0)

@@ -77,3 +77,22 @@ TEST_CASE("Config.Sweep.refusals") {
   CHECK(error_of([] { sweep_variants({parse_vary("run.out_dir=a,b")}, 1, 1); }).find("are the sweep's") != std::string::npos);
   CHECK(error_of([] { sweep_variants({}, 0, 1); }) == "--seeds: must be >= 1, got 0");
 }
+
+TEST_CASE("Config.Sweep.named_variants_set_several_keys_each") {
+  SweepAxis recipes;
+  add_named_variant(recipes, "baseline");
+  add_named_variant(recipes, "dpace: pipeline.nodes.drafter.params={objective: dpace, alpha: 0.5}");
+  add_named_variant(recipes, "sliding: model.drafter.layer_types=[sliding_attention] model.drafter.sliding_window=32");
+  const auto variants = sweep_variants({recipes, parse_vary("train.lr=0.01,0.02")}, 1, 5);
+  REQUIRE(variants.size() == 6);
+  CHECK(variants[0].name == "baseline+lr=0.01");
+  CHECK(variants[0].overrides == std::vector<std::string>{"train.lr=0.01", "run.seed=5"});
+  CHECK(variants[4].name == "sliding+lr=0.01");
+  CHECK(variants[4].overrides == std::vector<std::string>{"model.drafter.layer_types=[sliding_attention]",
+                                                          "model.drafter.sliding_window=32", "train.lr=0.01", "run.seed=5"});
+  const auto c = load_config("", variants[2].overrides);  // the dpace one loads
+  CHECK(c.pipeline.nodes[5].params["objective"].as<std::string>() == "dpace");
+  CHECK(error_of([&] { add_named_variant(recipes, "dpace"); }).find("the name 'dpace' is given twice") != std::string::npos);
+  CHECK(error_of([&] { add_named_variant(recipes, "a/b: train.lr=1"); }).find("NAME in letters") != std::string::npos);
+  CHECK(error_of([&] { add_named_variant(recipes, "x: train.lr"); }).find("'train.lr' is no KEY=VALUE") != std::string::npos);
+}
