@@ -36,11 +36,11 @@ struct ConfigDifference {
 };
 
 // configs[i] is run i's config, nullptr when it has none. Keys that always
-// differ between runs (kIgnoredKeys: where each run writes) are left out.
+// differ between runs (kIgnoredKeys: where each run writes, and its label) are left out.
 // Empty when fewer than two runs have a config.
 std::vector<ConfigDifference> diff_configs(const std::vector<const FlatConfig*>& configs);
 
-inline constexpr const char* kIgnoredKeys[] = {"run.out_dir"};
+inline constexpr const char* kIgnoredKeys[] = {"run.out_dir", "run.name"};
 inline constexpr const char* kAbsent = "(absent)";
 inline constexpr const char* kUnknown = "?";
 
