@@ -154,6 +154,19 @@ std::vector<std::string> train_args(const SweepOptions& o, const config::SweepVa
 
 }  // namespace
 
+namespace {
+// A run whose records cannot be read (a crash in its first line, say) must
+// not end the sweep of the others: the comparison waits for the next chance.
+bool compare_or_warn(const SweepOptions& o, bool print) {
+  try {
+    return write_sweep_comparison(o.out_dir, o.compare, print);
+  } catch (const std::exception& e) {
+    std::cout << "[sweep] comparison not written: " << e.what() << "\n" << std::flush;
+    return false;
+  }
+}
+}  // namespace
+
 bool write_sweep_comparison(const fs::path& out_dir, const report::CompareOptions& options, bool print) {
   std::vector<fs::path> runs;
   const json state = read_state(out_dir);
@@ -169,10 +182,10 @@ bool write_sweep_comparison(const fs::path& out_dir, const report::CompareOption
   return true;
 }
 
-int run_sweep(const SweepOptions& o) {
-  const auto variants = config::sweep_variants(
-      o.axes, o.seeds, config::load_config(o.config_file, o.overrides).run.seed);
-  // Every variant's config, checked before anything runs.
+namespace {
+
+// Every variant's config, checked (config, node types and params) before anything runs.
+std::vector<config::Config> checked_configs(const SweepOptions& o, const std::vector<config::SweepVariant>& variants) {
   std::vector<config::Config> configs;
   for (const auto& v : variants) {
     std::vector<std::string> sets = o.overrides;
@@ -185,6 +198,11 @@ int run_sweep(const SweepOptions& o) {
       throw ConfigError("sweep variant " + v.name + ": " + e.what());
     }
   }
+  return configs;
+}
+
+// The sweep's state in out_dir, made or checked to be this sweep's.
+json opened_state(const SweepOptions& o, const std::vector<config::SweepVariant>& variants) {
   fs::create_directories(o.out_dir / "logs");
   json state = read_state(o.out_dir);
   const json definition = definition_of(o);
@@ -196,88 +214,123 @@ int run_sweep(const SweepOptions& o) {
   for (const auto& v : variants) state["order"].push_back(v.name);
   if (!state.contains("variants")) state["variants"] = json::object();
   write_state(o.out_dir, state);
-  if (o.config_file.empty()) train::ensure_demo_assets(configs.front());  // once, before runs that share them
+  return state;
+}
 
-  std::vector<size_t> pending;
-  for (size_t i = 0; i < variants.size(); ++i) {
-    if (state["variants"].value(variants[i].name, json::object()).value("status", "") == "done") {
-      std::cout << "[sweep] " << variants[i].name << ": finished earlier, skipped\n";
-      continue;
+// The loop over the variants still to run: up to `parallel` processes, each
+// outcome recorded in the state as it ends.
+class SweepLoop {
+ public:
+  SweepLoop(const SweepOptions& o, std::vector<config::SweepVariant> variants, std::vector<config::Config> configs, json state)
+      : o_(o), variants_(std::move(variants)), configs_(std::move(configs)), state_(std::move(state)) {
+    for (size_t i = 0; i < variants_.size(); ++i) {
+      if (state_["variants"].value(variants_[i].name, json::object()).value("status", "") == "done") {
+        std::cout << "[sweep] " << variants_[i].name << ": finished earlier, skipped\n";
+        ++finished_;
+      } else {
+        pending_.push_back(i);
+      }
     }
-    pending.push_back(i);
+    std::cout << "[sweep] " << variants_.size() << " variants (" << pending_.size() << " to run, " << o_.parallel
+              << " at a time) in " << o_.out_dir.string() << "\n" << std::flush;
   }
-  std::cout << "[sweep] " << variants.size() << " variants (" << pending.size() << " to run, " << o.parallel
-            << " at a time) in " << o.out_dir.string() << "\n" << std::flush;
 
+  void run() {
+    while (next_ < pending_.size() || !running_.empty()) {
+      if (const int s = g_stop_signal.exchange(0); s && !stopping_) stop(s);
+      while (!stopping_ && next_ < pending_.size() && static_cast<int>(running_.size()) < o_.parallel) start(pending_[next_++]);
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid > 0) ended(pid, status);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+
+  bool stopped() const { return stopping_; }
+  const std::vector<std::string>& failed() const { return failed_; }
+
+ private:
+  fs::path log_of(const config::SweepVariant& v) const { return o_.out_dir / "logs" / (v.name + ".log"); }
+
+  void stop(int signal) {
+    stopping_ = true;
+    std::cout << "[sweep] stopping: the running variants are stopped (each resumes from its latest checkpoint "
+                 "when the same command runs again)\n" << std::flush;
+    for (const auto& r : running_) ::kill(r.pid, signal);
+  }
+
+  void start(size_t i) {
+    const auto& v = variants_[i];
+    const auto args = train_args(o_, v, configs_[i], o_.out_dir / v.name);
+    const bool resumed = std::find(args.begin(), args.end(), "--resume") != args.end();
+    running_.push_back({spawn_train(args, log_of(v)), i, std::chrono::steady_clock::now()});
+    state_["variants"][v.name] = {{"status", "running"}};
+    write_state(o_.out_dir, state_);
+    std::cout << "[sweep] start " << v.name << (resumed ? " (resumes from its latest checkpoint)" : "") << ": log "
+              << log_of(v).string() << "\n" << std::flush;
+  }
+
+  void ended(pid_t pid, int status) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.pid == pid; });
+    if (it == running_.end()) return;
+    const auto& v = variants_[it->variant];
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->started).count();
+    running_.erase(it);
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    const bool interrupted = stopping_ && !ok;
+    state_["variants"][v.name] = {{"status", ok ? "done" : interrupted ? "interrupted" : "failed"},
+                                  {"exit", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)},
+                                  {"seconds", seconds}};
+    write_state(o_.out_dir, state_);
+    if (ok) {
+      std::cout << "[sweep] done " << ++finished_ << "/" << variants_.size() << " " << v.name << " in " << seconds_text(seconds)
+                << ": " << outcome_text(o_.out_dir / v.name, o_.compare) << "\n";
+    } else if (interrupted) {
+      std::cout << "[sweep] stopped " << v.name << "\n";
+    } else {
+      failed_.push_back(v.name + " (" + last_error_line(log_of(v)) + "; log " + log_of(v).string() + ")");
+      std::cout << "[sweep] FAILED " << v.name << ": see " << log_of(v).string() << "\n";
+    }
+    std::cout << std::flush;
+    compare_or_warn(o_, false);  // current while the sweep runs
+  }
+
+  const SweepOptions& o_;
+  std::vector<config::SweepVariant> variants_;
+  std::vector<config::Config> configs_;
+  json state_;
+  std::vector<size_t> pending_;  // indices into variants_, in grid order
+  size_t next_ = 0, finished_ = 0;
+  std::vector<Running> running_;
+  std::vector<std::string> failed_;
+  bool stopping_ = false;
+};
+
+}  // namespace
+
+int run_sweep(const SweepOptions& o) {
+  auto variants = config::sweep_variants(o.axes, o.seeds, config::load_config(o.config_file, o.overrides).run.seed);
+  auto configs = checked_configs(o, variants);
+  json state = opened_state(o, variants);
+  if (o.config_file.empty()) train::ensure_demo_assets(configs.front());  // once, before runs that share them
   struct sigaction action {};
   action.sa_handler = remember_stop;
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
-  std::vector<Running> running;
-  std::vector<std::string> failed;
-  size_t next = 0, finished = variants.size() - pending.size();
-  bool stopping = false;
-  while (next < pending.size() || !running.empty()) {
-    if (const int s = g_stop_signal.exchange(0); s && !stopping) {
-      stopping = true;
-      std::cout << "[sweep] stopping: the running variants are stopped (each resumes from its latest checkpoint "
-                   "when the same command runs again)\n" << std::flush;
-      for (const auto& r : running) ::kill(r.pid, s);
-    }
-    while (!stopping && next < pending.size() && static_cast<int>(running.size()) < o.parallel) {
-      const size_t i = pending[next++];
-      const fs::path run_dir = o.out_dir / variants[i].name;
-      const auto args = train_args(o, variants[i], configs[i], run_dir);
-      const bool resumed = std::find(args.begin(), args.end(), "--resume") != args.end();
-      const fs::path log_file = o.out_dir / "logs" / (variants[i].name + ".log");
-      running.push_back({spawn_train(args, log_file), i, std::chrono::steady_clock::now()});
-      state["variants"][variants[i].name] = {{"status", "running"}};
-      write_state(o.out_dir, state);
-      std::cout << "[sweep] start " << variants[i].name << (resumed ? " (resumes from its latest checkpoint)" : "")
-                << ": log " << log_file.string() << "\n" << std::flush;
-    }
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      continue;
-    }
-    auto it = std::find_if(running.begin(), running.end(), [&](const Running& r) { return r.pid == pid; });
-    if (it == running.end()) continue;
-    const auto& v = variants[it->variant];
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->started).count();
-    const fs::path log_file = o.out_dir / "logs" / (v.name + ".log");
-    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    const bool interrupted = stopping && !ok;
-    state["variants"][v.name] = {{"status", ok ? "done" : interrupted ? "interrupted" : "failed"},
-                                 {"exit", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)},
-                                 {"seconds", seconds}};
-    write_state(o.out_dir, state);
-    running.erase(it);
-    if (ok) {
-      ++finished;
-      std::cout << "[sweep] done " << finished << "/" << variants.size() << " " << v.name << " in " << seconds_text(seconds)
-                << ": " << outcome_text(o.out_dir / v.name, o.compare) << "\n" << std::flush;
-    } else if (interrupted) {
-      std::cout << "[sweep] stopped " << v.name << "\n" << std::flush;
-    } else {
-      failed.push_back(v.name + " (" + last_error_line(log_file) + "; log " + log_file.string() + ")");
-      std::cout << "[sweep] FAILED " << v.name << ": see " << log_file.string() << "\n" << std::flush;
-    }
-    write_sweep_comparison(o.out_dir, o.compare, false);  // current while the sweep runs
-  }
+  const size_t count = variants.size();
+  SweepLoop loop(o, std::move(variants), std::move(configs), std::move(state));
+  loop.run();
   std::cout << "\n";
-  const bool compared = write_sweep_comparison(o.out_dir, o.compare, true);
-  if (compared)
+  if (compare_or_warn(o, true))
     std::cout << "\n[sweep] comparison: " << (o.out_dir / "compare.html").string() << " and compare.txt\n";
-  if (stopping) {
+  if (loop.stopped()) {
     std::cout << "[sweep] stopped; run the same command again to resume\n";
     return 130;
   }
-  if (!failed.empty()) {
+  if (!loop.failed().empty()) {
     std::string list;
-    for (const auto& f : failed) list += (list.empty() ? " " : "; ") + f;
-    throw std::runtime_error(std::to_string(failed.size()) + " of " + std::to_string(variants.size()) +
+    for (const auto& f : loop.failed()) list += (list.empty() ? " " : "; ") + f;
+    throw std::runtime_error(std::to_string(loop.failed().size()) + " of " + std::to_string(count) +
                              " sweep variants failed (a rerun of the same command retries them):" + list);
   }
   return 0;
