@@ -33,6 +33,15 @@ def config_seeds():
     put("fuzz_config_overrides", "lr.txt", "train.lr=0.001\nrun.seed=7\n")
     put("fuzz_config_overrides", "lists.txt", "data.buckets=[64, 128]\ndevices.target=[cpu, cpu]\n")
     put("fuzz_config_overrides", "bad.txt", "train=3\nrun.name.x=1\nguard.policy=rollback\n")
+    put("fuzz_config_overrides", "pipeline.txt",
+        "pipeline.nodes.target.type=features.cached\npipeline.nodes.drafter.params.objective=dpace\n"
+        "pipeline.nodes.pad.params.a.b=3\npipeline.edges.load->pad.capacity=32\npipeline.edges.reorder->drafter.capacity=2\n"
+        "pipeline.nodes.targte.type=x\npipeline.edges.load-=4\n")
+    put("fuzz_sweep_plan", "grid.txt",
+        "V train.lr=0.01,0.02\nV pipeline.nodes.optimizer.type=optimizer_step.adamw,optimizer_step.muon\n"
+        "N baseline\nN dpace: pipeline.nodes.drafter.params={objective: dpace, alpha: 0.5}\n"
+        "N sliding: model.drafter.layer_types=[sliding_attention] model.drafter.sliding_window=32\n")
+    put("fuzz_sweep_plan", "lists.txt", "xx\nV model.drafter.layer_types=[a, b],[c]\nV run.name='a,b',c\n")
 
 
 def jsonl_seeds():

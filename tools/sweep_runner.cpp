@@ -25,6 +25,7 @@
 #include "nodes/registry.hpp"
 #include "report/command.hpp"
 #include "report/compare_render.hpp"
+#include "tools/sweep_state.hpp"
 #include "train/demo.hpp"
 
 namespace dflow::cli {
@@ -36,51 +37,6 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 extern "C" void remember_stop(int signal) { g_stop_signal = signal; }
-
-fs::path state_file(const fs::path& out_dir) { return out_dir / "sweep.json"; }
-
-json definition_of(const SweepOptions& o) {
-  json vary = json::array();
-  for (const auto& a : o.axes) {
-    std::string values;
-    for (size_t i = 0; i < a.values.size(); ++i) {
-      values += (values.empty() ? "" : ",") + a.values[i];
-      if (!a.sets.empty())
-        for (const auto& kv : a.sets[i]) values += " " + kv;
-    }
-    vary.push_back(a.key + "=" + values);
-  }
-  return {{"config", o.config_file.empty() ? "<default>" : o.config_file}, {"set", o.overrides}, {"vary", vary},
-          {"seeds", o.seeds}};
-}
-
-json read_state(const fs::path& out_dir) {
-  std::ifstream in(state_file(out_dir));
-  if (!in) return json::object();
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw ConfigError(state_file(out_dir).string() + ": not a sweep state file (" + e.what() + "): choose another --out");
-  }
-}
-
-void write_state(const fs::path& out_dir, const json& state) {
-  const fs::path tmp = state_file(out_dir).string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << state.dump(2) << "\n";
-    if (!out) throw std::runtime_error("cannot write " + tmp.string());
-  }
-  fs::rename(tmp, state_file(out_dir));
-}
-
-// The definition's first difference, as a person would say it.
-std::string definition_difference(const json& saved, const json& now) {
-  for (const char* key : {"config", "set", "vary", "seeds"})
-    if (saved.value(key, json()) != now.value(key, json()))
-      return std::string(key) + " was " + saved.value(key, json()).dump() + ", now " + now.value(key, json()).dump();
-  return {};
-}
 
 struct Running {
   pid_t pid = -1;
@@ -169,7 +125,7 @@ bool compare_or_warn(const SweepOptions& o, bool print) {
 
 bool write_sweep_comparison(const fs::path& out_dir, const report::CompareOptions& options, bool print) {
   std::vector<fs::path> runs;
-  const json state = read_state(out_dir);
+  const json state = read_sweep_state(out_dir);
   for (const auto& name : state.value("order", json::array())) {
     const fs::path dir = out_dir / name.get<std::string>();
     if (fs::exists(dir / "metrics.jsonl")) runs.push_back(dir);
@@ -199,22 +155,6 @@ std::vector<config::Config> checked_configs(const SweepOptions& o, const std::ve
     }
   }
   return configs;
-}
-
-// The sweep's state in out_dir, made or checked to be this sweep's.
-json opened_state(const SweepOptions& o, const std::vector<config::SweepVariant>& variants) {
-  fs::create_directories(o.out_dir / "logs");
-  json state = read_state(o.out_dir);
-  const json definition = definition_of(o);
-  if (state.contains("definition") && state["definition"] != definition)
-    throw ConfigError(o.out_dir.string() + " holds another sweep (" + definition_difference(state["definition"], definition) +
-                      "): rerun it as it was, or choose another --out");
-  state["definition"] = definition;
-  state["order"] = json::array();
-  for (const auto& v : variants) state["order"].push_back(v.name);
-  if (!state.contains("variants")) state["variants"] = json::object();
-  write_state(o.out_dir, state);
-  return state;
 }
 
 // The loop over the variants still to run: up to `parallel` processes, each
@@ -265,7 +205,7 @@ class SweepLoop {
     const bool resumed = std::find(args.begin(), args.end(), "--resume") != args.end();
     running_.push_back({spawn_train(args, log_of(v)), i, std::chrono::steady_clock::now()});
     state_["variants"][v.name] = {{"status", "running"}};
-    write_state(o_.out_dir, state_);
+    write_sweep_state(o_.out_dir, state_);
     std::cout << "[sweep] start " << v.name << (resumed ? " (resumes from its latest checkpoint)" : "") << ": log "
               << log_of(v).string() << "\n" << std::flush;
   }
@@ -281,7 +221,7 @@ class SweepLoop {
     state_["variants"][v.name] = {{"status", ok ? "done" : interrupted ? "interrupted" : "failed"},
                                   {"exit", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)},
                                   {"seconds", seconds}};
-    write_state(o_.out_dir, state_);
+    write_sweep_state(o_.out_dir, state_);
     if (ok) {
       std::cout << "[sweep] done " << ++finished_ << "/" << variants_.size() << " " << v.name << " in " << seconds_text(seconds)
                 << ": " << outcome_text(o_.out_dir / v.name, o_.compare) << "\n";
@@ -311,8 +251,11 @@ class SweepLoop {
 int run_sweep(const SweepOptions& o) {
   auto variants = config::sweep_variants(o.axes, o.seeds, config::load_config(o.config_file, o.overrides).run.seed);
   auto configs = checked_configs(o, variants);
-  json state = opened_state(o, variants);
-  if (o.config_file.empty()) train::ensure_demo_assets(configs.front());  // once, before runs that share them
+  json state = open_sweep_state(o, variants);
+  if (o.config_file.empty()) {  // once, before the runs that share them
+    std::cout << "[sweep] the demo's target, data and held-out prompts (made once when absent)\n" << std::flush;
+    train::ensure_demo_assets(configs.front());
+  }
   struct sigaction action {};
   action.sa_handler = remember_stop;
   ::sigaction(SIGINT, &action, nullptr);
