@@ -10,31 +10,31 @@ namespace dflow::config {
 
 namespace {
 
-// A config without a pipeline section runs the default graph; without
-// held-out prompts, it runs it without the eval node.
-void drop_default_eval_without_prompts(Config& c) {
-  if (!c.pipeline.from_default || !c.eval.prompts.empty()) return;
-  std::vector<std::string> dropped;
-  std::erase_if(c.pipeline.nodes, [&](const NodeDecl& n) {
-    if (n.type.rfind("eval.", 0) != 0) return false;
-    dropped.push_back(n.name);
-    return true;
-  });
-  std::erase_if(c.pipeline.edges, [&](const EdgeDecl& e) {
-    const std::string to = e.to.substr(0, e.to.find('.'));
-    return std::find(dropped.begin(), dropped.end(), to) != dropped.end();
-  });
+bool is_eval_node(const NodeDecl& node) { return node.type.rfind("eval.", 0) == 0; }
+
+bool has_prompts(const Config& c, const NodeDecl& node) {
+  if (!c.eval.prompts.empty()) return true;
+  const YAML::Node own = node.params && node.params.IsMap() ? node.params["prompts"] : YAML::Node();
+  return own && own.IsScalar() && !own.Scalar().empty();
 }
 
-// An eval node needs held-out prompts; say so at the node.
+// An eval node needs held-out prompts. Without them, eval.every_steps > 0
+// asks for tau every N steps that cannot be measured: refused at the node.
+// With eval.every_steps 0 (no periodic evaluation, the default outside the
+// demo) the run leaves the node out and says so (its kind's off_because):
+// a run without held-out prompts trains.
 void check_eval_nodes(const Config& c) {
+  if (c.eval.every_steps == 0) return;
   for (size_t i = 0; i < c.pipeline.nodes.size(); ++i) {
     const auto& node = c.pipeline.nodes[i];
-    if (node.type.rfind("eval.", 0) != 0 || !c.eval.prompts.empty() || (node.params && node.params["prompts"])) continue;
+    if (!is_eval_node(node) || has_prompts(c, node)) continue;
+    const std::string every = std::to_string(c.eval.every_steps);
     throw ConfigError(node.mark, "pipeline.nodes[" + std::to_string(i) + "]",
                       "node '" + node.name + "' (" + node.type +
-                          ") measures tau on held-out prompts, but neither its params.prompts nor eval.prompts is set: "
-                          "set one to a JSONL file of prompts that are not in the training data");
+                          ") measures tau on held-out prompts, but neither its params.prompts nor eval.prompts is set "
+                          "while eval.every_steps " + every + " asks for tau every " + every +
+                          " steps: set one to a JSONL file of prompts that are not in the training data, or set "
+                          "eval.every_steps: 0 to train without evaluation");
   }
 }
 
@@ -85,7 +85,6 @@ Config read_config(YamlSection root) {
   std::map<std::string, YamlSection> sections;
   config_keys().read(root, c, &sections);
   check_across_keys(c, sections);
-  drop_default_eval_without_prompts(c);
   check_eval_nodes(c);
   return c;
 }

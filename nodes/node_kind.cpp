@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "config/log.hpp"
+
 namespace dflow::nodes {
 
 std::string node_path(const config::PipelineConfig& pipeline, const config::NodeDecl& node) {
@@ -12,6 +14,25 @@ std::string node_path(const config::PipelineConfig& pipeline, const config::Node
 
 config::YamlSection node_params(const config::PipelineConfig& pipeline, const config::NodeDecl& node) {
   return config::YamlSection(node.params, node_path(pipeline, node) + ".params", pipeline.origins);
+}
+
+config::Config without_nodes_that_are_off(config::Config config, const graph::NodeRegistry& registry) {
+  std::vector<std::string> off;
+  for (const auto& node : config.pipeline.nodes) {
+    const RunHooks* hooks = run_hooks(registry, node.type);
+    if (!hooks || !hooks->off_because) continue;
+    if (const std::string why = hooks->off_because(config, node); !why.empty()) {
+      log::info("train", "node '" + node.name + "' (" + node.type + ") is off: " + why);
+      off.push_back(node.name);
+    }
+  }
+  auto is_off = [&](const std::string& endpoint) {  // "node" or "node.port"
+    return std::find(off.begin(), off.end(), endpoint.substr(0, endpoint.find('.'))) != off.end();
+  };
+  auto& p = config.pipeline;
+  std::erase_if(p.nodes, [&](const config::NodeDecl& n) { return is_off(n.name); });
+  std::erase_if(p.edges, [&](const config::EdgeDecl& e) { return is_off(e.from) || is_off(e.to); });
+  return config;
 }
 
 void add_node_kind(graph::NodeRegistry& registry, graph::NodeSpec spec, RunHooks hooks) {

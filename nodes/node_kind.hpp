@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/config.hpp"
 #include "config/pipeline.hpp"
 #include "config/yaml_reader.hpp"
 #include "data/batching_policy.hpp"
@@ -45,6 +46,12 @@ struct RunHooks {
   // A fresh run hands the node the untrained drafter's state (an evaluator's
   // baseline), taken before the first step.
   bool wants_untrained_state = false;
+  // Why the node has nothing to do in this run ("" when it runs), decided
+  // from the config before anything loads: the run then leaves it and its
+  // edges out of the graph and says why once, in its log. For a node nothing
+  // downstream needs (an evaluator without held-out prompts while no
+  // periodic evaluation was asked for).
+  std::function<std::string(const config::Config& config, const config::NodeDecl& node)> off_because = {};
 };
 
 // "pipeline.nodes[i]" of the declared `node`: where its errors point.
@@ -52,6 +59,11 @@ std::string node_path(const config::PipelineConfig& pipeline, const config::Node
 // The node's params as a section named as declared ("pipeline.nodes[i].params"),
 // for hooks that read them (prepare).
 config::YamlSection node_params(const config::PipelineConfig& pipeline, const config::NodeDecl& node);
+
+// `config` without the nodes that are off in this run (their kind's
+// off_because says why) and without every edge from or to them; each said
+// once, in the log, naming the node and why.
+config::Config without_nodes_that_are_off(config::Config config, const graph::NodeRegistry& registry);
 
 // Registers `spec` with `hooks` attached.
 void add_node_kind(graph::NodeRegistry& registry, graph::NodeSpec spec, RunHooks hooks);

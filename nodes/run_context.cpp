@@ -118,7 +118,7 @@ std::optional<train::LoadedCheckpoint> open_resume_checkpoint(const config::Conf
 }
 
 RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedCheckpoint* resume)
-    : config(std::move(cfg)),
+    : config(without_nodes_that_are_off(std::move(cfg), opts.node_kinds())),
       config_yaml(config::to_yaml(config)),
       options(std::move(opts)),
       out_dir(config.run.out_dir),

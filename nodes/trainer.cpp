@@ -87,7 +87,8 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   graph::BuildOptions build;
   build.threads = config.run.threads;
   build.user_context = &env;
-  auto pipeline = graph::build_pipeline(config.pipeline, options.node_kinds(), build);
+  // run.config's: without the nodes that are off in this run (RunContext).
+  auto pipeline = graph::build_pipeline(run.config.pipeline, options.node_kinds(), build);
   // The declared graph beside the metrics: what `dflow report` draws.
   auto graph_json = graph::to_json(pipeline->description());
   if (options.rank == 0) std::ofstream(run.out_dir / "graph.json") << graph_json.dump(2) << "\n";

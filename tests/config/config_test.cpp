@@ -30,12 +30,32 @@ TEST_CASE("Config.Default.is_the_demo") {
 TEST_CASE("Config.Pipeline.absent_section_uses_default_graph") {
   auto c = load_config_text("run: {name: x}\n", "x.yaml");
   CHECK(c.pipeline.from_default);
-  // Without held-out prompts the default graph runs without its eval node.
-  CHECK(c.pipeline.edges.size() + 1 == load_config("").pipeline.edges.size());
-  CHECK(c.pipeline.nodes.size() + 1 == load_config("").pipeline.nodes.size());
-  auto with_prompts = load_config_text("eval: {prompts: held-out.jsonl}\n", "x.yaml");
-  CHECK(with_prompts.pipeline.edges.size() == load_config("").pipeline.edges.size());
-  CHECK(with_prompts.pipeline.nodes.back().type == "eval.tau");
+  CHECK(c.pipeline.edges.size() == load_config("").pipeline.edges.size());
+  CHECK(c.pipeline.nodes.size() == load_config("").pipeline.nodes.size());
+  // Its eval node without held-out prompts is accepted (eval.every_steps 0):
+  // the run leaves it out and says so (Cli.Eval.without_prompts_*).
+  CHECK(c.pipeline.nodes.back().type == "eval.tau");
+}
+
+TEST_CASE("Config.Eval.an_eval_node_without_prompts_is_refused_only_when_every_steps_asks_for_tau") {
+  const std::string node = "pipeline:\n  nodes:\n    - {name: load, type: load.shards}\n"
+                           "    - {name: tau, type: eval.tau}\n  edges: []\n";
+  CHECK_NOTHROW(load_config_text(node, "x.yaml"));
+  CHECK_NOTHROW(load_config_text("eval: {every_steps: 0, prompts: \"\"}\n" + node, "x.yaml"));
+  CHECK_NOTHROW(load_config_text("eval: {every_steps: 5, prompts: held-out.jsonl}\n" + node, "x.yaml"));
+  const std::string msg = error_of("eval: {every_steps: 5}\n" + node);
+  CHECK(msg.find("test.yaml:5:7: pipeline.nodes[1]: node 'tau' (eval.tau) measures tau on held-out prompts, but neither "
+                 "its params.prompts nor eval.prompts is set while eval.every_steps 5 asks for tau every 5 steps") == 0);
+  CHECK(msg.find("or set eval.every_steps: 0 to train without evaluation") != std::string::npos);
+  // The node's own prompts are prompts too; an empty string is none.
+  auto with_own = [](const std::string& prompts) {
+    return "eval: {every_steps: 5}\npipeline:\n  nodes:\n    - {name: tau, type: eval.tau, params: {prompts: " + prompts +
+           "}}\n  edges: []\n";
+  };
+  CHECK_NOTHROW(load_config_text(with_own("p.jsonl"), "x.yaml"));
+  CHECK(error_of(with_own("''")).find("neither its params.prompts") != std::string::npos);
+  // The default pipeline is no exception: every_steps asks for tau.
+  CHECK(error_of("eval: {every_steps: 5}\n").find("node 'eval' (eval.tau) measures tau") != std::string::npos);
 }
 
 TEST_CASE("Config.ToYaml.round_trips") {
