@@ -86,6 +86,7 @@ std::string why_not_comparable(const std::vector<const FlatConfig*>& configs, co
     for (const auto& [key, value] : d)
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
   std::sort(keys.begin(), keys.end());
+  std::string why;  // every key that differs, "; " between them
   for (const auto& key : keys) {
     // Distinct values in first-seen order, with the runs that have each.
     std::vector<std::pair<std::string, std::vector<std::string>>> values;
@@ -97,12 +98,11 @@ std::string why_not_comparable(const std::vector<const FlatConfig*>& configs, co
       else same->second.push_back(names[i]);
     }
     if (values.size() < 2) continue;
-    std::string text = key + " is ";
+    why += (why.empty() ? "" : "; ") + key + " is ";
     for (size_t v = 0; v < values.size(); ++v)
-      text += (v == 0 ? "" : " and ") + values[v].first + " in " + joined_names(values[v].second);
-    return text;
+      why += (v == 0 ? "" : " and ") + values[v].first + " in " + joined_names(values[v].second);
   }
-  return {};
+  return why;
 }
 
 FlatConfig variant_key(const FlatConfig& config) {

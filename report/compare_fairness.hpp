@@ -27,9 +27,9 @@ std::map<std::string, std::string> tau_definition(const FlatConfig& config);
 
 inline constexpr const char* kLossNeutralParams[] = {"recompute"};
 
-// "" when every config has the same definition; else the first key that
+// "" when every config has the same definition; else each key that
 // differs, with each distinct value and the runs that have it:
-// "model.drafter.block_size is 16 in a, b and 8 in c". A null config (a run
+// "model.drafter.block_size is 16 in a, b and 8 in c" ("; " between keys). A null config (a run
 // without a checkpoint yet) makes the definitions unknown: its name is said.
 std::string why_not_comparable(const std::vector<const FlatConfig*>& configs, const std::vector<std::string>& names,
                                std::map<std::string, std::string> (*definition)(const FlatConfig&));

@@ -57,6 +57,12 @@ TEST_CASE("Compare.Fair.LossIsRankedOnlyUnderOneObjective") {
   CHECK(winner(dpace, "highest best tau").runs == std::vector<size_t>{1});  // tau still means the same
   CHECK(winner(dpace, "highest throughput").no_winner.empty());
 
+  // Every key that differs is said.
+  const auto both = compare({run("decay", "1", 2.0, 5), run("dpace", "1", 1.5, 6, {{"pipeline.nodes.drafter.params.objective", "dpace"},
+                                                                                  {"pipeline.nodes.drafter.params.alpha", "0.5"}})});
+  CHECK(winner(both, "lowest final loss").no_winner ==
+        "pipeline.nodes.drafter.params.alpha is (absent) in decay and 0.5 in dpace; "
+        "pipeline.nodes.drafter.params.objective is (absent) in decay and dpace in dpace");
   const auto gamma = compare({run("a", "1", 2.0, 5), run("b", "1", 1.5, 6, {{"train.loss_decay_gamma", "4"}})});
   CHECK(winner(gamma, "lowest final loss").no_winner == "train.loss_decay_gamma is 7 in a and 4 in b");
   const auto block = compare({run("a", "1", 2.0, 5), run("b", "1", 1.5, 6, {{"model.drafter.block_size", "8"}})});

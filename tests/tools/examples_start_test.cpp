@@ -61,6 +61,11 @@ std::string tiny_overrides(const config::Config& example, const fs::path& target
                                            "run.out_dir=" + out_dir.string()};
   std::string sets;
   for (const auto& s : overrides) sets += " --set '" + s + "'";
+  // Held-out prompts go with the target and data: an example that names its
+  // own measures tau on the tiny target's.
+  if (!example.eval.prompts.empty())
+    sets += " --set eval.prompts=" + (testing::assets_dir() / "heldout.jsonl").string() +
+            " --set eval.max_prompts=2 --set eval.max_new_tokens=16";
   // A window shorter than the tiny sequences, so that sliding layers slide.
   const auto& types = example.model.drafter.layer_types;
   if (std::find(types.begin(), types.end(), "sliding_attention") != types.end())
