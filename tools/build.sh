@@ -3,7 +3,9 @@
 #   tools/build.sh [--sanitize address,undefined|thread] [TARGET...]
 # Plain builds go to build/ (DFLOW_BUILD_DIR overrides); sanitizer builds go to
 # their own directory (build-asan/ for address,undefined, build-tsan/ for
-# thread) so that switching never rebuilds the other. TARGETs default to all.
+# thread) so that switching never rebuilds the other. TARGETs default to all,
+# the test executables included; `tools/build.sh dflow` builds the command line
+# alone (what the demo runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH_VERSION="2.15.0"
@@ -14,7 +16,7 @@ while (($#)); do
   case "$1" in
     --sanitize) SANITIZE="${2:?--sanitize needs a list: address,undefined or thread}"; shift 2 ;;
     --sanitize=*) SANITIZE="${1#--sanitize=}"; shift ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up, build and run the whole test suite.
+# Set up, build everything (dflow and every test executable) and run the
+# whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh

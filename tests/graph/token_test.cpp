@@ -76,14 +76,16 @@ pipeline:
 }
 
 TEST_CASE("Graph.Token.without_tokens_replicas_overlap") {
-  // The probe can see an overlap: the same workers without a token run at
-  // once (with two threads), so the tests above would notice a second holder.
+  // The probe can see an overlap, so the tests above would notice a second
+  // holder: with two tokens for two workers (and two threads) both hold one
+  // at once. Each worker's first call waits until the other is inside too;
+  // were the workers serialized, it would fail naming the one that never came.
   Probe probe;
   auto pipeline = build(R"(
 pipeline:
   nodes:
     - {name: src,    type: test.count, params: {count: 200}}
-    - {name: worker, type: test.hold, replicas: 2, params: {delay_us: 300}}
+    - {name: worker, type: test.hold, replicas: 2, params: {delay_us: 30, meet: 2}}
     - {name: hub,    type: pass}
     - {name: sink,   type: test.sink}
   edges:
@@ -94,4 +96,5 @@ pipeline:
 )", probe, 2);
   REQUIRE(pipeline->run() == RunEnd::completed);
   CHECK(probe.max_holders.load() == 2);
+  CHECK(probe.holds.load() == 200);
 }

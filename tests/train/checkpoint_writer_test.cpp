@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include "train/checkpoint.hpp"
@@ -51,11 +52,18 @@ TEST_CASE("CheckpointWriter.the_same_step_written_from_two_threads_at_once_is_on
   const fs::path dir = fresh("same-step");
   train::CheckpointWriter writer(dir, 3);
   // The first write stops half-way (its drafter file written) while the second
-  // one starts: both use step-4's temporary name.
+  // one starts: both use step-4's temporary name. The second starts once the
+  // first says it is half-way, however late the scheduler runs it.
+  std::promise<void> half_way;
+  auto first_is_half_way = half_way.get_future();
   std::thread background([&] {
-    writer.write(state_at(4, 1.0f), [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
+    writer.write(state_at(4, 1.0f), [&] {
+      half_way.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    });
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const bool reached = first_is_half_way.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  CHECK_MESSAGE(reached, "the first write never reached its half-way hook");
   CHECK_NOTHROW(writer.write_final(state_at(4, 2.0f)));
   background.join();
   const fs::path latest = train::resolve_checkpoint(dir, "latest");
