@@ -28,6 +28,7 @@
 #include "graph/description.hpp"
 #include "nodes/registry.hpp"
 #include "tools/cli.hpp"
+#include "tools/exec_self.hpp"
 #include "train/launch_env.hpp"
 
 namespace dflow::cli {
@@ -86,14 +87,7 @@ pid_t spawn_rank(int rank, int world_size, int port, const std::vector<std::stri
   ::setenv("LOCAL_WORLD_SIZE", std::to_string(world_size).c_str(), 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-  std::vector<char*> argv;
-  static std::string self = "/proc/self/exe";
-  argv.push_back(self.data());
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  ::execv("/proc/self/exe", argv.data());
-  std::perror("dflow launch: exec");
-  ::_exit(127);
+  exec_self(args, "dflow launch");
 }
 
 int launch(int world_size, const std::vector<std::string>& train_args, double timeout_s) {

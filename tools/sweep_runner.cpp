@@ -25,6 +25,7 @@
 #include "nodes/registry.hpp"
 #include "report/command.hpp"
 #include "report/compare_render.hpp"
+#include "tools/exec_self.hpp"
 #include "tools/sweep_state.hpp"
 #include "train/demo.hpp"
 
@@ -50,14 +51,7 @@ pid_t spawn_train(const std::vector<std::string>& args, const fs::path& log_file
   if (pid > 0) return pid;
   const int fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd >= 0) ::dup2(fd, 1), ::dup2(fd, 2), ::close(fd);
-  std::vector<char*> argv;
-  static std::string self = "/proc/self/exe";
-  argv.push_back(self.data());
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  ::execv("/proc/self/exe", argv.data());
-  std::perror("dflow sweep: exec");
-  ::_exit(127);
+  exec_self(args, "dflow sweep");
 }
 
 std::string last_error_line(const fs::path& log_file) {
