@@ -13,17 +13,16 @@
 namespace dflow::train {
 
 // sqrt(sum of squared entries) over `grads` (undefined ones skipped), in fp64,
-// with one read to the host: each tensor's norm in fp64 on its device
-// (torch::_foreach_norm, one kernel per device on CUDA), combined there.
-// Reading each tensor's sum separately costs a device sync per parameter.
+// with one read to the host: each tensor's sum of squares in fp64 on its
+// device, as before, stacked and summed there. Reading each sum on its own
+// cost a device sync per parameter on a GPU.
 inline double global_grad_norm(const std::vector<torch::Tensor>& grads) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> defined;
+  std::vector<torch::Tensor> squares;
   for (const auto& g : grads)
-    if (g.defined()) defined.push_back(g);
-  if (defined.empty()) return 0.0;
-  const std::vector<torch::Tensor> norms = torch::_foreach_norm(defined, 2, torch::kFloat64);
-  return torch::stack(norms).pow(2).sum().sqrt().item<double>();
+    if (g.defined()) squares.push_back(g.to(torch::kFloat64).pow(2).sum());
+  if (squares.empty()) return 0.0;
+  return torch::stack(squares).sum().sqrt().item<double>();
 }
 
 class Optimizer {

@@ -118,11 +118,11 @@ TEST_CASE("Model.Recompute.HoldsLessByWhatTheMemoryModelSays") {
   DFlashDrafter drafter(spec, 3);
   const int64_t length = 512;
   auto peak_of = [&](int64_t blocks, bool recompute) {
+    drafter->zero_grad();
+    CpuMemoryCounter counter;  // the batch's block embeddings and the plan's masks count too
     const Batch b = batch_of(spec, length, blocks, torch::kFloat32);
     const int64_t blocks_per_chunk = blocks_per_chunk_for_budget(2, spec.num_attention_heads, length, spec.block_size, 1 << 18);
     const BlockAttentionPlan plan = plan_for(spec, b, length, blocks_per_chunk);
-    drafter->zero_grad();
-    CpuMemoryCounter counter;
     const torch::Tensor out = drafter->forward(b.features, b.embeddings, b.positions, plan, recompute);
     out.square().sum().backward();
     return static_cast<double>(counter.peak_bytes());
