@@ -285,7 +285,7 @@ Pass pass(DFlashDrafter& drafter, const std::function<torch::Tensor(const torch:
   Pass p;
   p.out = forward(leaf);
   torch::manual_seed(31);
-  (p.out * torch::randn_like(p.out)).sum().backward();
+  (p.out * torch::randn(p.out.sizes(), p.out.options())).sum().backward();
   p.feature_grad = leaf.grad();
   for (const auto& param : drafter->parameters()) p.grads.push_back(param.grad().clone());
   return p;
