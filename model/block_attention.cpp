@@ -129,6 +129,7 @@ void add_group_tensors(BlockAttentionPlan& plan, const std::vector<std::vector<s
     const torch::Tensor own_block =
         (slot_block.unsqueeze(1) == slot_block.unsqueeze(0)).unsqueeze(0).expand({count, queries, queries});
     BlockAttentionGroup group;
+    group.members = members;
     group.num_chunks = count;
     group.max_queries = queries;
     group.max_context = context;
@@ -141,6 +142,18 @@ void add_group_tensors(BlockAttentionPlan& plan, const std::vector<std::vector<s
   plan.slot_rows = torch::empty_like(slots).index_put_({slots}, torch::cat(rows_in_order)).to(device);
   plan.group_query_index = torch::cat(query_indices);
   plan.group_context_index = torch::cat(context_indices);
+}
+
+// The earliest kept anchor among a run's blocks over the batch (`none` when none is kept).
+int64_t earliest_kept_anchor(const BlockRun& run, std::span<const int64_t> anchors, std::span<const bool> keep,
+                             int64_t batch, int64_t num_blocks, int64_t none) {
+  int64_t earliest = none;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t j = run.first_block; j < run.first_block + run.blocks; ++j) {
+      const auto at = static_cast<size_t>(b * num_blocks + j);
+      if (keep[at]) earliest = std::min(earliest, anchors[at]);
+    }
+  return earliest;
 }
 
 template <class T>
@@ -192,6 +205,7 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
     chunk.num_queries = extents.back().num_queries;
     chunk.context_first = extents.back().context_first;
     chunk.context_length = extents.back().context_length;
+    chunk.earliest_anchor = earliest_kept_anchor(run, anchors, keep, batch, num_blocks, chunk.context_first + chunk.context_length);
     plan.chunks.push_back(std::move(chunk));
   }
 
@@ -232,10 +246,14 @@ torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft
     const torch::Tensor ck_rows = context_k[0].transpose(0, 1), cv_rows = context_v[0].transpose(0, 1);  // [S, KVH, D]
     // One gather per tensor for all groups, split per group (a gather per
     // group would scatter its gradient into a zeroed copy of the whole row).
+    // A sliding layer reads each chunk's keys within its window only.
+    auto context_of = [&](const BlockAttentionGroup& group) {
+      return sliding ? group.max_sliding_context : group.max_context;
+    };
     std::vector<int64_t> query_rows, context_rows;
     for (const BlockAttentionGroup& group : plan.groups) {
       query_rows.push_back(group.num_chunks * group.max_queries);
-      context_rows.push_back(group.num_chunks * group.max_context);
+      context_rows.push_back(group.num_chunks * context_of(group));
     }
     auto gathered = [&](const torch::Tensor& x, const torch::Tensor& index, const std::vector<int64_t>& sizes) {
       return x.index_select(0, index).split_with_sizes(sizes);
@@ -243,13 +261,14 @@ torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft
     const auto all_q = gathered(q_rows, plan.group_query_index, query_rows);
     const auto all_dk = gathered(dk_rows, plan.group_query_index, query_rows);
     const auto all_dv = gathered(dv_rows, plan.group_query_index, query_rows);
-    const auto all_ck = gathered(ck_rows, plan.group_context_index, context_rows);
-    const auto all_cv = gathered(cv_rows, plan.group_context_index, context_rows);
+    const torch::Tensor& context_index = sliding ? plan.group_sliding_context_index : plan.group_context_index;
+    const auto all_ck = gathered(ck_rows, context_index, context_rows);
+    const auto all_cv = gathered(cv_rows, context_index, context_rows);
     std::vector<torch::Tensor> rows;
     rows.reserve(plan.groups.size());
     for (size_t g = 0; g < plan.groups.size(); ++g) {
       const BlockAttentionGroup& group = plan.groups[g];
-      const int64_t count = group.num_chunks, queries = group.max_queries, context = group.max_context;
+      const int64_t count = group.num_chunks, queries = group.max_queries, context = context_of(group);
       auto batched = [&](const torch::Tensor& x, int64_t length) {
         return x.view({count, length, x.size(1), head_dim}).transpose(1, 2);
       };
@@ -269,10 +288,12 @@ torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft
   outputs.reserve(plan.chunks.size());
   for (const BlockAttentionChunk& chunk : plan.chunks) {
     const torch::Tensor chunk_q = q.narrow(2, chunk.first_query, chunk.num_queries);
+    const int64_t context_first = sliding ? chunk.sliding_context_first : chunk.context_first;
+    const int64_t context_length = sliding ? chunk.sliding_context_length : chunk.context_length;
     const torch::Tensor chunk_k = torch::cat(
-        {context_k.narrow(2, chunk.context_first, chunk.context_length), draft_k.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
+        {context_k.narrow(2, context_first, context_length), draft_k.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
     const torch::Tensor chunk_v = torch::cat(
-        {context_v.narrow(2, chunk.context_first, chunk.context_length), draft_v.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
+        {context_v.narrow(2, context_first, context_length), draft_v.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
     const torch::Tensor attended =
         grouped_attention(chunk_q, chunk_k, chunk_v, sliding ? chunk.sliding_visible : chunk.visible, /*causal=*/false);
     outputs.push_back(attended.masked_fill(chunk.row_has_keys.logical_not(), 0.0));  // [B, H, Q, D]

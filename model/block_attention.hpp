@@ -16,10 +16,18 @@ struct BlockAttentionChunk {
   int64_t num_queries = 0;     // draft slots in the chunk (whole blocks)
   int64_t context_first = 0;   // keys from context positions [context_first, context_first + context_length)
   int64_t context_length = 0;
+  // The earliest kept anchor of the chunk's blocks (over the batch;
+  // context_first + context_length when none is kept). A sliding layer's
+  // window reaches no key before earliest_anchor - (window - 1).
+  int64_t earliest_anchor = 0;
+  // A sliding layer's keys (add_sliding_window): the context positions
+  // [sliding_context_first, + sliding_context_length) within the window of
+  // some query of the chunk, a tail of the full layer's range.
+  int64_t sliding_context_first = 0, sliding_context_length = 0;
   // Undefined for a packed row's chunks, whose groups hold the masks:
   torch::Tensor visible;       // [B, 1, num_queries, context_length + num_queries] bool
   torch::Tensor row_has_keys;  // [B, 1, num_queries, 1] bool; false for padding blocks
-  torch::Tensor sliding_visible;  // like visible, within the plan's sliding window (add_sliding_window)
+  torch::Tensor sliding_visible;  // [B, 1, num_queries, sliding_context_length + num_queries] (add_sliding_window)
 };
 
 // Packed single rows: the chunks (each one document's run of blocks) do not
@@ -30,9 +38,13 @@ struct BlockAttentionChunk {
 // point at its own document's positions, its padded queries are dropped.
 struct BlockAttentionGroup {
   int64_t num_chunks = 0, max_queries = 0, max_context = 0;
+  std::vector<size_t> members;  // the plan's chunks in this group, in padded order
   torch::Tensor visible;        // [G, 1, Qmax, Cmax + Qmax] bool
   torch::Tensor row_has_keys;   // [G, 1, Qmax, 1] bool; false for padding blocks and padded queries
-  torch::Tensor sliding_visible;  // like visible, within the plan's sliding window (add_sliding_window)
+  // A sliding layer's pass (add_sliding_window): each chunk's keys narrowed
+  // to its window (its sliding_context_* range), padded to max_sliding_context.
+  int64_t max_sliding_context = 0;
+  torch::Tensor sliding_visible;  // [G, 1, Qmax, max_sliding_context + Qmax] bool
 };
 
 struct BlockAttentionPlan {
@@ -46,6 +58,8 @@ struct BlockAttentionPlan {
   // each (chunk, query), padding repeating a real slot of the chunk; [sum G *
   // Cmax] the context position of each (chunk, key).
   torch::Tensor group_query_index, group_context_index;
+  // Like group_context_index for a sliding layer's narrowed keys, [sum G * max_sliding_context].
+  torch::Tensor group_sliding_context_index;
   // > 0 once add_sliding_window gave every chunk (or group) its
   // sliding_visible mask for this window; 0: full attention only.
   int64_t sliding_window = 0;
@@ -81,7 +95,16 @@ BlockAttentionPlan plan_block_attention(const torch::Tensor& anchor_positions, c
 // whole: sliding_window must be >= block_size, so no public variant of the
 // in-block window bites. anchor_positions [B, N] as given to
 // plan_block_attention. Full-attention layers keep using `visible`.
-void add_sliding_window(BlockAttentionPlan& plan, const torch::Tensor& anchor_positions, int64_t sliding_window);
+//
+// A sliding layer scores only the keys some query of a chunk can see: the
+// anchors are sorted, so a chunk's keys start at its earliest anchor minus
+// the window (block-sparse by chunk), not at the document's start. The
+// result is that of masking the whole context (SlidingKeys::whole_context,
+// kept as the reference), at a fraction of the scores once the context is
+// longer than the window.
+enum class SlidingKeys { within_window, whole_context };
+void add_sliding_window(BlockAttentionPlan& plan, const torch::Tensor& anchor_positions, int64_t sliding_window,
+                        SlidingKeys keys = SlidingKeys::within_window);
 
 // Blocks per chunk: attention scores within max_scores_per_chunk elements,
 // and at most S / Bs blocks so the mostly-masked draft-to-draft part never

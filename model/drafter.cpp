@@ -131,32 +131,57 @@ std::vector<ContextKV> DFlashDrafterImpl::context_kv(const torch::Tensor& contex
 }
 
 torch::Tensor DFlashDrafterImpl::forward(const torch::Tensor& context_features, const torch::Tensor& block_embeddings,
-                                         const torch::Tensor& block_positions, const BlockAttentionPlan& plan) {
-  return forward_with_context_kv(context_kv(project_features(context_features), 0), block_embeddings, block_positions,
-                                 plan);
+                                         const torch::Tensor& block_positions, const BlockAttentionPlan& plan,
+                                         bool recompute_layers) {
+  const torch::Tensor context = project_features(context_features);
+  const torch::Tensor positions =
+      torch::arange(context.size(1), torch::TensorOptions().device(context.device()).dtype(torch::kInt64));
+  return run_layers(context, positions, block_embeddings, block_positions, plan, recompute_layers);
 }
 
 torch::Tensor DFlashDrafterImpl::forward(const torch::Tensor& context_features, const torch::Tensor& context_positions,
                                          const torch::Tensor& block_embeddings, const torch::Tensor& block_positions,
-                                         const BlockAttentionPlan& plan) {
+                                         const BlockAttentionPlan& plan, bool recompute_layers) {
   if (context_positions.dim() != 2 || context_positions.sizes() != context_features.sizes().slice(0, 2)) {
     throw std::invalid_argument("DFlashDrafter: context positions must be [B, S] like the context features " +
                                 c10::str(context_features.sizes()) + ", got " + c10::str(context_positions.sizes()));
   }
-  return forward_with_context_kv(context_kv(project_features(context_features), context_positions), block_embeddings,
-                                 block_positions, plan);
+  return run_layers(project_features(context_features), context_positions, block_embeddings, block_positions, plan,
+                    recompute_layers);
 }
 
-torch::Tensor DFlashDrafterImpl::forward_with_context_kv(const std::vector<ContextKV>& context_kv_per_layer,
-                                                         const torch::Tensor& block_embeddings,
-                                                         const torch::Tensor& block_positions,
-                                                         const BlockAttentionPlan& plan) {
+torch::Tensor DFlashDrafterImpl::run_layers(const torch::Tensor& context, const torch::Tensor& context_positions,
+                                            const torch::Tensor& block_embeddings,
+                                            const torch::Tensor& block_positions, const BlockAttentionPlan& plan,
+                                            bool recompute_layers) {
+  if (!recompute_layers) {
+    return forward_with_context_kv(context_kv(context, context_positions), block_embeddings, block_positions, plan);
+  }
+  check_blocks(block_embeddings, block_positions);
+  const RotaryTables context_rotary = rotary_tables(context_positions.to(context.device(), torch::kInt64),
+                                                    spec_.head_dim, spec_.rope_theta, context.scalar_type());
+  torch::Tensor hidden = block_embeddings.to(fc->weight.scalar_type());  // [B, Q, H]
+  const RotaryTables draft_rotary =
+      rotary_tables(block_positions.to(hidden.device()), spec_.head_dim, spec_.rope_theta, hidden.scalar_type());
+  for (size_t i = 0; i < layers->size(); ++i)
+    hidden = recomputed_layer(*layers->ptr<DraftLayerImpl>(i), hidden, context, context_rotary, draft_rotary, plan);
+  return norm(hidden);
+}
+
+void DFlashDrafterImpl::check_blocks(const torch::Tensor& block_embeddings, const torch::Tensor& block_positions) const {
   if (block_embeddings.dim() != 3 || block_embeddings.size(2) != spec_.hidden_size ||
       block_positions.sizes() != block_embeddings.sizes().slice(0, 2)) {
     throw std::invalid_argument("DFlashDrafter: block embeddings must be [B, Q, " + std::to_string(spec_.hidden_size) +
                                 "] with positions [B, Q], got " + c10::str(block_embeddings.sizes()) + " and " +
                                 c10::str(block_positions.sizes()));
   }
+}
+
+torch::Tensor DFlashDrafterImpl::forward_with_context_kv(const std::vector<ContextKV>& context_kv_per_layer,
+                                                         const torch::Tensor& block_embeddings,
+                                                         const torch::Tensor& block_positions,
+                                                         const BlockAttentionPlan& plan) {
+  check_blocks(block_embeddings, block_positions);
   if (context_kv_per_layer.size() != layers->size()) {
     throw std::invalid_argument("DFlashDrafter: context K/V for " + std::to_string(context_kv_per_layer.size()) +
                                 " layers, drafter has " + std::to_string(layers->size()));

@@ -135,13 +135,17 @@ class DFlashDrafterImpl : public torch::nn::Module {
   // block_embeddings [B, N*Bs, H]: target embeddings of the block tokens;
   // block_positions [B, N*Bs]: absolute positions (anchor + 0 .. Bs-1).
   // Context entries sit at positions 0 .. S-1.
+  // recompute_layers: keep only each layer's inputs from the forward pass
+  // and run the layer again in backward (recomputed_layer); same outputs and
+  // gradients, a fraction of the activation memory, one more forward.
   torch::Tensor forward(const torch::Tensor& context_features, const torch::Tensor& block_embeddings,
-                        const torch::Tensor& block_positions, const BlockAttentionPlan& plan);
+                        const torch::Tensor& block_positions, const BlockAttentionPlan& plan,
+                        bool recompute_layers = false);
   // Packed rows: context entry t sits at context_positions [B, S] (its
   // position within its own sample), block positions likewise.
   torch::Tensor forward(const torch::Tensor& context_features, const torch::Tensor& context_positions,
                         const torch::Tensor& block_embeddings, const torch::Tensor& block_positions,
-                        const BlockAttentionPlan& plan);
+                        const BlockAttentionPlan& plan, bool recompute_layers = false);
 
   // The same pass over context K/V projected earlier (a drafting cache).
   torch::Tensor forward_with_context_kv(const std::vector<ContextKV>& context_kv_per_layer,
@@ -159,9 +163,24 @@ class DFlashDrafterImpl : public torch::nn::Module {
   RMSNorm norm{nullptr};
 
  private:
+  // The draft layers over context [B, S, H] at `context_positions` ([S] or [B, S]).
+  torch::Tensor run_layers(const torch::Tensor& context, const torch::Tensor& context_positions,
+                           const torch::Tensor& block_embeddings, const torch::Tensor& block_positions,
+                           const BlockAttentionPlan& plan, bool recompute_layers);
+  void check_blocks(const torch::Tensor& block_embeddings, const torch::Tensor& block_positions) const;
+
   DrafterSpec spec_;
 };
 TORCH_MODULE(DFlashDrafter);
+
+// One draft layer, its context K/V projection included, whose activations
+// are recomputed in backward (model/layer_recompute.cpp) rather than kept:
+// the output and every gradient (hidden, context, the layer's parameters)
+// are those of self_attn->project_context + layer.forward. Without grad
+// mode it is just that forward.
+torch::Tensor recomputed_layer(DraftLayerImpl& layer, const torch::Tensor& hidden, const torch::Tensor& context,
+                               const RotaryTables& context_rotary, const RotaryTables& draft_rotary,
+                               const BlockAttentionPlan& plan);
 
 // Saves model.safetensors (parameters under their public names, in their
 // current dtype) and config.json (a Qwen3 config with DFlash fields) into

@@ -30,11 +30,28 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryTables& tables); 
 // kv head i / groups (HF repeat_kv).
 torch::Tensor expand_kv_heads(const torch::Tensor& kv, int64_t groups);
 
-// Scaled dot-product attention, scale 1/sqrt(D), GQA by expansion.
+// How grouped_attention meets query heads that share a key/value head.
+enum class KvHeads {
+  // Never repeated: LibTorch's attention reads them grouped (enable_gqa) on
+  // the CPU and without a mask; on CUDA with a mask, where the masked
+  // kernels take equal head counts only, each group's queries are folded
+  // onto the query axis of their one key/value head (the mask is repeated
+  // per group instead, a fraction of K/V's size at the chunk shapes used).
+  grouped,
+  // Always folded as above (what `grouped` does on CUDA with a mask; here so
+  // that it is tested on any device). Not with causal.
+  folded,
+  // Repeated to one per query head first (HF repeat_kv): the reference, and
+  // the "before" of the benchmark.
+  expanded,
+};
+
+// Scaled dot-product attention, scale 1/sqrt(D).
 // q [B, H, Q, D], k/v [B, KVH, K, D]; visible_mask (bool, true = may attend)
 // broadcastable to [B, H, Q, K]; every query row must see at least one key.
 torch::Tensor grouped_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                const std::optional<torch::Tensor>& visible_mask, bool causal);
+                                const std::optional<torch::Tensor>& visible_mask, bool causal,
+                                KvHeads kv_heads = KvHeads::grouped);
 
 // down(silu(gate(x)) * up(x)), bias-free.
 torch::Tensor swiglu_mlp(const torch::Tensor& x, const torch::Tensor& gate_weight, const torch::Tensor& up_weight,

@@ -257,8 +257,9 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   const torch::Tensor hidden =
       documents != nullptr
           ? drafter.forward(context_features.to(device), documents->position_ids.to(device, torch::kInt64),
-                            block_embeddings, draft_positions, plan)
-          : drafter.forward(context_features.to(device), block_embeddings, draft_positions, plan);  // [B, N*Bs, H]
+                            block_embeddings, draft_positions, plan, options.recompute_layers)
+          : drafter.forward(context_features.to(device), block_embeddings, draft_positions, plan,
+                            options.recompute_layers);  // [B, N*Bs, H]
 
   // Only label-bearing slots reach the LM head.
   const torch::Tensor rows = blocks.valid.reshape({-1}).nonzero().squeeze(1);  // [P]

@@ -37,6 +37,7 @@ struct ObjectiveOptions {
   int64_t attention_blocks_per_chunk = 0;           // <= 0: sized by max_attention_scores_per_chunk
   int64_t max_attention_scores_per_chunk = 1 << 25;  // B * heads * queries * keys per attention chunk
   int64_t max_logits_per_chunk = 1 << 25;           // rows * vocab of full-vocabulary logits at once
+  bool recompute_layers = false;                    // recompute draft-layer activations in backward (same math)
 };
 
 // One micro-batch laid out as draft blocks, on the drafter's device.

@@ -6,7 +6,11 @@
 // loss is sum(w * CE) / sum(w) over all of its micro-batches exactly.
 // The objective's position weighting is the node's choice (params:
 // objective: decay, the 2025 recipe with train.loss_decay_gamma, or dpace
-// with alpha), and a resume must keep it.
+// with alpha), and a resume must keep it. params.recompute recomputes each
+// draft layer's activations in backward (same math, less memory, one more
+// forward), so a resume may change it; at start the node says whether the
+// configured micro-batches fit the drafter device's memory
+// (model/drafter_memory.hpp) and the largest anchors_per_sequence that would.
 // Rows of samples quarantined during this invocation are dropped here (the
 // loader drops those known at the start): the live set only changes under
 // the model token, which this node holds, so the run stays deterministic.
@@ -14,6 +18,7 @@
 #include <cmath>
 
 #include "config/errors.hpp"
+#include "nodes/drafter_memory_fit.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_kind.hpp"
 #include "nodes/node_params.hpp"
@@ -22,12 +27,14 @@
 
 namespace dflow::nodes {
 
+
 namespace {
 
-// params: the objective's position weighting.
+// params: the objective's position weighting, activation recomputation.
 struct ObjectiveParams {
   std::string objective = "decay";
   double alpha = 0.5;
+  bool recompute = false;
 };
 
 const config::KeySet<ObjectiveParams>& objective_keys() {
@@ -40,6 +47,9 @@ const config::KeySet<ObjectiveParams>& objective_keys() {
     k.add("alpha", [](ObjectiveParams& p) -> auto& { return p.alpha; }, OnResume::must_match,
           "D-PACE smoothing: q~ = (1 - alpha) q + alpha",
           config::must<double>([](double a) { return a > 0.0 && a <= 1.0; }, "must lie in (0, 1] (0.5 by default)"));
+    k.add("recompute", [](ObjectiveParams& p) -> auto& { return p.recompute; }, OnResume::may_change,
+          "recompute each draft layer's activations in backward: same gradients, activation memory of about one "
+          "layer instead of all, a slower backward");
     return k;
   }();
   return keys;
@@ -56,6 +66,8 @@ class DrafterStep final : public graph::FunctionBody {
       objective_.weighting = model::PositionWeighting::DPace;
       objective_.dpace_alpha = chosen.alpha;
     }
+    objective_.recompute_layers = chosen.recompute;
+    log_memory_fit(run_, objective_, name_);
     const auto& target = *run_.targets.front();
     // Frozen [V, H], in the drafter's compute dtype: a bf16 drafter runs the
     // LM head in bf16; the chunked loss takes logsumexp and softmax in fp32.
@@ -201,7 +213,7 @@ void register_drafter_step(graph::NodeRegistry& registry) {
   graph::NodeSpec spec;
   spec.type = "drafter_step";
   spec.description = "DFlash forward + backward of one micro-batch; needs the model token; params: objective "
-                     "(decay | dpace), alpha (dpace)";
+                     "(decay | dpace), alpha (dpace), recompute (activations in backward)";
   spec.check_params = [](config::YamlSection& params) { read_objective_params(params); };
   spec.inputs = {{"batch", "FeatureBatch"}, {"token", "ModelToken"}};
   spec.outputs = {{"out", "MicroStats"}};

@@ -14,7 +14,12 @@
 #      with a sliding-window draft layer, with D-PACE and with Muon; a one-rank NCCL process group;
 #      the qwen3-8b graph again from a bfloat16 feature cache (cache-features, then features.cached)
 #      (the step's all-reduce); throughput at the qwen3-8b preset with the
-#      recipe in bf16 (bench_gpu throughput) and through the whole graph.
+#      recipe in bf16 (bench_gpu throughput) and through the whole graph;
+#      the drafter step's compute (bench_drafter_compute, bf16, 512 anchors):
+#      4 sliding + 1 full against 5 full layers at 2k/4k/8k with the FLOP
+#      ratio beside it, grouped against repeated K/V heads, the grad norm in
+#      one reduction against one read per parameter, recomputation's time and
+#      peak memory (the caching allocator's) against the memory model.
 # Without a usable GPU it runs 1 and 2 (here the build is the ordinary
 # tools/build.sh one, and the prefix is only configured, to spare the CPU;
 # DFLOW_GPU_CHECK_PREFIX_BUILD=1 builds it too) and says the GPU parts were
@@ -273,6 +278,19 @@ else
   fail "NCCL, one rank" "$(tail -n3 "$RESULTS/nccl.log" | tr '\n' ' ' | cut -c1-300)"
 fi
 # The qwen3-8b preset: random weights drawn on the GPU, 16 GB of bf16 shards.
+# The drafter step computes only what it needs (issue 36): each figure a
+# ratio measured in one run, in bf16 with Qwen3-8B's 512 anchors per row.
+# Built here, on its own, so that a LibTorch it does not build against
+# fails this row only.
+drafter_compute() {
+  cmake --build "$BUILD" --target bench_drafter_compute -- -j"$(nproc)" &&
+    timeout 300 "$ROOT/$BUILD/bench/bench_drafter_compute" --device cuda --dtype bfloat16 --threads 1 --anchors 512 --rounds 3
+}
+if run drafter_compute 400 drafter_compute; then
+  grep RESULT "$RESULTS/drafter_compute.log" | while read -r _ name figures; do row "drafter compute: $name" "ok" "$figures"; done
+else
+  fail "drafter compute" "$(tail -n3 "$RESULTS/drafter_compute.log" | tr '\n' ' ' | cut -c1-300)"
+fi
 if run preset 240 "$DFLOW" make-tiny-target --preset qwen3-8b --device cuda --out "$WORK/qwen3-8b"; then
   row "make-tiny-target --preset qwen3-8b" "ok" "$(du -sh "$WORK/qwen3-8b" | cut -f1), $(ls "$WORK/qwen3-8b"/*.safetensors | wc -l) shards"
   if run throughput 300 "$BENCH" throughput --target "$WORK/qwen3-8b" --batch 4 --seq 3072 --anchors 512 --steps 5; then

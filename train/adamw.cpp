@@ -33,15 +33,11 @@ void AdamW::scale_grads(double scale) {
     if (s.param.grad().defined()) s.param.mutable_grad().mul_(scale);
 }
 
-double AdamW::grad_sum_of_squares() const {
-  torch::NoGradGuard no_grad;
-  double sum_sq = 0.0;
-  for (const auto& s : slots_)
-    if (s.param.grad().defined()) sum_sq += s.param.grad().to(torch::kFloat64).pow(2).sum().item<double>();
-  return sum_sq;
+std::vector<torch::Tensor> AdamW::grads() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& s : slots_) out.push_back(s.param.grad());
+  return out;
 }
-
-double AdamW::grad_norm() const { return std::sqrt(grad_sum_of_squares()); }
 
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;

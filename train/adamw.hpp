@@ -30,15 +30,13 @@ class AdamW final : public Optimizer {
   AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWOptions options);
 
   void scale_grads(double scale) override;
-  double grad_norm() const override;
+  std::vector<torch::Tensor> grads() const override;
   void step(double lr) override;
   void zero_grad() override;
   int64_t steps_taken() const override { return steps_taken_; }
   // exp_avg.<name>, exp_avg_sq.<name>, master.<name> (bf16 parameters only).
   std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const override;
   void load_state_tensors(const std::map<std::string, torch::Tensor>& state, int64_t steps_taken) override;
-  // sum of squared gradient entries, fp64 (grad_norm()^2 without the rounding).
-  double grad_sum_of_squares() const;
 
  private:
   struct Slot {

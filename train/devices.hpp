@@ -21,4 +21,9 @@ torch::Dtype parse_dtype(const std::string& text);
 // whenever the GPU gets to it, after the host had read the tensor.
 bool copy_may_be_non_blocking(torch::Device destination);
 
+// Memory a new allocation on `device` can still get, in bytes: the
+// machine's available RAM (MemAvailable) for the CPU, the device's free
+// memory for a GPU. 0 when it cannot be read.
+double available_memory_bytes(torch::Device device);
+
 }  // namespace dflow::train

@@ -60,12 +60,10 @@ void Muon::scale_grads(double scale) {
   if (adamw_) adamw_->scale_grads(scale);
 }
 
-double Muon::grad_norm() const {
-  torch::NoGradGuard no_grad;
-  double sum_sq = adamw_ ? adamw_->grad_sum_of_squares() : 0.0;
-  for (const auto& s : slots_)
-    if (s.param.grad().defined()) sum_sq += s.param.grad().to(torch::kFloat64).pow(2).sum().item<double>();
-  return std::sqrt(sum_sq);
+std::vector<torch::Tensor> Muon::grads() const {
+  std::vector<torch::Tensor> out = adamw_ ? adamw_->grads() : std::vector<torch::Tensor>{};
+  for (const auto& s : slots_) out.push_back(s.param.grad());
+  return out;
 }
 
 void Muon::step(double lr) {

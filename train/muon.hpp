@@ -41,7 +41,7 @@ class Muon final : public Optimizer {
        double base_lr);
 
   void scale_grads(double scale) override;
-  double grad_norm() const override;
+  std::vector<torch::Tensor> grads() const override;
   void step(double lr) override;
   void zero_grad() override;
   int64_t steps_taken() const override { return steps_taken_; }

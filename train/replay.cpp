@@ -9,6 +9,7 @@
 #include "data/collate.hpp"
 #include "data/dataset.hpp"
 #include "train/devices.hpp"
+#include "train/optimizer.hpp"
 #include "data/plan.hpp"
 #include "model/anchors.hpp"
 #include "model/drafter.hpp"
@@ -73,10 +74,9 @@ struct Replayer {
     if (result.weight_sum > 0) {
       result.loss_sum.backward();
       row.loss = result.weighted_ce_sum / result.weight_sum;
-      double squares = 0;
-      for (const auto& p : drafter->parameters())
-        if (p.grad().defined()) squares += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
-      row.grad_norm = std::sqrt(squares) / result.weight_sum;
+      std::vector<torch::Tensor> grads;
+      for (const auto& p : drafter->parameters()) grads.push_back(p.grad());
+      row.grad_norm = train::global_grad_norm(grads) / result.weight_sum;
     }
     return row;
   }

@@ -7,6 +7,8 @@
 // bit, drafting applies the window, and config.json carries it.
 #include <doctest/doctest.h>
 
+#include <functional>
+
 #include "model/speculative.hpp"
 #include "model_fixtures.hpp"
 #include "naive_reference.hpp"
@@ -192,15 +194,26 @@ TEST_CASE("Model.SlidingWindow.AQueryCountsItsOwnPositionInTheWindow") {
         packed ? plan_block_attention(anchors, torch::ones({1, 1}, torch::kBool), 8, 4, 0, torch::kCPU,
                                       torch::zeros({1, 1}, torch::kInt64))
                : plan_block_attention(anchors, torch::ones({1, 1}, torch::kBool), 8, 4, 0, torch::kCPU);
+    BlockAttentionPlan whole = plan;
+    add_sliding_window(whole, anchors, 4, SlidingKeys::whole_context);
     add_sliding_window(plan, anchors, 4);
     CHECK(plan.sliding_window == 4);
     const torch::Tensor full = packed ? plan.groups.at(0).visible : plan.chunks.at(0).visible;
-    const torch::Tensor sliding = packed ? plan.groups.at(0).sliding_visible : plan.chunks.at(0).sliding_visible;
-    REQUIRE(sliding.sizes() == torch::IntArrayRef({1, 1, 4, 5 + 4}));  // context [0, 5), then the block
+    // Masking the whole context: [0, 5), then the block.
+    const torch::Tensor masked = packed ? whole.groups.at(0).sliding_visible : whole.chunks.at(0).sliding_visible;
+    REQUIRE(masked.sizes() == torch::IntArrayRef({1, 1, 4, 5 + 4}));
     const torch::Tensor expected_context =
         torch::tensor({{0, 0, 1, 1, 1}, {0, 0, 0, 1, 1}, {0, 0, 0, 0, 1}, {0, 0, 0, 0, 0}}).to(torch::kBool);
-    CHECK(torch::equal(sliding[0][0].narrow(1, 0, 5), expected_context));
-    CHECK(torch::equal(sliding[0][0].narrow(1, 5, 4), torch::ones({4, 4}, torch::kBool)));
+    CHECK(torch::equal(masked[0][0].narrow(1, 0, 5), expected_context));
+    CHECK(torch::equal(masked[0][0].narrow(1, 5, 4), torch::ones({4, 4}, torch::kBool)));
+    // Narrowed (the default): positions 0 and 1 are outside every query's
+    // window, so the layer reads context [2, 5) only, with the same mask there.
+    const torch::Tensor sliding = packed ? plan.groups.at(0).sliding_visible : plan.chunks.at(0).sliding_visible;
+    REQUIRE(sliding.sizes() == torch::IntArrayRef({1, 1, 4, 3 + 4}));
+    CHECK(torch::equal(sliding[0][0].narrow(1, 0, 3), expected_context.narrow(1, 2, 3)));
+    CHECK(torch::equal(sliding[0][0].narrow(1, 3, 4), torch::ones({4, 4}, torch::kBool)));
+    CHECK(plan.chunks.at(0).sliding_context_first == 2);
+    CHECK(plan.chunks.at(0).sliding_context_length == 3);
     CHECK(torch::equal(full[0][0], torch::ones({4, 9}, torch::kBool)));  // the full-attention mask is untouched
   }
   BlockAttentionPlan plan = plan_block_attention(anchors, torch::ones({1, 1}, torch::kBool), 8, 4, 0, torch::kCPU);
@@ -253,6 +266,97 @@ TEST_CASE("Model.SlidingWindow.PackedRowMatchesNaiveLoopsPerDocument") {
     const torch::Tensor out =
         drafter->forward(in.features, in.context_positions, in.embeddings, in.block_positions, plan);
     CHECK(torch::allclose(out[0], reference_forward(spec, weights_of(drafter), in.row()), 1e-9, 1e-9));
+  }
+}
+
+namespace {
+
+// Forward and the gradients of a fixed projection of it, against every
+// parameter and the context features.
+struct Pass {
+  torch::Tensor out, feature_grad;
+  std::vector<torch::Tensor> grads;
+};
+
+Pass pass(DFlashDrafter& drafter, const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+          const torch::Tensor& features) {
+  drafter->zero_grad();
+  const torch::Tensor leaf = features.clone().set_requires_grad(true);
+  Pass p;
+  p.out = forward(leaf);
+  torch::manual_seed(31);
+  (p.out * torch::randn(p.out.sizes(), p.out.options())).sum().backward();
+  p.feature_grad = leaf.grad();
+  for (const auto& param : drafter->parameters()) p.grads.push_back(param.grad().clone());
+  return p;
+}
+
+void check_same(const Pass& narrowed, const Pass& masked) {
+  CHECK(torch::allclose(narrowed.out, masked.out, 1e-12, 1e-12));
+  CHECK(torch::allclose(narrowed.feature_grad, masked.feature_grad, 1e-12, 1e-12));
+  REQUIRE(narrowed.grads.size() == masked.grads.size());
+  for (size_t i = 0; i < narrowed.grads.size(); ++i) {
+    CAPTURE(i);
+    CHECK(torch::allclose(narrowed.grads[i], masked.grads[i], 1e-12, 1e-12));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Model.SlidingWindow.NarrowedKeysEqualMaskingTheWholeContext") {
+  // A sliding layer scores only the keys inside its chunks' windows; the
+  // outputs and every gradient equal those of scoring the whole context and
+  // masking it, and it does read fewer keys.
+  torch::set_num_threads(1);
+  const DrafterSpec spec = with_layers(dflow::model::testing::small_drafter_spec(1, 4, 2),
+                                       {"sliding_attention", "full_attention", "sliding_attention"}, 5);
+  DFlashDrafter drafter = float64_drafter(spec);
+  SUBCASE("unpacked rows") {
+    const UnpackedBatch in(spec.hidden_size);
+    for (const int64_t blocks_per_chunk : {1, 2, 0}) {
+      CAPTURE(blocks_per_chunk);
+      const BlockAttentionPlan full =
+          plan_block_attention(in.anchors, in.keep, in.length, in.block, blocks_per_chunk, torch::kCPU);
+      BlockAttentionPlan narrowed = full, masked = full;
+      add_sliding_window(narrowed, in.anchors, spec.sliding_window);
+      add_sliding_window(masked, in.anchors, spec.sliding_window, SlidingKeys::whole_context);
+      int64_t narrowed_keys = 0, masked_keys = 0;
+      for (size_t c = 0; c < full.chunks.size(); ++c) {
+        narrowed_keys += narrowed.chunks[c].sliding_context_length;
+        masked_keys += masked.chunks[c].sliding_context_length;
+      }
+      if (blocks_per_chunk == 1) CHECK(narrowed_keys < masked_keys);
+      auto run = [&](const BlockAttentionPlan& plan) {
+        return pass(drafter, [&](const torch::Tensor& f) { return drafter->forward(f, in.embeddings, in.positions, plan); },
+                    in.features);
+      };
+      check_same(run(narrowed), run(masked));
+    }
+  }
+  SUBCASE("a packed row") {
+    const PackedRow in(spec.hidden_size);
+    for (const int64_t blocks_per_chunk : {1, 0}) {
+      CAPTURE(blocks_per_chunk);
+      const BlockAttentionPlan full =
+          plan_block_attention(in.anchors, in.keep, in.length, in.block, blocks_per_chunk, torch::kCPU, in.begins);
+      BlockAttentionPlan narrowed = full, masked = full;
+      add_sliding_window(narrowed, in.anchors, spec.sliding_window);
+      add_sliding_window(masked, in.anchors, spec.sliding_window, SlidingKeys::whole_context);
+      int64_t narrowed_keys = 0, masked_keys = 0;
+      for (size_t g = 0; g < full.groups.size(); ++g) {
+        narrowed_keys += narrowed.groups[g].num_chunks * narrowed.groups[g].max_sliding_context;
+        masked_keys += masked.groups[g].num_chunks * masked.groups[g].max_sliding_context;
+      }
+      if (blocks_per_chunk == 1) CHECK(narrowed_keys < masked_keys);
+      auto run = [&](const BlockAttentionPlan& plan) {
+        return pass(drafter,
+                    [&](const torch::Tensor& f) {
+                      return drafter->forward(f, in.context_positions, in.embeddings, in.block_positions, plan);
+                    },
+                    in.features);
+      };
+      check_same(run(narrowed), run(masked));
+    }
   }
 }
 

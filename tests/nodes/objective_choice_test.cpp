@@ -68,3 +68,35 @@ TEST_CASE("Train.Objective.bad_params_are_refused_naming_the_node") {
   config = with_objective(small_run_config(dir), "d-pace");
   CHECK_THROWS_WITH_AS(nodes::run_training(config, {}), doctest::Contains("did you mean 'dpace'"), ConfigError);
 }
+
+namespace {
+
+config::Config with_recompute(config::Config config, bool recompute) {
+  for (auto& n : config.pipeline.nodes)
+    if (n.name == "drafter") n.params["recompute"] = recompute;
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("Train.Objective.recompute_trains_the_same_and_a_resume_may_change_it") {
+  // Recomputing activations changes no math: the same losses step by step
+  // (float32, so up to the order gradients are summed in), and a run started
+  // without it resumes with it.
+  const std::vector<std::string> short_run{"train.epochs=1", "eval.every_steps=0"};
+  const auto kept_dir = fresh_dir("recompute-off"), recomputed_dir = fresh_dir("recompute-on");
+  nodes::run_training(stopped_after(small_run_config(kept_dir, short_run), 4), {});
+  nodes::run_training(stopped_after(with_recompute(small_run_config(recomputed_dir, short_run), true), 4), {});
+  const auto kept = losses(step_records(kept_dir)), recomputed = losses(step_records(recomputed_dir));
+  REQUIRE(recomputed.size() == 4);
+  for (size_t i = 0; i < kept.size(); ++i) CHECK(recomputed[i] == doctest::Approx(kept[i]).epsilon(1e-5));
+
+  const auto split = fresh_dir("recompute-split");
+  nodes::run_training(stopped_after(small_run_config(split, short_run), 2), {});
+  nodes::RunOptions resume;
+  resume.resume = "latest";
+  nodes::run_training(stopped_after(with_recompute(small_run_config(split, short_run), true), 4), resume);
+  const auto resumed = losses(step_records(split));
+  REQUIRE(resumed.size() == 4);
+  for (size_t i = 0; i < kept.size(); ++i) CHECK(resumed[i] == doctest::Approx(kept[i]).epsilon(1e-5));
+}

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "train/adamw.hpp"
+#include "train/muon.hpp"
 #include "train/schedule.hpp"
 
 using namespace dflow;
@@ -139,4 +140,32 @@ TEST_CASE("Schedule.WarmupThenDecay") {
   CHECK(s.lr_at(99) == doctest::Approx(1.0));
   s.warmup_ratio = 0.0;
   CHECK(s.lr_at(0) == doctest::Approx(1.0));
+}
+
+TEST_CASE("Optimizer.GradNormIsOneReductionWithThePerParameterResult") {
+  // The norm that optimizer_step logs, clips by and guards on: one read to the
+  // host now, the same number as summing each parameter's fp64 squares on the
+  // host (as it was computed before), for fp32 and bf16 gradients, a
+  // parameter without a gradient, and both optimizers.
+  torch::manual_seed(3);
+  std::vector<std::pair<std::string, torch::Tensor>> params = {
+      {"layers.0.mlp.up_proj.weight", torch::randn({6, 4}).set_requires_grad(true)},
+      {"layers.0.self_attn.q_proj.weight", torch::randn({4, 4}).to(torch::kBFloat16).set_requires_grad(true)},
+      {"norm.weight", torch::randn({4}).set_requires_grad(true)},
+      {"fc.weight", torch::randn({3, 4}).set_requires_grad(true)}};
+  for (size_t i = 0; i + 1 < params.size(); ++i)
+    params[i].second.mutable_grad() = (torch::randn(params[i].second.sizes()) * (1.0 + i)).to(params[i].second.dtype());
+  double squares = 0;
+  for (const auto& [name, p] : params)
+    if (p.grad().defined()) squares += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+  const double per_parameter = std::sqrt(squares);
+  REQUIRE(per_parameter > 1.0);
+  train::AdamW adamw(params, {});
+  CHECK(adamw.grad_norm() == doctest::Approx(per_parameter).epsilon(1e-14));
+  train::Muon muon(params, {}, {}, 1e-3);
+  CHECK(muon.grad_norm() == doctest::Approx(per_parameter).epsilon(1e-14));
+  CHECK(train::global_grad_norm({}) == 0.0);
+  // Clipping by it scales every gradient to the clipped norm.
+  adamw.clip_grad_norm(1.0, adamw.grad_norm());
+  CHECK(adamw.grad_norm() == doctest::Approx(1.0).epsilon(1e-2));  // bf16 rounding of one gradient
 }

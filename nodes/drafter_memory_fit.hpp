@@ -1,0 +1,40 @@
+#pragma once
+// Before training: whether drafter_step's micro-batches fit the drafter
+// device's memory, from the memory model of model/drafter_memory.hpp, so
+// that a configuration that cannot fit says so at start, with the largest
+// anchors_per_sequence that would, instead of running out of memory hours in.
+//
+// The shapes checked: for each length bucket up to data.max_length, a
+// micro-batch of tokens_per_batch / bucket rows of that length, each with
+// min(anchors_per_sequence, bucket - 1) anchors (the most a row can have).
+#include <cstdint>
+#include <string>
+
+#include "config/config.hpp"
+#include "model/drafter_memory.hpp"
+#include "model/objective.hpp"
+
+namespace dflow::nodes {
+
+class RunContext;
+
+struct MemoryFit {
+  int64_t max_length = 0;
+  model::DrafterMemoryShape largest_batch;  // the micro-batch that needs the most
+  double needed_bytes = 0, available_bytes = 0;
+  bool fits = false;
+  // At max_length rows: bytes per anchor kept for backward, without and with recomputation.
+  double per_anchor_bytes = 0, per_anchor_recomputed_bytes = 0;
+  int64_t largest_fitting_anchors = 0;        // with the configured recompute choice
+  int64_t largest_fitting_anchors_other = 0;  // with the other one
+  std::string describe(const std::string& node, const std::string& device) const;
+};
+
+MemoryFit check_memory_fit(const model::DrafterSpec& spec, const config::DataConfig& data, int64_t anchors_per_sequence,
+                           torch::Dtype dtype, const model::ObjectiveOptions& objective, double available_bytes);
+
+// Logs describe() at start: info when the run fits the drafter device's
+// available memory (train::available_memory_bytes), a warning when not.
+void log_memory_fit(const RunContext& run, const model::ObjectiveOptions& objective, const std::string& node);
+
+}  // namespace dflow::nodes
