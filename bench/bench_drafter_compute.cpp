@@ -36,6 +36,7 @@
 #include "model/cpu_memory_counter.hpp"
 #include "model/drafter_memory.hpp"
 #include "model/objective.hpp"
+#include "model/tiny_target.hpp"
 #include "train/optimizer.hpp"
 
 namespace {
@@ -369,16 +370,7 @@ void recomputation(const Options& o) {
 // hidden 4096, 32 query heads over 8 K/V heads of 128, intermediate 12288,
 // vocabulary 151936) in bf16, one row of 8192 tokens.
 void real_shape_memory() {
-  HFConfig target;
-  target.hidden_size = 4096;
-  target.num_hidden_layers = 36;
-  target.num_attention_heads = 32;
-  target.num_key_value_heads = 8;
-  target.head_dim = 128;
-  target.intermediate_size = 12288;
-  target.vocab_size = 151936;
-  target.max_position_embeddings = 40960;
-  target.mask_token_id = 151669;
+  const HFConfig target = tiny_target_config(preset_target_options("qwen3-8b"));
   DrafterOptions options;
   options.num_layers = 5;
   options.block_size = 16;

@@ -99,6 +99,8 @@ NamedTensorList random_tiny_weights(const TinyTargetOptions& o, const HFConfig& 
   return tensors;
 }
 
+HFConfig tiny_target_config(const TinyTargetOptions& o) { return parse_hf_config(tiny_config_json(o), "<tiny target config>"); }
+
 HFConfig make_tiny_target(const TinyTargetOptions& o) {
   if (o.out_dir.empty()) throw std::invalid_argument("make_tiny_target: out_dir is empty");
   if (o.num_heads <= 0 || o.num_kv_heads <= 0 || (o.head_dim <= 0 && o.hidden_size % o.num_heads != 0) ||

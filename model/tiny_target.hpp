@@ -67,6 +67,9 @@ HFConfig make_tiny_target(const TinyTargetOptions& options);
 // 1.2 GB of the 0.6B preset goes through the index. Keeps out_dir, seed,
 // generate_on of `base`; throws naming the presets when unknown.
 TinyTargetOptions preset_target_options(const std::string& preset, TinyTargetOptions base = {});
+// The config such a model has, without making one: a real model's shapes for
+// what needs only them (the drafter's memory model, benchmarks).
+HFConfig tiny_target_config(const TinyTargetOptions& options);
 const std::vector<std::string>& target_presets();
 
 using NamedTensorList = std::vector<std::pair<std::string, torch::Tensor>>;

@@ -3,6 +3,7 @@
 // that does, and recomputation's share, from the memory model.
 #include <doctest/doctest.h>
 
+#include "model/tiny_target.hpp"
 #include "nodes/drafter_memory_fit.hpp"
 
 using namespace dflow;
@@ -10,16 +11,7 @@ using namespace dflow;
 namespace {
 
 model::DrafterSpec qwen3_8b_drafter() {
-  model::HFConfig target;
-  target.hidden_size = 4096;
-  target.num_hidden_layers = 36;
-  target.num_attention_heads = 32;
-  target.num_key_value_heads = 8;
-  target.head_dim = 128;
-  target.intermediate_size = 12288;
-  target.vocab_size = 151936;
-  target.max_position_embeddings = 40960;
-  target.mask_token_id = 151669;
+  const model::HFConfig target = model::tiny_target_config(model::preset_target_options("qwen3-8b"));
   model::DrafterOptions options;
   options.num_layers = 5;
   options.block_size = 16;
