@@ -88,9 +88,12 @@ ShardIndexFile read_index(const fs::path& path) {
   if (std::memcmp(header.magic, kIndexMagic, sizeof header.magic) != 0) throw corrupt("not a feature cache index");
   if (header.version != kIndexVersion)
     throw corrupt("format version " + std::to_string(header.version) + ", this dflow reads " + std::to_string(kIndexVersion));
-  const uint64_t expected = sizeof header + header.count * sizeof(FeatureIndexEntry) + sizeof(uint64_t);
-  if (bytes.size() != expected)
-    throw corrupt(std::to_string(bytes.size()) + " bytes where its header promises " + std::to_string(expected));
+  // The count is checked against the entries' room before it is multiplied:
+  // a crafted count would wrap count x 40 to the file's size.
+  const uint64_t entry_room = bytes.size() - sizeof header - sizeof(uint64_t);
+  if (header.count > entry_room / sizeof(FeatureIndexEntry) || header.count * sizeof(FeatureIndexEntry) != entry_room)
+    throw corrupt(std::to_string(bytes.size()) + " bytes hold " + std::to_string(entry_room / sizeof(FeatureIndexEntry)) +
+                  " entries, its header says " + std::to_string(header.count));
   uint64_t stored;
   std::memcpy(&stored, bytes.data() + bytes.size() - sizeof stored, sizeof stored);
   if (stored != xxhash64(bytes.data(), bytes.size() - sizeof stored)) throw corrupt("fails its checksum");
@@ -98,6 +101,13 @@ ShardIndexFile read_index(const fs::path& path) {
   out.entries.resize(header.count);
   if (header.count) std::memcpy(out.entries.data(), bytes.data() + sizeof header, header.count * sizeof(FeatureIndexEntry));
   return out;
+}
+
+// Whether a record of `e.rows` rows at `e.offset` lies within `size` bytes,
+// without the sum or the product wrapping on a crafted index.
+bool record_fits(const FeatureIndexEntry& e, uint64_t row_bytes, uint64_t size) {
+  if (e.offset > size) return false;
+  return row_bytes == 0 || e.rows <= (size - e.offset) / row_bytes;
 }
 
 fs::path index_path_of(const fs::path& bin) {
@@ -169,9 +179,17 @@ FeatureCacheManifest FeatureCacheManifest::from_json(const std::string& text, co
       field = key;
       return at.at(key);
     };
-    m.version = get(j, "version").get<int>();
+    // Numbers must be integers: nlohmann converts a float to an integer
+    // without a range check (undefined for 1e50).
+    auto integer = [&](const nlohmann::json& at, const char* key) -> int64_t {
+      const auto& v = get(at, key);
+      if (!v.is_number_integer()) throw DataError(file.string() + ": '" + key + "' must be an integer, got " + v.dump());
+      return v.get<int64_t>();
+    };
+    const int64_t version = integer(j, "version");
+    m.version = version == 1 ? 1 : 0;
     if (m.version != 1)
-      throw DataError(file.string() + ": feature cache format version " + std::to_string(m.version) +
+      throw DataError(file.string() + ": feature cache format version " + std::to_string(version) +
                       ", this dflow reads version 1");
     const auto& target = get(j, "target");
     m.target_config = get(target, "config").get<std::string>();
@@ -179,13 +197,24 @@ FeatureCacheManifest FeatureCacheManifest::from_json(const std::string& text, co
     m.tokenizer = get(target, "tokenizer").get<std::string>();
     m.target_dtype = get(target, "dtype").get<std::string>();
     m.target_path = get(target, "path").get<std::string>();
-    m.layer_ids = get(j, "layer_ids").get<std::vector<int64_t>>();
-    m.hidden_size = get(j, "hidden_size").get<int64_t>();
+    const auto& layers = get(j, "layer_ids");
+    if (!layers.is_array()) throw DataError(file.string() + ": 'layer_ids' must be a list of layer numbers");
+    for (const auto& id : layers) {
+      if (!id.is_number_integer()) throw DataError(file.string() + ": 'layer_ids' holds " + id.dump() + ", not a layer number");
+      m.layer_ids.push_back(id.get<int64_t>());
+    }
+    m.hidden_size = integer(j, "hidden_size");
     m.dtype = parse_feature_dtype(get(j, "dtype").get<std::string>());
     const auto& dataset = get(j, "dataset");
     m.dataset_fingerprint = get(dataset, "fingerprint").get<std::string>();
-    m.dataset_samples = get(dataset, "samples").get<int64_t>();
+    m.dataset_samples = integer(dataset, "samples");
     m.source = get(j, "source").get<std::string>();
+    // Bounds that keep width() and the row size from overflowing on a crafted file.
+    if (m.hidden_size < 1 || m.hidden_size > (int64_t{1} << 20))
+      throw DataError(file.string() + ": hidden_size " + std::to_string(m.hidden_size) + " is no model's (1 .. 1048576)");
+    if (m.layer_ids.empty() || m.layer_ids.size() > 4096)
+      throw DataError(file.string() + ": layer_ids has " + std::to_string(m.layer_ids.size()) +
+                      " layers; a cache holds 1 .. 4096");
   } catch (const DataError&) {
     throw;
   } catch (const std::exception& e) {
@@ -356,7 +385,7 @@ size_t FeatureCacheReader::map_new_shards() {
     if (size != index.bin_bytes) {
       std::vector<int64_t> lost;
       for (const auto& e : index.entries)
-        if (e.offset + e.rows * row_bytes_ > size) lost.push_back(e.sample_id);
+        if (!record_fits(e, row_bytes_, size)) lost.push_back(e.sample_id);
       throw DataError("feature cache shard " + bin.string() + " is truncated: " + std::to_string(size) +
                       " bytes, its index says " + std::to_string(index.bin_bytes) + "; samples " + list_ids(lost) +
                       " cannot be read. Delete it and its .idx and fill the cache again (only that shard's "
@@ -366,7 +395,7 @@ size_t FeatureCacheReader::map_new_shards() {
     shards_.emplace_back(bin);
     shard_names_[idx.filename().string()] = shard;
     for (const auto& e : index.entries) {
-      if (e.offset + e.rows * row_bytes_ > index.bin_bytes)
+      if (!record_fits(e, row_bytes_, index.bin_bytes))
         throw DataError("feature cache index " + idx.string() + ": sample " + std::to_string(e.sample_id) +
                         " lies past the end of its shard; delete the shard and its .idx and fill the cache again");
       // A sample written twice (a hybrid fill where ranks raced): the first wins.

@@ -185,6 +185,27 @@ def safetensors_seeds():
         struct.pack("<Q", 60) + b'{"x":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}}    ' + b"\0" * 8)
 
 
+def feature_index(dtype, width, entries, bin_bytes):
+    """A feature cache shard's .idx as data/feature_cache.cpp writes it (checksum left zero: the target repairs it)."""
+    body = b"DFLFIDX1" + struct.pack("<IIqQQ", 1, dtype, width, len(entries), bin_bytes)
+    for sample_id, offset, rows in entries:
+        body += struct.pack("<qQQQQ", sample_id, offset, rows, 0, 0)
+    return body + struct.pack("<Q", 0)
+
+
+def feature_cache_seeds():
+    # float32 rows of 4 values (16 bytes): samples 0 (2 rows) and 1 (3 rows) in 80 bytes.
+    put("fuzz_feature_index", "two_samples.idx", feature_index(1, 4, [(0, 0, 2), (1, 32, 3)], 80))
+    put("fuzz_feature_index", "fp8.idx", feature_index(3, 8, [(5, 0, 1)], 12))
+    put("fuzz_feature_index", "past_the_end.idx", feature_index(2, 4, [(0, 72, 2)], 80))
+    put("fuzz_feature_manifest", "manifest.json", json.dumps({
+        "version": 1, "target": {"config": "c0ffee", "weights": "beef", "tokenizer": "none", "dtype": "float32",
+                                 "path": "runs/demo/target"},
+        "layer_ids": [1, 1, 1], "hidden_size": 64, "dtype": "bfloat16",
+        "dataset": {"fingerprint": "", "samples": 240}, "source": "cache-features"}, indent=2) + "\n")
+    put("fuzz_feature_manifest", "bad_dtype.json", '{"version": 1, "dtype": "int4"}\n')
+
+
 def manifest_seeds():
     manifest = {"format_version": 1, "global_step": 3, "files": {
         "drafter/model.safetensors": {"bytes": 1234, "xxhash64": "9f2c0e5d7a1b3c4d"},
@@ -205,3 +226,4 @@ if __name__ == "__main__":
     shard_seeds()
     safetensors_seeds()
     manifest_seeds()
+    feature_cache_seeds()

@@ -5,13 +5,17 @@
 // the sample or the field.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "data/checksum.hpp"
 #include "data/data_error.hpp"
 #include "data/feature_cache.hpp"
 #include "data_fixtures.hpp"
@@ -182,4 +186,75 @@ TEST_CASE("FeatureCacheFiles.dtypes_sizes_and_free_space") {
   CHECK(e.find("the feature cache needs 4611686.02 TB more in " + (dir.path() / "cache").string()) != std::string::npos);
   CHECK(e.find("free") != std::string::npos);
   CHECK_NOTHROW(check_free_space(dir.path(), 1, "x"));
+}
+
+namespace {
+
+// A shard's .idx as the writer lays it out, with a valid checksum: a crafted
+// file passes every check but the ones on its numbers.
+void write_crafted_index(const fs::path& idx, uint64_t count, const std::vector<FeatureIndexEntry>& entries, uint64_t bin_bytes) {
+  std::vector<unsigned char> bytes(40);
+  std::memcpy(bytes.data(), "DFLFIDX1", 8);
+  const uint32_t version = 1, dtype = static_cast<uint32_t>(FeatureDtype::float32);
+  const int64_t width = kWidth;
+  std::memcpy(bytes.data() + 8, &version, 4);
+  std::memcpy(bytes.data() + 12, &dtype, 4);
+  std::memcpy(bytes.data() + 16, &width, 8);
+  std::memcpy(bytes.data() + 24, &count, 8);
+  std::memcpy(bytes.data() + 32, &bin_bytes, 8);
+  for (const auto& e : entries) {
+    const auto* p = reinterpret_cast<const unsigned char*>(&e);
+    bytes.insert(bytes.end(), p, p + sizeof e);
+  }
+  const uint64_t sum = dflow::data::xxhash64(bytes.data(), bytes.size());
+  const auto* s = reinterpret_cast<const unsigned char*>(&sum);
+  bytes.insert(bytes.end(), s, s + sizeof sum);
+  std::ofstream(idx, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace
+
+TEST_CASE("FeatureCacheFiles.crafted_index_numbers_that_would_wrap_are_refused") {
+  TempDir dir;
+  create_or_check_manifest(dir.path(), manifest());
+  fs::create_directories(dir.path() / "shards");
+  const fs::path idx = dir.path() / "shards" / "x-000000.idx", bin = dir.path() / "shards" / "x-000000.bin";
+  std::ofstream(bin, std::ios::binary) << std::string(48, 'a');  // two rows of 24 bytes
+  SUBCASE("a count whose size in bytes wraps to the file's") {
+    // 2^64 / 40 entries and one more: count x 40 wraps to 40, one entry's room.
+    const uint64_t count = (~uint64_t{0}) / 40 + 2;
+    write_crafted_index(idx, count, {FeatureIndexEntry{0, 0, 2, 0, 0}}, 48);
+    const auto e = error_of([&] { FeatureCacheReader reader(dir.path()); });
+    CHECK_MESSAGE(e.find(idx.string() + ": 88 bytes hold 1 entries, its header says " + std::to_string(count)) != std::string::npos, e);
+  }
+  SUBCASE("an entry whose offset plus rows x row bytes wraps past the shard's end") {
+    // rows x 24 wraps to a few bytes: offset + that would look inside the 48.
+    const uint64_t rows = (~uint64_t{0}) / 24 + 1;
+    write_crafted_index(idx, 1, {FeatureIndexEntry{7, 8, rows, 0, 0}}, 48);
+    const auto e = error_of([&] { FeatureCacheReader reader(dir.path()); });
+    CHECK_MESSAGE(e.find("sample 7 lies past the end of its shard") != std::string::npos, e);
+  }
+}
+
+TEST_CASE("FeatureCacheFiles.manifest_numbers_must_be_integers_of_a_model") {
+  const fs::path file = "cache/manifest.json";
+  auto with = [](const std::string& key, const std::string& value) {
+    auto j = nlohmann::json::parse(manifest().to_json());
+    j[key] = nlohmann::json::parse(value);
+    return j.dump();
+  };
+  // A float where an integer goes: nlohmann's conversion of 6.7e50 to int was undefined.
+  CHECK(error_of([&] { FeatureCacheManifest::from_json(with("version", "6.7e50"), file); }) ==
+        "cache/manifest.json: 'version' must be an integer, got 6.7e+50");
+  CHECK(error_of([&] { FeatureCacheManifest::from_json(with("hidden_size", "1.5"), file); }).find("'hidden_size' must be an integer") !=
+        std::string::npos);
+  CHECK(error_of([&] { FeatureCacheManifest::from_json(with("layer_ids", "[1, 2.5]"), file); }).find("'layer_ids' holds 2.5") !=
+        std::string::npos);
+  // Sizes that would overflow width() and a row's bytes.
+  CHECK(error_of([&] { FeatureCacheManifest::from_json(with("hidden_size", "4611686018427387904"), file); })
+            .find("hidden_size 4611686018427387904 is no model's") != std::string::npos);
+  CHECK(error_of([&] { FeatureCacheManifest::from_json(with("hidden_size", "0"), file); }).find("is no model's") != std::string::npos);
+  CHECK(error_of([&] { FeatureCacheManifest::from_json(with("layer_ids", "[]"), file); }).find("layer_ids has 0 layers") !=
+        std::string::npos);
+  CHECK_NOTHROW(FeatureCacheManifest::from_json(manifest().to_json(), file));
 }
