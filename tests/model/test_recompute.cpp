@@ -7,6 +7,7 @@
 
 #include "model/cpu_memory_counter.hpp"
 #include "model/drafter_memory.hpp"
+#include "gradient_pass.hpp"
 #include "model_fixtures.hpp"
 
 using namespace dflow::model;
@@ -53,21 +54,10 @@ Batch batch_of(const DrafterSpec& spec, int64_t length, int64_t blocks, torch::D
   return b;
 }
 
-struct Pass {
-  torch::Tensor out, feature_grad;
-  std::vector<torch::Tensor> grads;
-};
-
-Pass forward_backward(DFlashDrafter& drafter, const Batch& b, const BlockAttentionPlan& plan, bool recompute) {
-  drafter->zero_grad();
-  const torch::Tensor features = b.features.clone().set_requires_grad(true);
-  Pass p;
-  p.out = drafter->forward(features, b.embeddings, b.positions, plan, recompute);
-  torch::manual_seed(5);
-  (p.out * torch::randn(p.out.sizes(), p.out.options())).sum().backward();
-  p.feature_grad = features.grad();
-  for (const auto& param : drafter->parameters()) p.grads.push_back(param.grad().clone());
-  return p;
+testing::GradientPass forward_backward(DFlashDrafter& drafter, const Batch& b, const BlockAttentionPlan& plan, bool recompute) {
+  return testing::gradient_pass(
+      drafter, [&](const torch::Tensor& f) { return drafter->forward(f, b.embeddings, b.positions, plan, recompute); },
+      b.features, 5);
 }
 
 BlockAttentionPlan plan_for(const DrafterSpec& spec, const Batch& b, int64_t length, int64_t blocks_per_chunk) {
@@ -92,15 +82,9 @@ TEST_CASE("Model.Recompute.SameOutputsAndGradients") {
   for (const int64_t blocks_per_chunk : {1, 0}) {
     CAPTURE(blocks_per_chunk);
     const BlockAttentionPlan plan = plan_for(spec, b, 24, blocks_per_chunk);
-    const Pass kept = forward_backward(drafter, b, plan, false);
-    const Pass recomputed = forward_backward(drafter, b, plan, true);
-    CHECK(torch::allclose(recomputed.out, kept.out, 1e-13, 1e-13));
-    CHECK(torch::allclose(recomputed.feature_grad, kept.feature_grad, 1e-12, 1e-12));
-    REQUIRE(recomputed.grads.size() == kept.grads.size());
-    for (size_t i = 0; i < kept.grads.size(); ++i) {
-      CAPTURE(i);
-      CHECK(torch::allclose(recomputed.grads[i], kept.grads[i], 1e-12, 1e-12));
-    }
+    const auto kept = forward_backward(drafter, b, plan, false);
+    const auto recomputed = forward_backward(drafter, b, plan, true);
+    testing::check_same_pass(recomputed, kept, 1e-13, 1e-12);
   }
   // Without grad mode it is the plain forward.
   torch::NoGradGuard no_grad;

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "model/speculative.hpp"
+#include "gradient_pass.hpp"
 #include "model_fixtures.hpp"
 #include "naive_reference.hpp"
 
@@ -271,34 +272,9 @@ TEST_CASE("Model.SlidingWindow.PackedRowMatchesNaiveLoopsPerDocument") {
 
 namespace {
 
-// Forward and the gradients of a fixed projection of it, against every
-// parameter and the context features.
-struct Pass {
-  torch::Tensor out, feature_grad;
-  std::vector<torch::Tensor> grads;
-};
-
-Pass pass(DFlashDrafter& drafter, const std::function<torch::Tensor(const torch::Tensor&)>& forward,
-          const torch::Tensor& features) {
-  drafter->zero_grad();
-  const torch::Tensor leaf = features.clone().set_requires_grad(true);
-  Pass p;
-  p.out = forward(leaf);
-  torch::manual_seed(31);
-  (p.out * torch::randn(p.out.sizes(), p.out.options())).sum().backward();
-  p.feature_grad = leaf.grad();
-  for (const auto& param : drafter->parameters()) p.grads.push_back(param.grad().clone());
-  return p;
-}
-
-void check_same(const Pass& narrowed, const Pass& masked) {
-  CHECK(torch::allclose(narrowed.out, masked.out, 1e-12, 1e-12));
-  CHECK(torch::allclose(narrowed.feature_grad, masked.feature_grad, 1e-12, 1e-12));
-  REQUIRE(narrowed.grads.size() == masked.grads.size());
-  for (size_t i = 0; i < narrowed.grads.size(); ++i) {
-    CAPTURE(i);
-    CHECK(torch::allclose(narrowed.grads[i], masked.grads[i], 1e-12, 1e-12));
-  }
+// Narrowed and masked keys compute the same forward and gradients.
+void check_same(const testing::GradientPass& narrowed, const testing::GradientPass& masked) {
+  testing::check_same_pass(narrowed, masked, 1e-12, 1e-12);
 }
 
 }  // namespace
@@ -327,8 +303,9 @@ TEST_CASE("Model.SlidingWindow.NarrowedKeysEqualMaskingTheWholeContext") {
       }
       if (blocks_per_chunk == 1) CHECK(narrowed_keys < masked_keys);
       auto run = [&](const BlockAttentionPlan& plan) {
-        return pass(drafter, [&](const torch::Tensor& f) { return drafter->forward(f, in.embeddings, in.positions, plan); },
-                    in.features);
+        return testing::gradient_pass(
+            drafter, [&](const torch::Tensor& f) { return drafter->forward(f, in.embeddings, in.positions, plan); },
+            in.features, 31);
       };
       check_same(run(narrowed), run(masked));
     }
@@ -349,11 +326,10 @@ TEST_CASE("Model.SlidingWindow.NarrowedKeysEqualMaskingTheWholeContext") {
       }
       if (blocks_per_chunk == 1) CHECK(narrowed_keys < masked_keys);
       auto run = [&](const BlockAttentionPlan& plan) {
-        return pass(drafter,
-                    [&](const torch::Tensor& f) {
-                      return drafter->forward(f, in.context_positions, in.embeddings, in.block_positions, plan);
-                    },
-                    in.features);
+        return testing::gradient_pass(
+            drafter,
+            [&](const torch::Tensor& f) { return drafter->forward(f, in.context_positions, in.embeddings, in.block_positions, plan); },
+            in.features, 31);
       };
       check_same(run(narrowed), run(masked));
     }
