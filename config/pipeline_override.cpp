@@ -157,10 +157,10 @@ bool pipeline_is_edited_default(const Origins& origins) {
 }
 
 std::optional<std::string> override_text(const Origins& origins, const std::string& key_path) {
-  SourceMark mark = mark_for(YAML::Node(), key_path, origins);
-  for (const auto& [path, text] : origins.overrides)
-    if (text == mark.file && (key_path == path || key_path.rfind(path + ".", 0) == 0)) return text;
-  return std::nullopt;
+  // mark_for picks the most specific override; without one it names the file.
+  const SourceMark mark = mark_for(YAML::Node(), key_path, origins);
+  if (mark.file == origins.file) return std::nullopt;
+  return mark.file;
 }
 
 bool is_pipeline_override(const std::string& key) {
