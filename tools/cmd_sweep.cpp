@@ -2,6 +2,7 @@
 // a grid of variants of one config, each a run under DIR, compared at the end
 // (tools/sweep_runner.hpp); `--compare-only` writes the comparison of what is
 // there now, also while another sweep process runs.
+#include <filesystem>
 #include <thread>
 
 #include "config/errors.hpp"
@@ -42,6 +43,9 @@ void add_sweep_command(CLI::App& app, Common& common, Action& action) {
       // The sweep's own lines, not the comparison's progress (the runs log to logs/).
       if (common.log_level.empty()) log::set_level("warn");
       if (compare_only) {
+        if (!std::filesystem::exists(options.out_dir / "sweep.json"))
+          throw ConfigError(options.out_dir.string() + " holds no sweep (no sweep.json): --compare-only compares the "
+                            "variants of a sweep started with the same --out");
         if (!write_sweep_comparison(options.out_dir, options.compare, true))
           throw ConfigError(options.out_dir.string() + ": fewer than two of its variants have records yet");
         return 0;

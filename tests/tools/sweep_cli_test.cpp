@@ -96,7 +96,12 @@ TEST_CASE("Cli.Sweep.a_node_swap_times_seeds_runs_each_variant_and_compares_them
   CHECK(again.output.find("(0 to run, 2 at a time)") != std::string::npos);
   CHECK(again.output.find(names[3] + ": finished earlier, skipped") != std::string::npos);
   CHECK(fs::last_write_time(out / names[0] / "metrics.jsonl") == before);
-  CHECK_NOTHROW((void)run_dflow("sweep --out " + out.string() + " --compare-only"));
+  auto compared = run_dflow("sweep --out " + out.string() + " --compare-only");
+  CHECK(compared.exit_code == 0);
+  CHECK(compared.output.find("variants (runs that differ only in seed") != std::string::npos);
+  auto nothing = run_dflow("sweep --out " + (dir / "none").string() + " --compare-only");
+  CHECK(nothing.exit_code == 2);
+  CHECK(nothing.output.find("holds no sweep (no sweep.json)") != std::string::npos);
 
   // Another sweep into the same directory is refused, saying what changed.
   const std::string three = command.substr(0, command.find(" --seeds")) + " --seeds 3";
