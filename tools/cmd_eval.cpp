@@ -13,6 +13,7 @@
 #include "tools/cli.hpp"
 #include "tools/thread_option.hpp"
 #include "train/checkpoint.hpp"
+#include "train/devices.hpp"
 #include "train/evaluate.hpp"
 #include "train/regenerate.hpp"
 #include "train/regenerate_chats.hpp"
@@ -109,14 +110,18 @@ int regenerate_conversations_impl(const model::TargetModel& target, const std::s
   std::cout << "wrote " << report.written << " samples to " << chat_options.out.string() << " ("
             << report.already_done << " already there from an earlier run, " << report.rejected.size()
             << " conversations not answered)\n";
-  // This run's records were logged at publishing; the earlier lines' are checked here.
+  // This run's records were logged at publishing; the earlier lines' are said here.
   if (chat_options.features.enabled() && report.already_done > 0) {
     std::cout << "features: of the " << report.already_done << " lines already in " << chat_options.out.string() << ", "
-              << report.features_missing << " lack features in " << chat_options.features.dir.string()
-              << (report.features_missing > 0 ? " (not in the cache, or cached for other tokens: an earlier run "
-                                                "without --features, or killed before publishing)"
-                                              : "")
-              << "\n";
+              << report.features_recomputed << " lacked features in " << chat_options.features.dir.string()
+              << (report.features_recomputed > 0 ? " (an earlier run without --features, or killed before publishing)"
+                                                    " and got them now"
+                                                  : "");
+    if (report.features_mismatched > 0)
+      std::cout << "; " << report.features_mismatched
+                << " are cached there for other tokens (an earlier run for another output): training on this output "
+                   "with that cache refuses them, give a new --features directory";
+    std::cout << "\n";
   }
   for (const auto& rejection : report.rejected) std::cout << "  " << chat_options.chats.string() << " " << rejection << "\n";
   return 0;
@@ -147,6 +152,14 @@ void add_regenerate_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   sub->add_option("--seed", options.seed)->capture_default_str();
   add_threads_option(*sub, threads);
+  static std::string device = "cpu", dtype = "float32";
+  sub->add_option("--device", device, "where the target runs: cpu, cuda or cuda:N (as devices.target)")
+      ->capture_default_str();
+  sub->add_option("--dtype", dtype,
+                  "the target's compute dtype (as model.target.dtype): float32 | bfloat16; with --features, "
+                  "the training run that reads the cache must use the same")
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
   static std::string features_dir, features_dtype = "bfloat16";
   static int64_t num_target_features = config::DrafterConfig{}.num_target_features;
   static std::vector<int64_t> target_layer_ids;
@@ -182,7 +195,17 @@ void add_regenerate_command(CLI::App& app, Action& action) {
         features.target_dir = target_dir;
         features.log = &std::cout;
       }
-      auto target = model::TargetModel::load(target_dir);
+      torch::Device target_device = torch::kCPU;
+      torch::Dtype target_dtype = torch::kFloat32;
+      try {
+        target_device = train::resolve_device(device);
+        target_dtype = train::parse_dtype(dtype);
+      } catch (const c10::Error& e) {
+        throw ConfigError(std::string("--device ") + device + ": " + e.what_without_backtrace());
+      } catch (const std::exception& e) {
+        throw ConfigError(std::string("--device ") + device + ": " + e.what());
+      }
+      auto target = model::TargetModel::load(target_dir, target_device, target_dtype);
       if (features.enabled()) {
         try {
           features.layer_ids = train::regenerate_feature_layers(target.config(), num_target_features, target_layer_ids);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <string_view>
 
 #include "config/errors.hpp"
 #include "data/checksum.hpp"
@@ -19,10 +20,31 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// The input line after which a previous run stopped (0: none), keeping only
-// the complete lines of `out` (a line torn by a crash is cut off);
-// `kept_hashes` gets the tokens hash of each kept line (what its cached
+// What this command writes first on every line: nlohmann::json dumps an
+// object's keys in sorted order, so each line starts with its input_ids.
+constexpr std::string_view kLineStart = R"({"input_ids":)";
+
+// Whether `line` is one of this command's lines: {"input_ids", "line",
+// "loss_mask"}; sets `line_number` and `hash` (the tokens hash its cached
 // features must match).
+bool own_line(const std::string& line, int64_t& line_number, uint64_t& hash) {
+  try {
+    const auto sample = json::parse(line);
+    if (!sample.is_object() || sample.size() != 3 || !sample.contains("loss_mask")) return false;
+    line_number = sample.at("line").get<int64_t>();
+    hash = data::tokens_hash(sample.at("input_ids").get<std::vector<int32_t>>());
+    return true;
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+// The input line after which a previous run stopped (0: none), keeping only
+// the complete lines of `out`: a last line without its newline that is the
+// start of one of this command's lines (torn by a crash) is cut off. Any
+// other line that is not this command's output is refused, naming it, and
+// nothing is cut: `out` is somebody else's file (a training JSONL, say).
+// `kept_hashes` gets the tokens hash of each kept line.
 int64_t resume_point(const std::filesystem::path& out, std::vector<uint64_t>& kept_hashes) {
   kept_hashes.clear();
   if (!std::filesystem::exists(out)) return 0;
@@ -30,32 +52,60 @@ int64_t resume_point(const std::filesystem::path& out, std::vector<uint64_t>& ke
   std::string line;
   int64_t last_line = 0;
   std::streamoff good_bytes = 0;
-  while (std::getline(in, line)) {
-    if (in.eof()) break;  // no newline: torn
-    try {
-      const auto sample = json::parse(line);
-      last_line = sample.at("line").get<int64_t>();
-      const auto ids = sample.at("input_ids").get<std::vector<int32_t>>();
-      kept_hashes.push_back(data::tokens_hash(ids));
-    } catch (const json::exception&) {
-      break;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    const bool torn = in.eof();  // no newline after it
+    int64_t line_number = 0;
+    uint64_t hash = 0;
+    if (!torn && own_line(line, line_number, hash) && line_number > last_line) {
+      last_line = line_number;
+      kept_hashes.push_back(hash);
+      good_bytes = in.tellg();
+      continue;
     }
-    good_bytes = in.tellg();
+    const bool start_of_own = line.compare(0, kLineStart.size(), kLineStart) == 0 ||
+                              std::string_view(kLineStart).substr(0, line.size()) == line;
+    if (torn && start_of_own) break;
+    throw ConfigError(out.string() + ":" + std::to_string(number) + ": --out holds a line that " +
+                      (line_number > 0 && line_number <= last_line
+                           ? "answers input line " + std::to_string(line_number) + " again, after line " +
+                                 std::to_string(last_line)
+                           : std::string("regenerate --chats did not write (it writes {\"input_ids\", \"line\", "
+                                         "\"loss_mask\"} lines)")) +
+                      "; a rerun continues only its own output: give --out a new file (nothing was changed)");
   }
   in.close();
   std::filesystem::resize_file(out, static_cast<uintmax_t>(good_bytes));
   return last_line;
 }
 
-// Of the lines an earlier run wrote, those the cache lacks or holds for
-// other tokens.
-int64_t missing_features(const data::FeatureCacheReader& cache, const std::vector<uint64_t>& kept_hashes) {
-  int64_t missing = 0;
-  for (size_t i = 0; i < kept_hashes.size(); ++i) {
+// Of the first `kept` lines of `out` (an earlier run's), those whose record
+// the cache lacks (a run without --features, or killed before it published)
+// get it now from one forward pass over the line: the states at every
+// position of prompt + response, the positions its generation computed.
+// Those the cache holds for other tokens are counted: a record cannot be
+// replaced in place (the reader keeps an id's first).
+struct EarlierLines {
+  int64_t recomputed = 0;
+  int64_t mismatched = 0;
+};
+EarlierLines complete_earlier_features(const model::TargetModel& target, FeatureCapture& capture,
+                                       const std::filesystem::path& out, const std::vector<uint64_t>& kept_hashes) {
+  EarlierLines result;
+  const auto& cache = capture.existing();
+  std::ifstream in(out, std::ios::binary);
+  std::string line;
+  for (size_t i = 0; i < kept_hashes.size() && std::getline(in, line); ++i) {
     const auto id = static_cast<int64_t>(i);
-    missing += !cache.contains(id) || cache.get(id, /*verify=*/false).tokens_hash != kept_hashes[i];
+    if (cache.contains(id)) {
+      result.mismatched += cache.get(id, /*verify=*/false).tokens_hash != kept_hashes[i];
+      continue;
+    }
+    const auto ids = json::parse(line).at("input_ids").get<std::vector<int64_t>>();
+    const auto input = torch::tensor(ids, torch::kInt64).unsqueeze(0).to(target.device());
+    capture.append(id, ids, target.context_features(input, capture.layer_ids())[0]);
+    ++result.recomputed;
   }
-  return missing;
+  return result;
 }
 
 int64_t count_lines(const std::filesystem::path& path) {
@@ -148,7 +198,9 @@ ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const te
   if (options.features.enabled()) {
     if (options.max_new_tokens < 1) throw ConfigError("regenerate --features: --max-new-tokens must be at least 1");
     capture = std::make_unique<FeatureCapture>(target, options.features);
-    report.features_missing = missing_features(capture->existing(), kept_hashes);
+    const auto earlier = complete_earlier_features(target, *capture, options.out, kept_hashes);
+    report.features_recomputed = earlier.recomputed;
+    report.features_mismatched = earlier.mismatched;
     capture->reserve(projected_positions(tokenizer, chat_template, options, resume_after));
   }
   const std::vector<int64_t> no_layers;

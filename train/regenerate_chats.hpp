@@ -4,7 +4,9 @@
 // target itself, and written as training JSONL {"line", "input_ids",
 // "loss_mask"} (mask 1 on the answer). Lines are appended and flushed one by
 // one; a rerun with the same output continues after the last complete line,
-// so a crash after hours of generation loses nothing already written.
+// so a crash after hours of generation loses nothing already written; with
+// --features the rerun first computes the records the crash left out. A
+// rerun refuses an --out that holds lines it did not write.
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
@@ -38,9 +40,11 @@ struct ChatRegenerateReport {
   int64_t written = 0;          // by this run
   std::vector<std::string> rejected;  // "line N: reason", one per line not answered
   // --features: of the already_done lines, those whose record the cache
-  // lacks (an earlier run without --features, or killed before publishing)
-  // or holds for other tokens. Reported, not refused: the lines are good data.
-  int64_t features_missing = 0;
+  // lacked (an earlier run without --features, or killed before publishing),
+  // computed now, and those it holds for other tokens (reported, not
+  // refused: the lines are good data, but that cache cannot train on them).
+  int64_t features_recomputed = 0;
+  int64_t features_mismatched = 0;
   int64_t features_written = 0;  // lines of this run with their record (appended, or already there)
 };
 

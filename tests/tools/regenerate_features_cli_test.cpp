@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -78,6 +80,19 @@ TEST_CASE("Cli.Regenerate.features_one_record_per_output_line") {
   o = run_dflow(command + " --target-layer-ids 0,2");
   CHECK(o.exit_code != 0);
   CHECK_MESSAGE(o.output.find("layer") != std::string::npos, o.output);
+  // The target in bfloat16, as a bfloat16 training run computes: the
+  // manifest says so (what that run checks).
+  const std::string bf16_command = "regenerate --target " + (dir / "target").string() + " --prompts " +
+                                   (dir / "prompts.jsonl").string() + " --max-new-tokens 6 --out " +
+                                   (dir / "out-bf16.jsonl").string() + " --features " + (dir / "cache-bf16").string() +
+                                   " --num-target-features 2 --dtype bfloat16";
+  o = run_dflow(bf16_command);
+  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+  CHECK(dflow::data::read_manifest(dir / "cache-bf16").target_dtype == "bfloat16");
+  CHECK(dflow::data::read_manifest(dir / "cache").target_dtype == "float32");
+  o = run_dflow(command + " --device tpu9");
+  CHECK(o.exit_code == 2);
+  CHECK_MESSAGE(o.output.find("--device tpu9") != std::string::npos, o.output);
   // The options that shape features need --features.
   o = run_dflow("regenerate --target t --prompts p --out o --features-dtype float32");
   CHECK(o.exit_code == 2);
@@ -115,18 +130,50 @@ TEST_CASE("Cli.Regenerate.chats_features_follow_a_rerun") {
   o = run_dflow(base + (dir / "cache").string());
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
   CHECK_MESSAGE(o.output.find("of the 1 lines already in") != std::string::npos, o.output);
-  CHECK_MESSAGE(o.output.find("0 lack features") != std::string::npos, o.output);
+  CHECK_MESSAGE(o.output.find("0 lacked features") != std::string::npos, o.output);
   check_one_record_per_line(dir / "cache", dir / "out.jsonl");
 
-  // The same rerun into a new cache: the earlier line's features are not
-  // there, which the report says; the new line's record gets its id.
+  // The same rerun into a new cache (as after a kill between writing lines
+  // and publishing their features): the earlier line gets its record first,
+  // from a forward over the line; the new line's record gets its id.
   std::ofstream(dir / "out.jsonl", std::ios::trunc) << first << "\n";
   o = run_dflow(base + (dir / "cache2").string());
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
-  CHECK_MESSAGE(o.output.find("1 lack features") != std::string::npos, o.output);
-  dflow::data::FeatureCacheReader reader(dir / "cache2");
-  CHECK(reader.num_samples() == 1);
-  CHECK_FALSE(reader.contains(0));
-  CHECK(reader.get(1).tokens_hash == dflow::data::tokens_hash(lines[1]));
+  CHECK_MESSAGE(o.output.find("1 lacked features") != std::string::npos, o.output);
+  check_one_record_per_line(dir / "cache2", dir / "out.jsonl");
+  // Its features are the target's at the line's positions: those the
+  // generation kept in the first cache, to float32 rounding.
+  {
+    dflow::data::FeatureCacheReader generated(dir / "cache"), recomputed(dir / "cache2");
+    const auto a = generated.get(0), b = recomputed.get(0);
+    REQUIRE(a.bytes.size() == b.bytes.size());
+    const auto* x = reinterpret_cast<const float*>(a.bytes.data());
+    const auto* y = reinterpret_cast<const float*>(b.bytes.data());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < a.bytes.size() / sizeof(float); ++i) {
+      worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(x[i])));
+    }
+    CHECK(worst <= 1e-4 * scale);
+  }
+
+  // An --out that regenerate did not write (a training JSONL): refused,
+  // naming the line, and left as it was.
+  const std::string training_line = R"({"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]})";
+  std::ofstream(dir / "train.jsonl", std::ios::trunc) << training_line << "\n" << training_line << "\n";
+  const auto before = fs::file_size(dir / "train.jsonl");
+  o = run_dflow("regenerate --target " + (dir / "target").string() + " --chats " + (dir / "chats.jsonl").string() +
+                " --chat-template chatml --max-new-tokens 5 --out " + (dir / "train.jsonl").string());
+  CHECK(o.exit_code == 2);
+  CHECK_MESSAGE(o.output.find("train.jsonl:1: --out holds a line that regenerate --chats did not write") !=
+                    std::string::npos,
+                o.output);
+  CHECK(fs::file_size(dir / "train.jsonl") == before);
+  // Its own output with a foreign line after it: refused at that line.
+  std::ofstream(dir / "mixed.jsonl", std::ios::trunc) << first << "\n" << training_line << "\n";
+  o = run_dflow("regenerate --target " + (dir / "target").string() + " --chats " + (dir / "chats.jsonl").string() +
+                " --chat-template chatml --max-new-tokens 5 --out " + (dir / "mixed.jsonl").string());
+  CHECK(o.exit_code == 2);
+  CHECK_MESSAGE(o.output.find("mixed.jsonl:2:") != std::string::npos, o.output);
   fs::remove_all(dir);
 }
