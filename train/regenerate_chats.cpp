@@ -78,20 +78,19 @@ int64_t resume_point(const std::filesystem::path& out, std::vector<uint64_t>& ke
   return last_line;
 }
 
-// Of the first `kept` lines of `out` (an earlier run's), those whose record
-// the cache lacks (a run without --features, or killed before it published)
-// get it now from one forward pass over the line: the states at every
-// position of prompt + response, the positions its generation computed.
-// Those the cache holds for other tokens are counted: a record cannot be
-// replaced in place (the reader keeps an id's first).
+// Of the lines an earlier run wrote (the first kept_hashes.size() of `out`),
+// those whose record the cache lacks (a run without --features, or killed
+// before it published) and how many positions they hold; those the cache
+// holds for other tokens are counted: a record cannot be replaced in place
+// (the reader keeps an id's first).
 struct EarlierLines {
-  int64_t recomputed = 0;
+  std::vector<int64_t> lacking;  // sample ids = line indexes, ascending
+  uint64_t positions = 0;
   int64_t mismatched = 0;
 };
-EarlierLines complete_earlier_features(const model::TargetModel& target, FeatureCapture& capture,
-                                       const std::filesystem::path& out, const std::vector<uint64_t>& kept_hashes) {
+EarlierLines earlier_lines(const data::FeatureCacheReader& cache, const std::filesystem::path& out,
+                           const std::vector<uint64_t>& kept_hashes) {
   EarlierLines result;
-  const auto& cache = capture.existing();
   std::ifstream in(out, std::ios::binary);
   std::string line;
   for (size_t i = 0; i < kept_hashes.size() && std::getline(in, line); ++i) {
@@ -100,12 +99,27 @@ EarlierLines complete_earlier_features(const model::TargetModel& target, Feature
       result.mismatched += cache.get(id, /*verify=*/false).tokens_hash != kept_hashes[i];
       continue;
     }
+    result.lacking.push_back(id);
+    result.positions += json::parse(line).at("input_ids").size();
+  }
+  return result;
+}
+
+// The lacking lines' records, from one forward pass over each line: the
+// states at every position of prompt + response, the positions its
+// generation computed.
+void compute_earlier_features(const model::TargetModel& target, FeatureCapture& capture,
+                              const std::filesystem::path& out, const std::vector<int64_t>& lacking) {
+  std::ifstream in(out, std::ios::binary);
+  std::string line;
+  size_t next = 0;
+  for (int64_t id = 0; next < lacking.size() && std::getline(in, line); ++id) {
+    if (id != lacking[next]) continue;
+    ++next;
     const auto ids = json::parse(line).at("input_ids").get<std::vector<int64_t>>();
     const auto input = torch::tensor(ids, torch::kInt64).unsqueeze(0).to(target.device());
     capture.append(id, ids, target.context_features(input, capture.layer_ids())[0]);
-    ++result.recomputed;
   }
-  return result;
 }
 
 int64_t count_lines(const std::filesystem::path& path) {
@@ -198,10 +212,11 @@ ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const te
   if (options.features.enabled()) {
     if (options.max_new_tokens < 1) throw ConfigError("regenerate --features: --max-new-tokens must be at least 1");
     capture = std::make_unique<FeatureCapture>(target, options.features);
-    const auto earlier = complete_earlier_features(target, *capture, options.out, kept_hashes);
-    report.features_recomputed = earlier.recomputed;
+    const auto earlier = earlier_lines(capture->existing(), options.out, kept_hashes);
+    capture->reserve(earlier.positions + projected_positions(tokenizer, chat_template, options, resume_after));
+    compute_earlier_features(target, *capture, options.out, earlier.lacking);
+    report.features_recomputed = static_cast<int64_t>(earlier.lacking.size());
     report.features_mismatched = earlier.mismatched;
-    capture->reserve(projected_positions(tokenizer, chat_template, options, resume_after));
   }
   const std::vector<int64_t> no_layers;
   const auto& layer_ids = capture ? capture->layer_ids() : no_layers;
