@@ -1,8 +1,9 @@
 // features.cached: the target's features read from a feature cache, in place
 // of target_forward (nodes/features_cached.hpp). Before the graph exists the
 // run checks the cache against itself: the manifest (target, tokenizer,
-// layers), every cached sample's tokens and length, and, without fill, that
-// every sample is there, naming what differs or what is missing.
+// layers), every cached sample's length (from the index), and, without
+// fill, that every sample is there, naming what differs or what is missing.
+// Each record's tokens hash is checked when it is read.
 #include "nodes/features_cached.hpp"
 
 #include <algorithm>
@@ -155,31 +156,31 @@ class FeaturesCached final : public graph::FunctionBody {
 
  private:
   // A batch with samples the cache lacks runs the target, as target_forward
-  // would, and writes those samples; false when every sample is cached.
+  // would, and writes those samples; false when every sample is cached. The
+  // batch trains on what the cache stores (the records just encoded,
+  // decoded again; the others read), never on the target's raw features: a
+  // lossy storage dtype then gives the same values in every epoch, after a
+  // resume, and on every replica.
   bool fill_missing(const PaddedBatch& batch, torch::Tensor& features) {
     auto& reader = *source_->reader;
     auto missing = reader.missing(batch.plan.sample_ids);
     if (missing.empty()) return false;
     // Written by this replica but not yet published, or published since by
     // another replica or rank: look again before running the target.
-    if (std::any_of(missing.begin(), missing.end(), [&](int64_t id) { return pending_.count(id); })) publish();
+    if (std::any_of(missing.begin(), missing.end(), [&](int64_t id) { return writer_->unpublished(id); }))
+      writer_->publish();
     if (reader.refresh() > 0) missing = reader.missing(batch.plan.sample_ids);
     if (missing.empty()) return false;
     const auto raw = target_features(run_, *target_, batch);
     const std::set<int64_t> wanted(missing.begin(), missing.end());
-    const int64_t before = writer_->shards_published();
-    write_sample_features(*writer_, run_, batch, raw, source_->dtype, [&](int64_t id) {
-      return wanted.count(id) && pending_.insert(id).second;
-    });
-    if (writer_->shards_published() != before) pending_.clear(), reader.refresh();
-    features = for_drafter(run_, raw);
+    EncodedRecords written;
+    write_sample_features(*writer_, run_, batch, raw, source_->dtype,
+                          [&](int64_t id) { return wanted.count(id) > 0; }, &written);
+    // The writer knows which samples its published shards hold (a shard
+    // may fill in the middle of this batch): nothing is written twice.
+    features = cached_features(run_, reader, batch, source_->params.verify, &written);
     ++computed_batches_;
     return true;
-  }
-
-  void publish() {
-    writer_->publish();
-    pending_.clear();
   }
 
   const RunContext& run_;
@@ -188,7 +189,6 @@ class FeaturesCached final : public graph::FunctionBody {
   PreparedCache source_;
   const model::TargetModel* target_ = nullptr;
   std::unique_ptr<data::FeatureCacheWriter> writer_;
-  std::set<int64_t> pending_;  // appended by this replica, not yet published
   int64_t read_batches_ = 0, computed_batches_ = 0;
 };
 
@@ -230,19 +230,21 @@ uint64_t projected_feature_bytes(const RunContext& run, const data::FeatureCache
 }
 
 void check_cached_samples(const RunContext& run, const data::FeatureCacheReader& cache) {
+  // From the index alone: each record's length against the dataset's
+  // (both in memory). Neither the records nor the dataset's tokens are read:
+  // start-up costs no I/O however large the cache; the tokens hash is
+  // checked as each record is first read (cached_features).
   std::vector<std::string> wrong;
   int64_t wrong_count = 0;
+  const auto lengths = run.dataset.lengths();
   for (int64_t id = 0; id < run.dataset.size(); ++id) {
-    if (!cache.contains(id)) continue;
-    const auto record = cache.get(id, /*verify=*/false);
-    const auto sample = run.dataset.sample(id);
-    std::string why;
-    if (record.rows != static_cast<int64_t>(sample.input_ids.size()))
-      why = std::to_string(record.rows) + " cached positions for " + std::to_string(sample.input_ids.size()) + " tokens";
-    else if (record.tokens_hash != data::tokens_hash(sample.input_ids))
-      why = "other tokens";
-    if (why.empty()) continue;
-    if (++wrong_count <= 5) wrong.push_back("sample " + std::to_string(id) + " (" + why + ")");
+    const auto entry = cache.entry(id);
+    if (!entry) continue;
+    const int64_t tokens = lengths[static_cast<size_t>(id)];
+    if (static_cast<int64_t>(entry->rows) == tokens) continue;
+    if (++wrong_count <= 5)
+      wrong.push_back("sample " + std::to_string(id) + " (" + std::to_string(entry->rows) + " cached positions for " +
+                      std::to_string(tokens) + " tokens)");
   }
   if (wrong_count == 0) return;
   std::string list;
