@@ -237,13 +237,20 @@ TEST_CASE("FeatureCache.a_bfloat16_hybrid_run_trains_on_what_it_stores_and_resum
   nodes::run_training(cached(small_run_config(reread_dir, {"train.epochs=2"}), cache), {});
   CHECK(step_records(reread_dir) == uninterrupted);
 
-  // Stopped at step 7 with a checkpoint at step 4: steps 5..7 are trained
-  // again after the resume, now from the records the stopped run published.
+  // Killed in step 8 (the drafter fails) with the last checkpoint at step 4:
+  // steps 5..7 are trained again after the resume, now from the records the
+  // killed run published (a stop would checkpoint where it stops instead).
   const auto resumed_dir = fresh_dir("fc-bf-resumed"), resumed_cache = fresh_dir("fc-bf-resumed-cache");
   auto partial = cached(small_run_config(resumed_dir, {"train.epochs=2", "checkpoint.every_steps=4"}), resumed_cache,
                         "fill: true");
-  nodes::run_training(stopped_after(partial, 7), {});
-  REQUIRE(data::FeatureCacheReader(resumed_cache).num_samples() > 0);
+  auto killed = partial;
+  config::FaultDecl crash;
+  crash.kind = "exception";
+  crash.step = 7;  // the 8th step's index
+  crash.node = "drafter";
+  killed.faults.push_back(crash);
+  CHECK(error_of(killed).find("injected fault") != std::string::npos);
+  REQUIRE(data::FeatureCacheReader(resumed_cache).num_samples() >= 7 * 8);  // steps 1..7's samples at least
   nodes::RunOptions resume;
   resume.resume = "latest";
   nodes::run_training(partial, resume);
