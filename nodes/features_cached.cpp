@@ -7,7 +7,9 @@
 #include "nodes/features_cached.hpp"
 
 #include <algorithm>
+#include <mutex>
 #include <set>
+#include <span>
 
 #include "config/errors.hpp"
 #include "config/log.hpp"
@@ -47,11 +49,49 @@ const config::KeySet<CachedFeaturesParams>& cached_keys() {
   return keys;
 }
 
-// What the replicas share: the checked cache, mapped once.
+// The replicas' writers (fill: true), one slot each: a replica that meets a
+// sample another replica appended but has not published asks that writer to
+// publish, instead of computing and writing the sample a second time. A
+// thread holds one slot's lock at a time (no lock order to keep).
+class ReplicaWriters {
+ public:
+  explicit ReplicaWriters(int replicas) : slots_(static_cast<size_t>(std::max(replicas, 1))) {}
+
+  void attach(int replica, data::FeatureCacheWriter* writer) {
+    auto& slot = slots_.at(static_cast<size_t>(replica));
+    std::lock_guard lock(slot.mutex);
+    slot.writer = writer;
+  }
+  // Runs `f(writer)` under the replica's lock: its appends and publishes.
+  template <class F>
+  decltype(auto) with(int replica, F&& f) {
+    auto& slot = slots_.at(static_cast<size_t>(replica));
+    std::lock_guard lock(slot.mutex);
+    return f(*slot.writer);
+  }
+  // Publishes each writer's open shard that holds one of `ids`.
+  void publish_holding(std::span<const int64_t> ids) {
+    for (auto& slot : slots_) {
+      std::lock_guard lock(slot.mutex);
+      if (slot.writer && std::any_of(ids.begin(), ids.end(), [&](int64_t id) { return slot.writer->unpublished(id); }))
+        slot.writer->publish();
+    }
+  }
+
+ private:
+  struct Slot {
+    std::mutex mutex;
+    data::FeatureCacheWriter* writer = nullptr;
+  };
+  std::vector<Slot> slots_;  // sized once: the mutexes never move
+};
+
+// What the replicas share: the checked cache, mapped once, and their writers.
 struct CacheSource {
   CachedFeaturesParams params;
   data::FeatureDtype dtype = data::FeatureDtype::bfloat16;
   std::shared_ptr<data::FeatureCacheReader> reader;
+  std::unique_ptr<ReplicaWriters> writers;
 };
 using PreparedCache = std::shared_ptr<CacheSource>;
 
@@ -66,6 +106,7 @@ PreparedCache prepare_cache(const RunContext& run, const config::NodeDecl& node)
   auto section = node_params(run.config.pipeline, node);
   auto source = std::make_shared<CacheSource>();
   source->params = read_cached_features_params(section);
+  source->writers = std::make_unique<ReplicaWriters>(node.replicas);
   const auto& p = source->params;
   auto refuse = [&](const std::string& message) {
     return ConfigError(node.mark, key, "node '" + node.name + "' (features.cached): " + message);
@@ -129,10 +170,12 @@ class FeaturesCached final : public graph::FunctionBody {
       writer_ = std::make_unique<data::FeatureCacheWriter>(
           source_->params.dir, "r" + std::to_string(run.options.rank) + "-w" + std::to_string(replica),
           manifest.dtype, manifest.width(), uint64_t(source_->params.shard_mb) << 20);
+      source_->writers->attach(replica_, writer_.get());
     }
   }
 
   ~FeaturesCached() override {
+    if (writer_) source_->writers->attach(replica_, nullptr);  // before the writer goes (it publishes then)
     if (writer_)
       log::info("data", log::str("feature cache ", source_->params.dir, ": node '", name_, "' replica ", replica_, " read ",
                                  read_batches_, " batch(es), ran the target on ", computed_batches_, " and wrote ",
@@ -165,17 +208,19 @@ class FeaturesCached final : public graph::FunctionBody {
     auto& reader = *source_->reader;
     auto missing = reader.missing(batch.plan.sample_ids);
     if (missing.empty()) return false;
-    // Written by this replica but not yet published, or published since by
-    // another replica or rank: look again before running the target.
-    if (std::any_of(missing.begin(), missing.end(), [&](int64_t id) { return writer_->unpublished(id); }))
-      writer_->publish();
+    // Written by a replica of this run but not yet published (that writer
+    // publishes now), or published since by another rank: look again before
+    // running the target.
+    source_->writers->publish_holding(missing);
     if (reader.refresh() > 0) missing = reader.missing(batch.plan.sample_ids);
     if (missing.empty()) return false;
     const auto raw = target_features(run_, *target_, batch);
     const std::set<int64_t> wanted(missing.begin(), missing.end());
     EncodedRecords written;
-    write_sample_features(*writer_, run_, batch, raw, source_->dtype,
-                          [&](int64_t id) { return wanted.count(id) > 0; }, &written);
+    source_->writers->with(replica_, [&](data::FeatureCacheWriter& writer) {
+      return write_sample_features(writer, run_, batch, raw, source_->dtype,
+                                   [&](int64_t id) { return wanted.count(id) > 0; }, &written);
+    });
     // The writer knows which samples its published shards hold (a shard
     // may fill in the middle of this batch): nothing is written twice.
     features = cached_features(run_, reader, batch, source_->params.verify, &written);

@@ -9,7 +9,7 @@
 # 3. The qwen3-0.6b preset (float32 on this CPU) on 48 demo samples: steps
 #    per second online and cached (bfloat16), 6 steps each.
 # 4. Start-up (STARTUP=0 skips it): a
-#    cache of the demo's samples repeated to 3600, filled by cache-features,
+#    cache of the demo's samples repeated 15 times, filled by cache-features,
 #    then bench_cache_startup: opening the reader and checking the samples.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -343,3 +343,22 @@ TEST_CASE("FeatureCache.start_up_checks_the_index_alone_and_each_record_is_check
     }
   }
 }
+
+TEST_CASE("FeatureCache.two_target_replicas_fill_each_sample_once_and_train_on_what_they_store") {
+  // Two replicas, each with its writer and an open shard until the end: in
+  // epoch 1 each meets samples the other wrote but has not published.
+  const auto run_dir = fresh_dir("fc-two-run"), cache = fresh_dir("fc-two-cache");
+  auto two = cached(small_run_config(run_dir, {"train.epochs=2", "devices.target=[cpu, cpu]"}), cache, "fill: true");
+  for (auto& n : two.pipeline.nodes)
+    if (n.name == "target") n.replicas = 2;
+  nodes::run_training(two, {});
+  REQUIRE(shard_files(cache, ".idx").size() >= 2);  // both replicas wrote
+  data::FeatureCacheReader reader(cache);
+  CHECK(reader.num_samples() == data::Dataset::open({(testing::assets_dir() / "data").string()}).size());
+  CHECK(reader.duplicate_records() == 0);
+  // bfloat16 storage: the two replicas trained on the stored values, as a
+  // one-replica run reading the finished cache does.
+  const auto reread_dir = fresh_dir("fc-two-reread");
+  nodes::run_training(cached(small_run_config(reread_dir, {"train.epochs=2"}), cache), {});
+  CHECK(step_records(reread_dir) == step_records(run_dir));
+}
