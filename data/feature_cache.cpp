@@ -1,7 +1,12 @@
 #include "data/feature_cache.hpp"
 
 #include <algorithm>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
 
 #include <cstdio>
 #include <cstring>
@@ -287,6 +292,7 @@ FeatureCacheWriter::FeatureCacheWriter(fs::path dir, std::string writer, Feature
     : shards_dir_(std::move(dir) / "shards"), writer_(std::move(writer)), dtype_(dtype), width_(width),
       shard_bytes_(std::max<uint64_t>(shard_bytes, 1)) {
   fs::create_directories(shards_dir_);
+  lock_name();  // before the leftovers below: they may be a live writer's open shard
   // A killed writer's leftovers: its open shard (.tmp) and a shard renamed
   // but never indexed. Published shards (with an .idx) are kept.
   std::vector<fs::path> stale;
@@ -302,6 +308,37 @@ FeatureCacheWriter::FeatureCacheWriter(fs::path dir, std::string writer, Feature
   }
 }
 
+void FeatureCacheWriter::lock_name() {
+  const fs::path path = shards_dir_ / (writer_ + ".lock");
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw DataError("feature cache " + shards_dir_.parent_path().string() + ": cannot open " + path.string() +
+                    " to lock writer '" + writer_ + "': " + std::strerror(errno));
+  // flock locks an open file description: a second writer of the name in
+  // this process is refused as well as one in another process.
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char text[32] = {};
+    const auto got = ::pread(fd, text, sizeof text - 1, 0);
+    ::close(fd);
+    std::string holder = got > 0 ? std::string(text, static_cast<size_t>(got)) : std::string();
+    holder.erase(std::remove_if(holder.begin(), holder.end(), [](char c) { return !std::isdigit(static_cast<unsigned char>(c)); }), holder.end());
+    if (error != EWOULDBLOCK)
+      throw DataError("feature cache " + shards_dir_.parent_path().string() + ": cannot lock writer '" + writer_ +
+                      "' (" + path.string() + "): " + std::strerror(error));
+    throw DataError("feature cache " + shards_dir_.parent_path().string() + ": writer '" + writer_ +
+                    "' is in use by another filler (" + (holder.empty() ? "pid unknown" : "pid " + holder) +
+                    ", holding " + path.string() +
+                    "); two writers of one name would remove each other's open shards. Wait for it to finish, or "
+                    "give this one another writer name (another rank or replica)");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
+    log::warn("data", log::str("feature cache: could not write the pid into ", path.string(), " (", std::strerror(errno),
+                               "); the lock holds all the same"));
+  lock_fd_ = fd;
+}
+
 FeatureCacheWriter::~FeatureCacheWriter() {
   try {
     publish();
@@ -309,6 +346,9 @@ FeatureCacheWriter::~FeatureCacheWriter() {
     log::warn("data", log::str("feature cache: the last shard of writer '", writer_, "' was not published (", e.what(),
                                "); its ", entries_.size(), " sample(s) are written again by the next fill"));
   }
+  // The lock file stays: removing it would let a third writer lock a new
+  // file while a second still holds the old one.
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 void FeatureCacheWriter::open_shard() {
@@ -331,6 +371,7 @@ void FeatureCacheWriter::append(int64_t sample_id, uint64_t hash, int64_t rows, 
                           xxhash64(record.data(), record.size())};
   file_->write(record.data(), record.size());
   entries_.push_back(entry);
+  unpublished_.insert(sample_id);
   bytes_written_ += record.size();
   ++samples_written_;
   if (file_->size_bytes() >= shard_bytes_) publish();
@@ -347,6 +388,7 @@ std::optional<fs::path> FeatureCacheWriter::publish() {
   write_index(idx, dtype_, width_, bin_bytes, entries_);
   sync_directory(shards_dir_);
   entries_.clear();
+  unpublished_.clear();
   ++shards_published_;
   return idx;
 }
@@ -400,9 +442,22 @@ size_t FeatureCacheReader::map_new_shards() {
                         " lies past the end of its shard; delete the shard and its .idx and fill the cache again");
       // A sample written twice (a hybrid fill where ranks raced): the first wins.
       if (samples_.emplace(e.sample_id, Location{shard, e}).second) record_bytes_ += e.rows * row_bytes_;
+      else ++duplicate_records_;
     }
   }
   return found.size();
+}
+
+int64_t FeatureCacheReader::duplicate_records() const {
+  std::shared_lock lock(mutex_);
+  return duplicate_records_;
+}
+
+std::optional<FeatureIndexEntry> FeatureCacheReader::entry(int64_t sample_id) const {
+  std::shared_lock lock(mutex_);
+  const auto it = samples_.find(sample_id);
+  if (it == samples_.end()) return std::nullopt;
+  return it->second.entry;
 }
 
 bool FeatureCacheReader::contains(int64_t sample_id) const {

@@ -11,10 +11,13 @@
 //   shards/<writer>-<seq>.idx     the shard's index: sample id, offset, rows,
 //                                 a hash of the sample's tokens, a checksum of
 //                                 the record; its existence publishes the shard
+//   shards/<writer>.lock          held (flock) while a writer of that name lives
 // A writer (one per rank, or per target replica) appends to <writer>-<seq>.bin.tmp
 // and publishes a shard by syncing, renaming it and writing the index, so a
 // kill loses at most the open shard and a rerun continues from the published
-// ones. Readers map published shards only.
+// ones. Readers map published shards only. A writer's name is locked: a second
+// writer of the same name (which would remove the first one's open shard) is
+// refused; the kernel drops the lock of a process that dies.
 #include <cstdint>
 #include <deque>
 #include <filesystem>
@@ -24,6 +27,7 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "data/mapped_file.hpp"
@@ -89,9 +93,11 @@ uint64_t tokens_hash(std::span<const int32_t> input_ids);
 class FeatureCacheWriter {
  public:
   // `writer` names this writer's shards ("r0", "r1-w0", "regen"): writers
-  // that run at once need distinct names. An unfinished shard of this writer
-  // (a killed run's .tmp) is removed; numbering continues after its last
-  // published shard.
+  // that run at once need distinct names: the name is locked while the
+  // writer lives, and a second writer of it (this process or another) is
+  // refused with a DataError naming the directory, the name and the holder's
+  // pid. An unfinished shard of this writer (a killed run's .tmp) is removed;
+  // numbering continues after its last published shard.
   FeatureCacheWriter(fs::path dir, std::string writer, FeatureDtype dtype, int64_t width,
                      uint64_t shard_bytes = uint64_t{256} << 20);
   FeatureCacheWriter(const FeatureCacheWriter&) = delete;
@@ -107,12 +113,19 @@ class FeatureCacheWriter {
   // Publishes the open shard (nothing when it is empty); returns its index path.
   std::optional<fs::path> publish();
 
+  // Whether `sample_id` was appended to the open shard (not yet published):
+  // readers cannot see it until publish().
+  bool unpublished(int64_t sample_id) const { return unpublished_.count(sample_id) > 0; }
+  size_t unpublished_samples() const { return entries_.size(); }
+  const std::string& name() const { return writer_; }
+
   uint64_t bytes_written() const { return bytes_written_; }
   int64_t samples_written() const { return samples_written_; }
   int64_t shards_published() const { return shards_published_; }
 
  private:
   void open_shard();
+  void lock_name();
 
   fs::path shards_dir_;
   std::string writer_;
@@ -122,7 +135,9 @@ class FeatureCacheWriter {
   int next_seq_ = 0;
   std::unique_ptr<OutputFile> file_;
   fs::path final_path_;
-  std::vector<FeatureIndexEntry> entries_;
+  std::vector<FeatureIndexEntry> entries_;  // of the open shard
+  std::unordered_set<int64_t> unpublished_;  // their sample ids
+  int lock_fd_ = -1;                         // shards/<writer>.lock, flock'ed
   uint64_t bytes_written_ = 0;
   int64_t samples_written_ = 0;
   int64_t shards_published_ = 0;
@@ -150,6 +165,13 @@ class FeatureCacheReader {
   bool contains(int64_t sample_id) const;
   int64_t num_samples() const;
   uint64_t record_bytes() const;  // of all mapped records
+  // Records of samples that an earlier shard already holds (ignored: the
+  // first one wins). A fill that computes each sample once writes none.
+  int64_t duplicate_records() const;
+  // The tokens hash and positions the index gives for `sample_id` (read
+  // from the index alone; the record's bytes are not touched); nullopt when
+  // not cached.
+  std::optional<FeatureIndexEntry> entry(int64_t sample_id) const;
   // Throws DataError naming the shard and the sample when the record fails
   // its checksum (with `verify`), or when the sample is not cached.
   CachedFeatures get(int64_t sample_id, bool verify = true) const;
@@ -173,6 +195,7 @@ class FeatureCacheReader {
   std::map<std::string, size_t> shard_names_;
   std::map<int64_t, Location> samples_;
   uint64_t record_bytes_ = 0;
+  int64_t duplicate_records_ = 0;
 };
 
 // Readable byte counts ("1.27 GB").

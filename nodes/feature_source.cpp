@@ -75,7 +75,7 @@ uint64_t sample_tokens_hash(const RunContext& run, int64_t sample_id) {
 
 int64_t write_sample_features(data::FeatureCacheWriter& writer, const RunContext& run, const PaddedBatch& batch,
                               const torch::Tensor& features, data::FeatureDtype dtype,
-                              const std::function<bool(int64_t sample_id)>& wanted) {
+                              const std::function<bool(int64_t sample_id)>& wanted, EncodedRecords* kept) {
   torch::Tensor cpu;  // copied once, for the first wanted sample
   std::vector<unsigned char> record;
   int64_t written = 0;
@@ -85,13 +85,14 @@ int64_t write_sample_features(data::FeatureCacheWriter& writer, const RunContext
     record.clear();
     train::encode_feature_rows(cpu[place.row].narrow(0, place.first, place.length), dtype, record);
     writer.append(place.sample_id, sample_tokens_hash(run, place.sample_id), place.length, record);
+    if (kept) (*kept)[place.sample_id] = record;
     ++written;
   }
   return written;
 }
 
 torch::Tensor cached_features(const RunContext& run, const data::FeatureCacheReader& cache, const PaddedBatch& batch,
-                              bool verify) {
+                              bool verify, const EncodedRecords* fresh) {
   const auto& manifest = cache.manifest();
   // Decoded on the host in float32 (or straight into the drafter's dtype when
   // it is on the CPU), then one copy to the drafter's device.
@@ -100,14 +101,28 @@ torch::Tensor cached_features(const RunContext& run, const data::FeatureCacheRea
                      .pinned_memory(!host_drafter && run.drafter_device.is_cuda());
   auto features = torch::zeros({batch.input_ids.size(0), batch.input_ids.size(1), manifest.width()}, options);
   for (const auto& place : sample_places(batch.plan, run.dataset.lengths())) {
+    auto rows = features[place.row].narrow(0, place.first, place.length);
+    if (fresh) {
+      if (const auto it = fresh->find(place.sample_id); it != fresh->end()) {
+        train::decode_feature_rows(it->second, place.length, manifest.dtype, rows);
+        continue;
+      }
+    }
     const auto record = cache.get(place.sample_id, verify);
+    auto refuse = [&](const std::string& why) {
+      return data::DataError("feature cache " + cache.shard_of(place.sample_id).string() + ": sample " +
+                             std::to_string(place.sample_id) + " " + why +
+                             ": the record was filled for another dataset (or written by a filler of one); delete "
+                             "that shard and its .idx and fill the cache again");
+    };
     if (record.rows != place.length)
-      throw data::DataError("feature cache " + cache.shard_of(place.sample_id).string() + ": sample " +
-                            std::to_string(place.sample_id) + " has " + std::to_string(record.rows) +
-                            " positions, the dataset's sample has " + std::to_string(place.length) +
-                            " tokens: the cache was filled for another dataset");
-    train::decode_feature_rows(record.bytes, record.rows, manifest.dtype,
-                               features[place.row].narrow(0, place.first, place.length));
+      throw refuse("has " + std::to_string(record.rows) + " positions, the dataset's sample has " +
+                   std::to_string(place.length) + " tokens");
+    // The index's hash of the tokens the record was computed from: checked
+    // at each read, so records published after start-up are checked too.
+    if (record.tokens_hash != sample_tokens_hash(run, place.sample_id))
+      throw refuse("holds the features of other tokens than the dataset's sample (tokens hash differs)");
+    train::decode_feature_rows(record.bytes, record.rows, manifest.dtype, rows);
   }
   return host_drafter ? features : for_drafter(run, features);
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <span>
 #include <vector>
 
@@ -38,16 +39,25 @@ struct SamplePlace {
 // In row order; one sample per row unless the batch is packed.
 std::vector<SamplePlace> sample_places(const data::PlannedBatch& plan, std::span<const int32_t> lengths);
 
+// Records encoded by write_sample_features, by sample id: the bytes the cache
+// stores for them.
+using EncodedRecords = std::map<int64_t, std::vector<unsigned char>>;
+
 // Appends to `writer` the samples of `batch` for which `wanted` is true,
 // from their rows of `features` ([B, S, W], any device); returns how many.
+// With `kept`, their encoded records are kept there too.
 int64_t write_sample_features(data::FeatureCacheWriter& writer, const RunContext& run, const PaddedBatch& batch,
                               const torch::Tensor& features, data::FeatureDtype dtype,
-                              const std::function<bool(int64_t sample_id)>& wanted);
+                              const std::function<bool(int64_t sample_id)>& wanted, EncodedRecords* kept = nullptr);
 
 // The samples' features from `cache` laid out as the batch's rows ([B, S, W]
-// on the drafter's device, zero on padding). Throws DataError naming the
-// shard and the sample for a record that fails its checksum.
+// on the drafter's device, zero on padding); samples in `fresh` are decoded
+// from those records instead (what a fill just wrote), the same way, so a
+// sample trains on the same values whether it was computed now or read.
+// Throws DataError naming the shard and the sample for a record that fails
+// its checksum, or whose length or tokens (hash) are not the dataset's
+// sample's: every record is checked as it is read, whenever it was published.
 torch::Tensor cached_features(const RunContext& run, const data::FeatureCacheReader& cache, const PaddedBatch& batch,
-                              bool verify);
+                              bool verify, const EncodedRecords* fresh = nullptr);
 
 }  // namespace dflow::nodes

@@ -1,12 +1,15 @@
 // features.cached: the target's features read from a feature cache, in place
 // of target_forward (nodes/features_cached.hpp). Before the graph exists the
 // run checks the cache against itself: the manifest (target, tokenizer,
-// layers), every cached sample's tokens and length, and, without fill, that
-// every sample is there, naming what differs or what is missing.
+// layers), every cached sample's length (from the index), and, without
+// fill, that every sample is there, naming what differs or what is missing.
+// Each record's tokens hash is checked when it is read.
 #include "nodes/features_cached.hpp"
 
 #include <algorithm>
+#include <mutex>
 #include <set>
+#include <span>
 
 #include "config/errors.hpp"
 #include "config/log.hpp"
@@ -46,11 +49,49 @@ const config::KeySet<CachedFeaturesParams>& cached_keys() {
   return keys;
 }
 
-// What the replicas share: the checked cache, mapped once.
+// The replicas' writers (fill: true), one slot each: a replica that meets a
+// sample another replica appended but has not published asks that writer to
+// publish, instead of computing and writing the sample a second time. A
+// thread holds one slot's lock at a time (no lock order to keep).
+class ReplicaWriters {
+ public:
+  explicit ReplicaWriters(int replicas) : slots_(static_cast<size_t>(std::max(replicas, 1))) {}
+
+  void attach(int replica, data::FeatureCacheWriter* writer) {
+    auto& slot = slots_.at(static_cast<size_t>(replica));
+    std::lock_guard lock(slot.mutex);
+    slot.writer = writer;
+  }
+  // Runs `f(writer)` under the replica's lock: its appends and publishes.
+  template <class F>
+  decltype(auto) with(int replica, F&& f) {
+    auto& slot = slots_.at(static_cast<size_t>(replica));
+    std::lock_guard lock(slot.mutex);
+    return f(*slot.writer);
+  }
+  // Publishes each writer's open shard that holds one of `ids`.
+  void publish_holding(std::span<const int64_t> ids) {
+    for (auto& slot : slots_) {
+      std::lock_guard lock(slot.mutex);
+      if (slot.writer && std::any_of(ids.begin(), ids.end(), [&](int64_t id) { return slot.writer->unpublished(id); }))
+        slot.writer->publish();
+    }
+  }
+
+ private:
+  struct Slot {
+    std::mutex mutex;
+    data::FeatureCacheWriter* writer = nullptr;
+  };
+  std::vector<Slot> slots_;  // sized once: the mutexes never move
+};
+
+// What the replicas share: the checked cache, mapped once, and their writers.
 struct CacheSource {
   CachedFeaturesParams params;
   data::FeatureDtype dtype = data::FeatureDtype::bfloat16;
   std::shared_ptr<data::FeatureCacheReader> reader;
+  std::unique_ptr<ReplicaWriters> writers;
 };
 using PreparedCache = std::shared_ptr<CacheSource>;
 
@@ -65,6 +106,7 @@ PreparedCache prepare_cache(const RunContext& run, const config::NodeDecl& node)
   auto section = node_params(run.config.pipeline, node);
   auto source = std::make_shared<CacheSource>();
   source->params = read_cached_features_params(section);
+  source->writers = std::make_unique<ReplicaWriters>(node.replicas);
   const auto& p = source->params;
   auto refuse = [&](const std::string& message) {
     return ConfigError(node.mark, key, "node '" + node.name + "' (features.cached): " + message);
@@ -128,10 +170,12 @@ class FeaturesCached final : public graph::FunctionBody {
       writer_ = std::make_unique<data::FeatureCacheWriter>(
           source_->params.dir, "r" + std::to_string(run.options.rank) + "-w" + std::to_string(replica),
           manifest.dtype, manifest.width(), uint64_t(source_->params.shard_mb) << 20);
+      source_->writers->attach(replica_, writer_.get());
     }
   }
 
   ~FeaturesCached() override {
+    if (writer_) source_->writers->attach(replica_, nullptr);  // before the writer goes (it publishes then)
     if (writer_)
       log::info("data", log::str("feature cache ", source_->params.dir, ": node '", name_, "' replica ", replica_, " read ",
                                  read_batches_, " batch(es), ran the target on ", computed_batches_, " and wrote ",
@@ -155,31 +199,33 @@ class FeaturesCached final : public graph::FunctionBody {
 
  private:
   // A batch with samples the cache lacks runs the target, as target_forward
-  // would, and writes those samples; false when every sample is cached.
+  // would, and writes those samples; false when every sample is cached. The
+  // batch trains on what the cache stores (the records just encoded,
+  // decoded again; the others read), never on the target's raw features: a
+  // lossy storage dtype then gives the same values in every epoch, after a
+  // resume, and on every replica.
   bool fill_missing(const PaddedBatch& batch, torch::Tensor& features) {
     auto& reader = *source_->reader;
     auto missing = reader.missing(batch.plan.sample_ids);
     if (missing.empty()) return false;
-    // Written by this replica but not yet published, or published since by
-    // another replica or rank: look again before running the target.
-    if (std::any_of(missing.begin(), missing.end(), [&](int64_t id) { return pending_.count(id); })) publish();
+    // Written by a replica of this run but not yet published (that writer
+    // publishes now), or published since by another rank: look again before
+    // running the target.
+    source_->writers->publish_holding(missing);
     if (reader.refresh() > 0) missing = reader.missing(batch.plan.sample_ids);
     if (missing.empty()) return false;
     const auto raw = target_features(run_, *target_, batch);
     const std::set<int64_t> wanted(missing.begin(), missing.end());
-    const int64_t before = writer_->shards_published();
-    write_sample_features(*writer_, run_, batch, raw, source_->dtype, [&](int64_t id) {
-      return wanted.count(id) && pending_.insert(id).second;
+    EncodedRecords written;
+    source_->writers->with(replica_, [&](data::FeatureCacheWriter& writer) {
+      return write_sample_features(writer, run_, batch, raw, source_->dtype,
+                                   [&](int64_t id) { return wanted.count(id) > 0; }, &written);
     });
-    if (writer_->shards_published() != before) pending_.clear(), reader.refresh();
-    features = for_drafter(run_, raw);
+    // The writer knows which samples its published shards hold (a shard
+    // may fill in the middle of this batch): nothing is written twice.
+    features = cached_features(run_, reader, batch, source_->params.verify, &written);
     ++computed_batches_;
     return true;
-  }
-
-  void publish() {
-    writer_->publish();
-    pending_.clear();
   }
 
   const RunContext& run_;
@@ -188,7 +234,6 @@ class FeaturesCached final : public graph::FunctionBody {
   PreparedCache source_;
   const model::TargetModel* target_ = nullptr;
   std::unique_ptr<data::FeatureCacheWriter> writer_;
-  std::set<int64_t> pending_;  // appended by this replica, not yet published
   int64_t read_batches_ = 0, computed_batches_ = 0;
 };
 
@@ -230,19 +275,21 @@ uint64_t projected_feature_bytes(const RunContext& run, const data::FeatureCache
 }
 
 void check_cached_samples(const RunContext& run, const data::FeatureCacheReader& cache) {
+  // From the index alone: each record's length against the dataset's
+  // (both in memory). Neither the records nor the dataset's tokens are read:
+  // start-up costs no I/O however large the cache; the tokens hash is
+  // checked as each record is first read (cached_features).
   std::vector<std::string> wrong;
   int64_t wrong_count = 0;
+  const auto lengths = run.dataset.lengths();
   for (int64_t id = 0; id < run.dataset.size(); ++id) {
-    if (!cache.contains(id)) continue;
-    const auto record = cache.get(id, /*verify=*/false);
-    const auto sample = run.dataset.sample(id);
-    std::string why;
-    if (record.rows != static_cast<int64_t>(sample.input_ids.size()))
-      why = std::to_string(record.rows) + " cached positions for " + std::to_string(sample.input_ids.size()) + " tokens";
-    else if (record.tokens_hash != data::tokens_hash(sample.input_ids))
-      why = "other tokens";
-    if (why.empty()) continue;
-    if (++wrong_count <= 5) wrong.push_back("sample " + std::to_string(id) + " (" + why + ")");
+    const auto entry = cache.entry(id);
+    if (!entry) continue;
+    const int64_t tokens = lengths[static_cast<size_t>(id)];
+    if (static_cast<int64_t>(entry->rows) == tokens) continue;
+    if (++wrong_count <= 5)
+      wrong.push_back("sample " + std::to_string(id) + " (" + std::to_string(entry->rows) + " cached positions for " +
+                      std::to_string(tokens) + " tokens)");
   }
   if (wrong_count == 0) return;
   std::string list;

@@ -35,8 +35,10 @@ data::FeatureCacheManifest run_feature_manifest(const RunContext& run, data::Fea
 uint64_t projected_feature_bytes(const RunContext& run, const data::FeatureCacheManifest& manifest,
                                  std::span<const int64_t> ids);
 
-// Refuses (DataError naming the samples) cached records whose tokens or
-// lengths differ from the dataset's samples of the same id.
+// Refuses (DataError naming the samples) cached records whose lengths
+// differ from the dataset's samples of the same id, from the index alone (no
+// record or token is read); tokens are checked as records are read
+// (cached_features).
 void check_cached_samples(const RunContext& run, const data::FeatureCacheReader& cache);
 
 }  // namespace dflow::nodes

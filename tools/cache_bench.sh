@@ -8,6 +8,9 @@
 # 2. The reader alone (bench_feature_cache) against `dd` of the same shards.
 # 3. The qwen3-0.6b preset (float32 on this CPU) on 48 demo samples: steps
 #    per second online and cached (bfloat16), 6 steps each.
+# 4. Start-up (STARTUP=0 skips it): a
+#    cache of the demo's samples repeated 15 times, filled by cache-features,
+#    then bench_cache_startup: opening the reader and checking the samples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/cache-bench}"
@@ -124,4 +127,19 @@ for name in ["online", "cached"]:
     print(f"RESULT qwen3-0.6b {name}: {len(steps)} steps in {t:.1f} s = {len(steps) / t:.3f} steps/s, "
           f"loss at step {steps[-1]['global_step']} {steps[-1]['loss']:.6g}")
 PY
+fi
+
+if [ "${STARTUP:-1}" = 1 ]; then
+  [ -x build/bench/bench_cache_startup ] || {
+    echo "[cache-bench] error: build first (tools/build.sh bench_cache_startup)" >&2; exit 1; }
+  S="$OUT/startup"
+  mkdir -p "$S"
+  [ -f "$S/data.jsonl" ] || for i in $(seq 15); do cat runs/demo/data.jsonl; done > "$S/data.jsonl"
+  [ -d "$S/data" ] || "$BIN" prepare "$S/data.jsonl" --out "$S/data" > /dev/null
+  sed "s#type: target_forward[^}]*}#type: features.cached, params: {dir: $S/cache, dtype: bfloat16}}#" \
+    "$OUT/online.yaml" > "$S/cached.yaml"
+  [ -f "$S/cache/manifest.json" ] || "$BIN" cache-features "$S/cached.yaml" --set data.train=["$S/data"] > /dev/null
+  echo "[cache-bench] start-up on a cache of $(wc -l < "$S/data.jsonl") samples"
+  build/bench/bench_cache_startup "$S/cached.yaml" "$S/cache" 5 --set data.train=["$S/data"] --set run.log_level=warn |
+    tee "$S/startup.txt"
 fi

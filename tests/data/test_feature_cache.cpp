@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -116,6 +118,93 @@ TEST_CASE("FeatureCacheFiles.an_unpublished_shard_is_never_read_and_a_new_writer
   FeatureCacheReader reader(dir.path());
   CHECK(reader.num_samples() == 2);
   CHECK(fs::exists(dir.path() / "shards" / "r0-000001.idx"));  // numbering went on after the published one
+}
+
+TEST_CASE("FeatureCacheFiles.a_writer_name_is_held_by_one_writer_at_a_time") {
+  TempDir dir;
+  create_or_check_manifest(dir.path(), manifest());
+  auto refusal = [&] {
+    return error_of([&] { FeatureCacheWriter second(dir.path(), "r0", FeatureDtype::float32, kWidth, 1 << 20); });
+  };
+  SUBCASE("a second writer of the name in this process is refused; the first one's shard survives") {
+    {
+      FeatureCacheWriter first(dir.path(), "r0", FeatureDtype::float32, kWidth, 1 << 20);
+      first.append(0, 0, 2, record(0, 2));
+      const auto e = refusal();
+      CHECK_MESSAGE(e.find("feature cache " + dir.path().string() + ": writer 'r0' is in use") != std::string::npos, e);
+      CHECK_MESSAGE(e.find("pid " + std::to_string(::getpid())) != std::string::npos, e);
+      CHECK(files(dir.path(), ".bin.tmp").size() == 1);  // its open shard was not removed
+      // Another name is another writer.
+      CHECK_NOTHROW(FeatureCacheWriter(dir.path(), "r1", FeatureDtype::float32, kWidth, 1 << 20));
+    }
+    CHECK(FeatureCacheReader(dir.path()).contains(0));
+    CHECK(refusal().empty());  // released with the writer
+  }
+  SUBCASE("another live process's writer is refused naming its pid") {
+    int ready[2], done[2];
+    REQUIRE(::pipe(ready) == 0);
+    REQUIRE(::pipe(done) == 0);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      FeatureCacheWriter held(dir.path(), "r0", FeatureDtype::float32, kWidth, 1 << 20);
+      char c = 1;
+      (void)!::write(ready[1], &c, 1);
+      (void)!::read(done[0], &c, 1);  // until the parent has tried
+      ::_exit(0);
+    }
+    char c = 0;
+    REQUIRE(::read(ready[0], &c, 1) == 1);
+    const auto e = refusal();
+    (void)!::write(done[1], &c, 1);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK_MESSAGE(e.find("writer 'r0' is in use by another filler (pid " + std::to_string(child) + ",") != std::string::npos, e);
+  }
+  SUBCASE("a killed writer's lock does not block: the kernel released it") {
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      auto* w = new FeatureCacheWriter(dir.path(), "r0", FeatureDtype::float32, kWidth, 1 << 20);
+      w->append(5, 5, 2, record(5, 2));
+      ::_exit(0);  // no destructor: as a kill leaves it (lock file and open shard)
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    REQUIRE(files(dir.path(), ".bin.tmp").size() == 1);
+    CHECK(fs::exists(dir.path() / "shards" / "r0.lock"));
+    {
+      FeatureCacheWriter again(dir.path(), "r0", FeatureDtype::float32, kWidth, 1 << 20);
+      CHECK(files(dir.path(), ".bin.tmp").empty());  // the dead writer's leftover is removed
+    }
+    CHECK(FeatureCacheReader(dir.path()).num_samples() == 0);
+  }
+}
+
+TEST_CASE("FeatureCacheFiles.the_writer_says_which_samples_are_unpublished_and_the_reader_counts_duplicates") {
+  TempDir dir;
+  create_or_check_manifest(dir.path(), manifest());
+  {
+    // 24-byte rows, 100-byte shards: the shard fills at the third sample (3 x 48 bytes).
+    FeatureCacheWriter w(dir.path(), "r0", FeatureDtype::float32, kWidth, 100);
+    w.append(0, 0, 2, record(0, 2));
+    w.append(1, 1, 2, record(1, 2));
+    CHECK(w.unpublished(0));
+    CHECK(w.unpublished_samples() == 2);
+    w.append(2, 2, 2, record(2, 2));  // publishes 0, 1, 2
+    CHECK_FALSE(w.unpublished(1));
+    w.append(3, 3, 2, record(3, 2));
+    CHECK(w.unpublished(3));
+    CHECK(w.unpublished_samples() == 1);
+    CHECK(FeatureCacheReader(dir.path()).num_samples() == 3);
+  }
+  write_samples(dir.path(), "r1", 2, 1, 1 << 20);  // sample 2 again, by another writer
+  FeatureCacheReader reader(dir.path());
+  CHECK(reader.num_samples() == 4);
+  CHECK(reader.duplicate_records() == 1);
+  REQUIRE(reader.entry(3).has_value());
+  CHECK(reader.entry(3)->rows == 2);
+  CHECK_FALSE(reader.entry(9).has_value());
 }
 
 TEST_CASE("FeatureCacheFiles.corruption_is_named") {

@@ -5,13 +5,19 @@
 // something else is refused naming what is wrong.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <fstream>
+#include <functional>
 
 #include "config/errors.hpp"
+#include "data/checksum.hpp"
 #include "data/dataset.hpp"
 #include "data/feature_cache.hpp"
 #include "data/prepare.hpp"
 #include "nodes/cache_fill.hpp"
+#include "nodes/feature_source.hpp"
+#include "nodes/features_cached.hpp"
+#include "nodes/run_context.hpp"
 #include "nodes/trainer.hpp"
 #include "train_fixture.hpp"
 
@@ -51,12 +57,44 @@ std::string error_of(const config::Config& config) {
   return "";
 }
 
+std::string error_of_call(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 std::vector<fs::path> shard_files(const fs::path& dir, const std::string& ext) {
   std::vector<fs::path> out;
   for (const auto& e : fs::directory_iterator(dir / "shards"))
     if (e.path().extension() == ext) out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Rewrites entry `i` of the index `idx` with `edit` and a valid checksum (a
+// record as another filler might publish it).
+void edit_index_entry(const fs::path& idx, size_t i, const std::function<void(data::FeatureIndexEntry&)>& edit) {
+  std::ifstream in(idx, std::ios::binary);
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  constexpr size_t kHeader = 40;
+  REQUIRE(bytes.size() >= kHeader + (i + 1) * sizeof(data::FeatureIndexEntry) + 8);
+  data::FeatureIndexEntry entry;
+  std::memcpy(&entry, bytes.data() + kHeader + i * sizeof entry, sizeof entry);
+  edit(entry);
+  std::memcpy(bytes.data() + kHeader + i * sizeof entry, &entry, sizeof entry);
+  const uint64_t sum = data::xxhash64(bytes.data(), bytes.size() - 8);
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+  std::ofstream(idx, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+data::FeatureIndexEntry first_entry(const fs::path& idx) {
+  data::FeatureIndexEntry entry{};
+  edit_index_entry(idx, 0, [&](data::FeatureIndexEntry& e) { entry = e; });
+  return entry;
 }
 
 }  // namespace
@@ -183,4 +221,144 @@ TEST_CASE("FeatureCache.an_incomplete_corrupt_or_foreign_cache_is_refused_naming
     const auto e = error_of(cached(small_run_config(fresh_dir("fc-bad-data-run"), {"data.train=[" + (dir / "data").string() + "]"}), cache));
     CHECK(e.find("are not this dataset's: sample 0 (") != std::string::npos);
   }
+}
+
+TEST_CASE("FeatureCache.a_bfloat16_hybrid_run_trains_on_what_it_stores_and_resumes_exactly") {
+  // bfloat16 storage behind a float32 target (the defaults): the raw
+  // features and the stored ones differ, so every epoch must train on the
+  // stored ones for a resume to be exact.
+  const auto run_dir = fresh_dir("fc-bf-run"), cache = fresh_dir("fc-bf-cache");
+  nodes::run_training(cached(small_run_config(run_dir, {"train.epochs=2"}), cache, "fill: true"), {});
+  const auto uninterrupted = step_records(run_dir);
+  REQUIRE(uninterrupted.size() > 12);
+  // Epoch 0 trained on what the cache holds: a run reading the whole cache
+  // trains the same, bit for bit.
+  const auto reread_dir = fresh_dir("fc-bf-reread");
+  nodes::run_training(cached(small_run_config(reread_dir, {"train.epochs=2"}), cache), {});
+  CHECK(step_records(reread_dir) == uninterrupted);
+
+  // Killed in step 8 (the drafter fails) with the last checkpoint at step 4:
+  // steps 5..7 are trained again after the resume, now from the records the
+  // killed run published (a stop would checkpoint where it stops instead).
+  const auto resumed_dir = fresh_dir("fc-bf-resumed"), resumed_cache = fresh_dir("fc-bf-resumed-cache");
+  auto partial = cached(small_run_config(resumed_dir, {"train.epochs=2", "checkpoint.every_steps=4"}), resumed_cache,
+                        "fill: true");
+  auto killed = partial;
+  config::FaultDecl crash;
+  crash.kind = "exception";
+  crash.step = 7;  // the 8th step's index
+  crash.node = "drafter";
+  killed.faults.push_back(crash);
+  CHECK(error_of(killed).find("injected fault") != std::string::npos);
+  REQUIRE(data::FeatureCacheReader(resumed_cache).num_samples() >= 7 * 8);  // steps 1..7's samples at least
+  nodes::RunOptions resume;
+  resume.resume = "latest";
+  nodes::run_training(partial, resume);
+  CHECK(step_records(resumed_dir) == uninterrupted);
+}
+
+TEST_CASE("FeatureCache.a_hybrid_fill_computes_and_writes_each_sample_once") {
+  // Batches of ~2.5 MB of float32 features and 1 MiB shards: a shard is
+  // published in the middle of every batch, and the samples after it must
+  // still count as written (and be published before anyone looks for them).
+  const auto run_dir = fresh_dir("fc-once-run"), cache = fresh_dir("fc-once-cache");
+  nodes::run_training(cached(small_run_config(run_dir, {"train.epochs=3", "data.tokens_per_batch=4096"}), cache,
+                             "fill: true, dtype: float32, shard_mb: 1"),
+                      {});
+  REQUIRE(shard_files(cache, ".idx").size() > 3);
+  data::FeatureCacheReader reader(cache);
+  CHECK(reader.num_samples() == data::Dataset::open({(testing::assets_dir() / "data").string()}).size());
+  CHECK(reader.duplicate_records() == 0);  // every sample's record once, in all the shards
+}
+
+TEST_CASE("FeatureCache.start_up_checks_the_index_alone_and_each_record_is_checked_when_read") {
+  const auto cache = fresh_dir("fc-lazy-cache");
+  const auto config = small_run_config(fresh_dir("fc-lazy-fill"), {"train.epochs=1"});
+  fill(config, cache, "bfloat16");
+  const auto idx = shard_files(cache, ".idx");
+  REQUIRE(idx.size() > 1);
+
+  SUBCASE("a record of other tokens (its length right) passes start-up and is refused at its first read") {
+    const auto tampered = first_entry(idx.front());
+    edit_index_entry(idx.front(), 0, [](data::FeatureIndexEntry& e) { e.tokens_hash ^= 1; });
+    const auto e = error_of(cached(small_run_config(fresh_dir("fc-lazy-tokens"), {"train.epochs=1"}), cache));
+    auto bin = idx.front();
+    bin.replace_extension(".bin");
+    CHECK_MESSAGE(e.find(bin.filename().string() + ": sample " + std::to_string(tampered.sample_id) + " holds the features of other tokens") !=
+                      std::string::npos, e);
+    CHECK_MESSAGE(e.find("batch ") != std::string::npos, e);  // found by the node, reading a batch, not at start-up
+  }
+  SUBCASE("a record published after start-up is checked when it is read") {
+    // The samples of the last shard are missing at start-up; then another
+    // filler publishes them, one of them with other tokens.
+    const auto last = idx.back();
+    std::vector<int64_t> ids;
+    {
+      data::FeatureCacheReader before(cache);
+      for (int64_t id = 0; id < 10000; ++id)
+        if (before.contains(id) && before.shard_of(id).stem() == last.stem()) ids.push_back(id);
+    }
+    REQUIRE(!ids.empty());
+    auto bin = last;
+    bin.replace_extension(".bin");
+    fs::remove(last);
+    fs::remove(bin);
+    nodes::RunOptions options;
+    options.prepare_nodes = false;
+    nodes::RunContext run(config, options, nullptr);
+    data::FeatureCacheReader reader(cache);
+    CHECK_NOTHROW(nodes::check_cached_samples(run, reader));
+    REQUIRE(reader.missing(ids) == ids);
+    const auto& m = reader.manifest();
+    {
+      data::FeatureCacheWriter other(cache, "other", m.dtype, m.width());
+      for (int64_t id : ids) {
+        const auto sample = run.dataset.sample(id);
+        const int64_t rows = static_cast<int64_t>(sample.input_ids.size());
+        std::vector<unsigned char> zeros(static_cast<size_t>(rows) * data::feature_row_bytes(m.dtype, m.width()));
+        const uint64_t hash = data::tokens_hash(sample.input_ids) ^ (id == ids.front() ? 1 : 0);
+        other.append(id, hash, rows, zeros);
+      }
+    }
+    REQUIRE(reader.refresh() == 1);
+    const data::PlannedBatch* with_tampered = nullptr;
+    const data::PlannedBatch* with_good = nullptr;
+    const auto plan = run.plans().get(0);
+    for (const auto& b : plan->batches()) {
+      const bool has_tampered = std::count(b.sample_ids.begin(), b.sample_ids.end(), ids.front()) > 0;
+      const bool has_other = std::any_of(b.sample_ids.begin(), b.sample_ids.end(), [&](int64_t id) {
+        return std::count(ids.begin() + 1, ids.end(), id) > 0;
+      });
+      if (has_tampered) with_tampered = &b;
+      else if (has_other && !with_good) with_good = &b;
+    }
+    REQUIRE(with_tampered);
+    const auto bad = nodes::collate_padded(run, *with_tampered, {}, 0, false);
+    const auto e = error_of_call([&] { nodes::cached_features(run, reader, bad, true); });
+    CHECK_MESSAGE(e.find("other-000000.bin: sample " + std::to_string(ids.front()) + " holds the features of other tokens") !=
+                      std::string::npos, e);
+    if (with_good) {
+      const auto good = nodes::collate_padded(run, *with_good, {}, 0, false);
+      CHECK_NOTHROW(nodes::cached_features(run, reader, good, true));
+    }
+  }
+}
+
+TEST_CASE("FeatureCache.two_target_replicas_fill_each_sample_once_and_train_on_what_they_store") {
+  // Two replicas, each with its writer and an open shard until the end: in
+  // epoch 1 each meets samples the other wrote but has not published.
+  const auto run_dir = fresh_dir("fc-two-run"), cache = fresh_dir("fc-two-cache");
+  auto two = cached(small_run_config(run_dir, {"train.epochs=2", "devices.target=[cpu, cpu]"}), cache, "fill: true");
+  for (auto& n : two.pipeline.nodes)
+    if (n.name == "target") n.replicas = 2;
+  nodes::run_training(two, {});
+  REQUIRE(shard_files(cache, ".idx").size() >= 2);  // both replicas wrote
+  data::FeatureCacheReader reader(cache);
+  CHECK(reader.num_samples() == data::Dataset::open({(testing::assets_dir() / "data").string()}).size());
+  CHECK(reader.duplicate_records() == 0);
+  // bfloat16 storage: the two replicas trained on the stored values, as a
+  // one-replica run reading the finished cache does.
+  const auto reread_dir = fresh_dir("fc-two-reread");
+  nodes::run_training(cached(small_run_config(reread_dir, {"train.epochs=2"}), cache), {});
+  CHECK(step_records(reread_dir) == step_records(run_dir));
 }
