@@ -8,10 +8,12 @@
 #include <fstream>
 #include <numeric>
 
+#include "config/errors.hpp"
 #include "data/data_error.hpp"
 #include "data/dataset.hpp"
 #include "data/feature_cache.hpp"
 #include "nodes/cache_fill.hpp"
+#include "nodes/capture_pipeline.hpp"
 #include "nodes/feature_source.hpp"
 #include "nodes/run_context.hpp"
 #include "report/run_data.hpp"
@@ -203,4 +205,25 @@ TEST_CASE("Capture.its_records_show_every_stage_and_where_it_waited") {
   }
   CHECK(into_writer);
   CHECK(!report.findings.empty());  // the report's words on where it waited
+}
+
+TEST_CASE("Capture.its_pipeline_is_the_runs_own_up_to_the_target_then_the_writer") {
+  const auto config = config::load_config("", {});  // the demo's pipeline
+  const auto capture = nodes::capture_pipeline(config.pipeline);
+  std::vector<std::string> nodes;
+  for (const auto& node : capture.nodes) nodes.push_back(node.name + " " + node.type);
+  CHECK(nodes == std::vector<std::string>{"load capture.load", "pad pad_bucket.token_budget", "route route.least_loaded",
+                                          "target target_forward.capture", "write capture.write"});
+  std::vector<std::string> edges;
+  for (const auto& edge : capture.edges) edges.push_back(edge.from + "->" + edge.to + " " + std::to_string(edge.capacity));
+  CHECK(edges == std::vector<std::string>{"load->pad 8", "pad->route 4", "route->target 2", "target->write 4"});
+
+  auto without_target = config.pipeline;
+  std::erase_if(without_target.nodes, [](const config::NodeDecl& n) { return n.name == "target"; });
+  try {
+    nodes::capture_pipeline(without_target);
+    FAIL("a pipeline without a feature source was accepted");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()).find("no target_forward or features.cached node") != std::string::npos);
+  }
 }
