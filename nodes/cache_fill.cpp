@@ -3,114 +3,153 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <cstdio>
+#include <fstream>
 #include <set>
 
 #include "config/errors.hpp"
 #include "config/log.hpp"
 #include "data/data_error.hpp"
-#include "nodes/feature_source.hpp"
-#include "nodes/run_context.hpp"
+#include "graph/export.hpp"
+#include "graph/pipeline.hpp"
+#include "nodes/capture_nodes.hpp"
+#include "nodes/capture_pipeline.hpp"
+#include "nodes/node_support.hpp"
+#include "nodes/registry.hpp"
+#include "report/analysis.hpp"
+#include "report/live_server.hpp"
+#include "report/pipeline_model.hpp"
 
 namespace dflow::nodes {
 
 namespace {
 
-std::string duration_text(double seconds) {
-  char text[32];
-  const auto s = static_cast<long long>(seconds + 0.5);
-  if (s >= 3600) std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s / 60 % 60);
-  else if (s >= 60) std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
-  else std::snprintf(text, sizeof text, "%llds", s);
-  return text;
+uint64_t file_system_free_bytes(const fs::path& dir) {
+  fs::path probe = dir;
+  while (!probe.empty() && !fs::exists(probe)) probe = probe.parent_path();
+  return fs::space(probe.empty() ? fs::path(".") : probe).available;
+}
+
+// The capture's own run: its records beside the training run's, never in them.
+config::Config capture_config(const config::Config& training) {
+  config::Config config = training;
+  config.run.out_dir = (fs::path(training.run.out_dir) / "cache-features").string();
+  config.metrics.sinks = {"jsonl"};
+  return config;
 }
 
 }  // namespace
 
-FillReport fill_feature_cache(const config::Config& config, const FillOptions& fill) {
+void check_capture_space(const fs::path& dir, uint64_t all_ranks_bytes, uint64_t this_rank_bytes, int world_size,
+                         uint64_t free_bytes) {
+  if (free_bytes >= all_ranks_bytes) return;
+  const std::string shares =
+      world_size > 1 ? " for the " + std::to_string(world_size) + " ranks' shares (this rank's: " +
+                           data::format_bytes(this_rank_bytes) + "; every rank writes to this directory)"
+                     : "";
+  throw data::DataError("cache-features: the feature cache needs " + data::format_bytes(all_ranks_bytes) +
+                        " more in " + dir.string() + shares + ", the disk has " + data::format_bytes(free_bytes) +
+                        " free; free space, choose another directory, or store fewer bytes per value (dtype: "
+                        "bfloat16 or float8_e4m3)");
+}
+
+FillReport fill_feature_cache(const config::Config& training, const FillOptions& fill) {
   const auto& params = fill.params;
   if (params.dir.empty())
     throw ConfigError("cache-features: no cache directory: give --dir, or declare a features.cached node with params.dir");
-  data::FeatureDtype dtype;
+  CaptureJob job;
   try {
-    dtype = data::parse_feature_dtype(params.dtype);
+    job.dtype = data::parse_feature_dtype(params.dtype);
   } catch (const std::invalid_argument& e) {
     throw ConfigError(std::string("cache-features: dtype: ") + e.what());
   }
+  const config::Config config = capture_config(training);
+  const auto pipeline_config = capture_pipeline(config.pipeline);  // refused before any model loads
   RunOptions options;
   options.prepare_nodes = false;  // the features.cached node would refuse the cache this fills
   options.rank = fill.rank, options.world_size = fill.world_size, options.local_rank = fill.local_rank;
+  options.live = fill.live;
   RunContext run(config, options, nullptr);
   const int rank = fill.rank, world = fill.world_size;
-  const std::string tag = world > 1 ? "rank " + std::to_string(rank) + ": " : "";
+  job.tag = world > 1 ? "rank " + std::to_string(rank) + ": " : "";
+  job.progress_every_s = fill.progress_every_s;
 
-  data::create_or_check_manifest(params.dir, run_feature_manifest(run, dtype, "cache-features"));
+  data::create_or_check_manifest(params.dir, run_feature_manifest(run, job.dtype, "cache-features"));
   data::FeatureCacheReader cache(params.dir);
   check_cached_samples(run, cache);
 
-  // This rank's batches of epoch 0 that hold a sample the cache lacks.
+  // This rank's batches of epoch 0 that hold a sample the cache lacks; and
+  // what every rank lacks, since all of them write to this directory.
   const auto plan = run.plans().get(0);
-  std::vector<const data::PlannedBatch*> todo;
-  std::set<int64_t> missing;
+  std::vector<int64_t> missing_everywhere;
   int64_t mine = 0;
   for (const auto& batch : plan->batches()) {
+    const auto lacking = cache.missing(batch.sample_ids);
+    missing_everywhere.insert(missing_everywhere.end(), lacking.begin(), lacking.end());
     if (batch.index_in_epoch % world != rank) continue;
     mine += batch.num_samples();
-    const auto lacking = cache.missing(batch.sample_ids);
     if (lacking.empty()) continue;
-    todo.push_back(&batch);
-    missing.insert(lacking.begin(), lacking.end());
+    job.todo.push_back(&batch);
+    job.missing.insert(lacking.begin(), lacking.end());
   }
-  const std::vector<int64_t> missing_ids(missing.begin(), missing.end());
+  const std::vector<int64_t> missing_ids(job.missing.begin(), job.missing.end());
   FillReport report;
-  report.bytes_per_token = data::feature_row_bytes(dtype, cache.manifest().width());
+  report.bytes_per_token = data::feature_row_bytes(job.dtype, cache.manifest().width());
   const uint64_t projected = projected_feature_bytes(run, cache.manifest(), missing_ids);
-  log::info("cache", log::str(tag, params.dir, ": ", mine - static_cast<int64_t>(missing.size()), " of this rank's ",
-                              mine, " samples already cached; ", missing.size(), " to compute in ", todo.size(),
-                              " batch(es): projected ", data::format_bytes(projected), " (", data::to_string(dtype),
-                              ", ", report.bytes_per_token, " bytes a token)"));
-  data::check_free_space(params.dir, projected, "the feature cache");
+  const uint64_t projected_all = projected_feature_bytes(run, cache.manifest(), missing_everywhere);
+  log::info("cache", log::str(job.tag, params.dir, ": ", mine - static_cast<int64_t>(job.missing.size()),
+                              " of this rank's ", mine, " samples already cached; ", job.missing.size(),
+                              " to compute in ", job.todo.size(), " batch(es): projected ",
+                              data::format_bytes(projected), " (", data::to_string(job.dtype), ", ",
+                              report.bytes_per_token, " bytes a token)",
+                              world > 1 ? log::str("; all ", world, " ranks: ", data::format_bytes(projected_all))
+                                        : std::string()));
+  check_capture_space(params.dir, projected_all, projected, world,
+                      fill.free_bytes ? fill.free_bytes(params.dir) : file_system_free_bytes(params.dir));
 
-  const auto& target = *run.targets.front();
-  const bool pin = target.device().is_cuda();
-  data::FeatureCacheWriter writer(params.dir, "r" + std::to_string(rank), dtype, cache.manifest().width(),
-                                  uint64_t(params.shard_mb) << 20);
-  const auto started = std::chrono::steady_clock::now();
-  auto last_report = started;
-  for (size_t i = 0; i < todo.size(); ++i) {
-    const auto& batch = *todo[i];
-    try {
-      const auto padded = collate_padded(run, batch, {}, 0, pin);
-      const auto features = target_features(run, target, padded);
-      write_sample_features(writer, run, padded, features, dtype, [&](int64_t id) { return missing.count(id) > 0; });
-    } catch (const std::exception& e) {
-      throw data::DataError("cache-features: " + tag + "batch " + std::to_string(batch.index_in_epoch) +
-                            " of epoch 0 (" + std::to_string(batch.num_samples()) + " samples, first " +
-                            std::to_string(batch.sample_ids.front()) + "): " + e.what() + "\n  the " +
-                            std::to_string(writer.shards_published()) +
-                            " shard(s) this run published are kept; run the same command again to continue");
-    }
-    report.tokens_computed += batch.real_tokens;
-    const auto now = std::chrono::steady_clock::now();
-    const double elapsed = std::chrono::duration<double>(now - started).count();
-    if (i + 1 == todo.size() || std::chrono::duration<double>(now - last_report).count() >= fill.progress_every_s) {
-      last_report = now;
-      const double eta = elapsed / static_cast<double>(i + 1) * static_cast<double>(todo.size() - i - 1);
-      log::info("cache", log::str(tag, i + 1, "/", todo.size(), " batches, ",
-                                  static_cast<int64_t>(static_cast<double>(report.tokens_computed) / std::max(elapsed, 1e-9)),
-                                  " tokens/s, ", data::format_bytes(writer.bytes_written()), " written, ETA ",
-                                  duration_text(eta)));
-    }
+  job.writer = std::make_unique<data::FeatureCacheWriter>(params.dir, "r" + std::to_string(rank), job.dtype,
+                                                          cache.manifest().width(), uint64_t(params.shard_mb) << 20);
+  graph::NodeRegistry registry = default_registry();
+  register_capture_nodes(registry, job);
+  fs::create_directories(run.out_dir);
+  RunJournal journal(run);
+  StateHome home(nullptr);                              // nothing trains
+  train::CheckpointWriter checkpoints(run.checkpoints_dir, 1);  // nothing is saved
+  const RunEnvironment env{run, journal, home, checkpoints, nullptr};
+  graph::BuildOptions build;
+  build.threads = config.run.threads;
+  build.user_context = &env;
+  auto pipeline = graph::build_pipeline(pipeline_config, registry, build);
+  const auto graph_json = graph::to_json(pipeline->description());
+  if (rank == 0) std::ofstream(run.out_dir / "graph.json") << graph_json.dump(2) << "\n";
+  if (fill.live) fill.live->set_graph(graph_json);
+  report.run_dir = run.out_dir.string();
+
+  job.started = std::chrono::steady_clock::now();
+  try {
+    if (!job.todo.empty()) pipeline->run();
+  } catch (const std::exception& e) {
+    throw data::DataError("cache-features: " + job.tag + e.what() + "\n  the " +
+                          std::to_string(job.writer->shards_published()) +
+                          " shard(s) this run published are kept; run the same command again to continue");
   }
   try {
-    writer.publish();
+    job.writer->publish();
   } catch (const std::exception& e) {
-    throw data::DataError("cache-features: " + tag + "publishing the last shard: " + e.what() +
+    throw data::DataError("cache-features: " + job.tag + "publishing the last shard: " + e.what() +
                           "\n  run the same command again to continue");
   }
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  report.samples_written = writer.samples_written();
-  report.bytes_written = writer.bytes_written();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - job.started).count();
+  report.samples_written = job.writer->samples_written();
+  report.bytes_written = job.writer->bytes_written();
+  report.tokens_computed = job.tokens_computed;
+  report.batches_computed = job.batches_written;
+  if (!job.todo.empty()) {
+    report.telemetry = graph::to_json(pipeline->telemetry());
+    const nlohmann::json last = {{"kind", "step"}, {"global_step", report.batches_computed},
+                                 {"total_steps", static_cast<int64_t>(job.todo.size())},
+                                 {"telemetry", report.telemetry}};
+    report.findings = report::analyze(report::pipeline_model(graph_json, &report.telemetry), {last}).summary;
+  }
   cache.refresh();
   report.cached_samples = cache.num_samples();
   report.dataset_samples = run.dataset.size();
