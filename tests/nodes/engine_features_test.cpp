@@ -94,7 +94,7 @@ TEST_CASE("EngineFeatures.files_an_engine_would_write_train_as_target_forward_wi
   // The drafter's layers come from engine_layer_ids (target_layer_ids empty:
   // engine ids 2, 3 are dflow layers 1, 2).
   const auto online = fresh_dir("engine-online12");
-  nodes::run_training(small_run_config(online, {"run.max_steps=3", "model.drafter.target_layer_ids=[1, 2]"}), {});
+  nodes::run_training(small_run_config(online, {"run.max_steps=3", "model.drafter.target_layer_ids=[1, 2]", "model.drafter.num_target_features=2"}), {});
   const auto want = step_records(online);
   REQUIRE(want.size() == 3);
   for (const std::string dtype : {"float32", "bfloat16"}) {
@@ -140,7 +140,7 @@ TEST_CASE("EngineFeatures.with_on_mismatch_skip_such_samples_are_counted_as_excl
   rewrite_with_other_tokens(files, step1[2]);
   const auto dir = fresh_dir("engine-skip-run");
   nodes::run_training(from_engine(small_run_config(dir, {"run.max_steps=2"}), files,
-                                  "engine_layer_ids: [2, 4], dtype: float32, on_mismatch: skip"),
+                                  "engine_layer_ids: [2, 2, 2, 4], dtype: float32, on_mismatch: skip"),
                       {});
   const auto records = step_records(dir);
   REQUIRE(records.size() == 2);
@@ -157,7 +157,7 @@ TEST_CASE("EngineFeatures.a_file_that_never_comes_fails_the_run_naming_the_sampl
   const int64_t missing = first_step_samples().at(0);
   fs::remove(train::engine_file_path(files, missing));
   const auto message = error_of(from_engine(small_run_config(fresh_dir("engine-missing-run"), {"run.max_steps=2"}),
-                                            files, "engine_layer_ids: [2, 4], dtype: float32, timeout_s: 0.3"));
+                                            files, "engine_layer_ids: [2, 2, 2, 4], dtype: float32, timeout_s: 0.3"));
   CHECK(message.find("sample " + std::to_string(missing) + ":") != std::string::npos);
   CHECK(message.find(train::engine_file_path(files, missing).string()) != std::string::npos);
   CHECK(message.find("did not appear within 0.") != std::string::npos);
@@ -174,21 +174,25 @@ TEST_CASE("EngineFeatures.a_file_still_being_written_is_not_read_until_it_is_who
   CHECK(train::probe_engine_file(path) == train::EngineFileState::incomplete);
   const auto lock = fs::path(path.string() + ".lock");
   std::ofstream(lock).put('x');
+  bool lock_kept_it_incomplete = false;
   std::thread writer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     std::ofstream(path, std::ios::binary | std::ios::app)
         .write(whole.data() + whole.size() / 2, static_cast<std::streamsize>(whole.size() - whole.size() / 2));
-    CHECK(train::probe_engine_file(path) == train::EngineFileState::incomplete);  // the lock is still there
+    lock_kept_it_incomplete = train::probe_engine_file(path) == train::EngineFileState::incomplete;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     fs::remove(lock);
   });
   const auto dir = fresh_dir("engine-partial-run");
   const auto message = error_of(from_engine(small_run_config(dir, {"run.max_steps=4"}), files));
   writer.join();
-  CHECK(message == "");
+  CHECK(lock_kept_it_incomplete);
+  REQUIRE(message == "");
   CHECK(step_records(dir) == reference().records);  // read whole, once it was
   // The wait is in the telemetry, and the report says who bounds the run.
-  const auto last = testing::records_of_kind(dir, "step").back()["telemetry"];
+  const auto steps = testing::records_of_kind(dir, "step");
+  REQUIRE(!steps.empty());
+  const auto last = steps.back()["telemetry"];
   bool reported = false;
   for (const auto& node : last["nodes"])
     if (node["name"] == "target") reported = node.contains("ready_ahead") && node["outside_wait_s"].get<double>() > 0;
@@ -210,7 +214,7 @@ TEST_CASE("EngineFeatures.a_resume_that_changes_the_source_its_dir_or_its_dtype_
   CHECK(moved.find("pipeline.nodes.target") != std::string::npos);
   CHECK(moved.find(other.string()) != std::string::npos);
   const auto retyped =
-      error_of(from_engine(small_run_config(dir, every2), reference().files, "engine_layer_ids: [2, 4], dtype: bfloat16"), resume);
+      error_of(from_engine(small_run_config(dir, every2), reference().files, "engine_layer_ids: [2, 2, 2, 4], dtype: bfloat16"), resume);
   CHECK(retyped.find("dtype: bfloat16") != std::string::npos);
   const auto online = error_of(small_run_config(dir, every2), resume);
   CHECK(online.find("pipeline.nodes.target: features.engine") != std::string::npos);
@@ -225,7 +229,7 @@ TEST_CASE("EngineFeatures.layers_the_files_do_not_hold_are_refused_naming_the_no
                                             reference().files));
   CHECK(message.find("pipeline.nodes[3].params.engine_layer_ids") != std::string::npos);
   CHECK(message.find("node 'target' (features.engine)") != std::string::npos);
-  CHECK(message.find("[2, 4]") != std::string::npos);
+  CHECK(message.find("[2, 2, 2, 4]") != std::string::npos);
   CHECK(message.find("no slot holds dflow layer 0 (engine id 1)") != std::string::npos);
   // dflow numbering and the engine's, side by side.
   CHECK(nodes::engine_slots_for({2, 14, 25, 28}, {1, 13, 24}, 28) == std::vector<int64_t>{0, 1, 2});

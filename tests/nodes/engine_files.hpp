@@ -23,7 +23,7 @@ namespace dflow::testing {
 
 // The config with its target node reading engine files from `dir`.
 inline config::Config from_engine(config::Config config, const std::filesystem::path& dir,
-                                  const std::string& params = "engine_layer_ids: [2, 4], dtype: float32") {
+                                  const std::string& params = "engine_layer_ids: [2, 2, 2, 4], dtype: float32") {
   for (auto& n : config.pipeline.nodes)
     if (n.name == "target") {
       n.type = "features.engine";
@@ -33,7 +33,7 @@ inline config::Config from_engine(config::Config config, const std::filesystem::
 }
 
 // Slots [engine id l + 1 for each of config's feature layers l, then the last
-// layer]: the features target_forward computes for epoch 0's batches; the
+// layer] (the demo's [1, 1, 1]: engine ids [2, 2, 2, 4]): the features target_forward computes for epoch 0's batches; the
 // last slot (the layer before the final norm, which dflow's target does not
 // expose) holds zeros, and no drafter here reads it.
 inline void write_dflow_features_as_engine_files(const config::Config& config, const std::filesystem::path& dir) {
