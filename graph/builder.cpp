@@ -98,7 +98,7 @@ class PipelineBuilder {
     }
   }
 
-  std::unique_ptr<NodeBody> make_body(const NodeDesc& node, int replica) {
+  std::unique_ptr<NodeBody> make_body(const NodeDesc& node, int replica, NodeMeter& meter) {
     NodeContext context{node.name,
                         node.type,
                         replica,
@@ -106,7 +106,8 @@ class PipelineBuilder {
                         config::YamlSection(node.params, node.key_path + ".params", node.origins),
                         options_.user_context,
                         p_.control_.stop_token(),
-                        &p_.board_};
+                        &p_.board_,
+                        &meter};
     std::unique_ptr<NodeBody> body;
     const std::string where = "node '" + node.name + "' (" + node.type + ")";
     try {
@@ -128,7 +129,7 @@ class PipelineBuilder {
   void make_shell(int n, int replica) {
     const NodeDesc& node = d_.nodes[n];
     NodeMeter& meter = p_.board_.add_node(node.name, replica, node.replicas);
-    auto shell = std::make_unique<NodeShell>(node, replica, make_body(node, replica), meter, p_.control_, p_.edges_);
+    auto shell = std::make_unique<NodeShell>(node, replica, make_body(node, replica, meter), meter, p_.control_, p_.edges_);
     std::vector<tbb::flow::sender<Message>*> feeds;  // by join port
     if (node.kind == NodeKind::source) {
       p_.tickets_.push_back(std::make_unique<tbb::flow::queue_node<Message>>(g()));

@@ -19,6 +19,7 @@
 namespace dflow::graph {
 
 class TelemetryBoard;
+class NodeMeter;
 
 // The messages of one firing, one per connected input port.
 class Inputs {
@@ -99,6 +100,7 @@ struct NodeContext {
   std::any user;                // run state (defined in nodes/); hold a pointer or shared_ptr in it
   std::stop_token stop;         // requested when the pipeline is cancelled or a node failed
   const TelemetryBoard* telemetry = nullptr;  // live edge/node telemetry (for the metrics node)
+  NodeMeter* meter = nullptr;  // this replica's own meter: a body that waits outside the graph reports it there
 
   template <class T>
   T user_as() const { return std::any_cast<T>(user); }

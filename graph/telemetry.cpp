@@ -73,6 +73,17 @@ void NodeMeter::on_call(double seconds_in_body, bool failed) {
   if (failed) ++stats_.errors;
 }
 
+void NodeMeter::on_outside_wait(double seconds_waited) {
+  std::lock_guard lock(mutex_);
+  stats_.outside_wait_s += seconds_waited;
+  if (seconds_waited > 0) ++stats_.outside_waits;
+}
+
+void NodeMeter::set_ready_ahead(int64_t items) {
+  std::lock_guard lock(mutex_);
+  stats_.ready_ahead = items;
+}
+
 NodeStats NodeMeter::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
@@ -114,9 +125,16 @@ nlohmann::json to_json(const TelemetrySnapshot& snapshot) {
     edges.push_back({{"name", e.name}, {"capacity", e.capacity}, {"token", e.token}, {"occupancy", e.occupancy},
                      {"high_water", e.high_water}, {"mean_occupancy", e.mean_occupancy}, {"items_passed", e.items_passed},
                      {"producer_blocked_s", e.producer_blocked_s}, {"consumer_starved_s", e.consumer_starved_s}});
-  for (const auto& n : snapshot.nodes)
-    nodes.push_back({{"name", n.name}, {"replica", n.replica}, {"replicas", n.replicas}, {"calls", n.calls},
-                     {"busy_s", n.busy_s}, {"max_s", n.max_s}, {"errors", n.errors}});
+  for (const auto& n : snapshot.nodes) {
+    nlohmann::json node = {{"name", n.name}, {"replica", n.replica}, {"replicas", n.replicas}, {"calls", n.calls},
+                           {"busy_s", n.busy_s}, {"max_s", n.max_s}, {"errors", n.errors}};
+    if (n.ready_ahead >= 0) {  // only nodes that wait on an outside producer report these
+      node["outside_wait_s"] = n.outside_wait_s;
+      node["outside_waits"] = n.outside_waits;
+      node["ready_ahead"] = n.ready_ahead;
+    }
+    nodes.push_back(std::move(node));
+  }
   return {{"elapsed_s", snapshot.elapsed_s}, {"edges", edges}, {"nodes", nodes}};
 }
 

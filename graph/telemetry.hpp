@@ -35,6 +35,13 @@ struct NodeStats {
   double busy_s = 0;  // time inside the body
   double max_s = 0;   // longest single call
   uint64_t errors = 0;
+  // A node that waits inside its body on something outside the graph (a
+  // feature source reading files another process still writes) says so:
+  // the part of busy_s spent waiting, and how many items it has ready ahead
+  // of its consumers (-1: the node reports none).
+  double outside_wait_s = 0;
+  uint64_t outside_waits = 0;  // calls that waited at all
+  int64_t ready_ahead = -1;
 };
 
 struct TelemetrySnapshot {
@@ -75,6 +82,9 @@ class NodeMeter {
  public:
   NodeMeter(std::string name, int replica, int replicas) : stats_{std::move(name), replica, replicas} {}
   void on_call(double seconds, bool failed);
+  // Called by the body (NodeContext::meter): it waited `seconds` on an outside producer.
+  void on_outside_wait(double seconds);
+  void set_ready_ahead(int64_t items);
   NodeStats stats() const;
 
  private:

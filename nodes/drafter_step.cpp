@@ -19,6 +19,7 @@
 
 #include "config/errors.hpp"
 #include "nodes/drafter_memory_fit.hpp"
+#include "nodes/exclude_samples.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_kind.hpp"
 #include "nodes/node_params.hpp"
@@ -85,41 +86,8 @@ class DrafterStep final : public graph::FunctionBody {
   }
 
  private:
-  // The batch without rows quarantined since the loader read it.
-  FeatureBatch without_quarantined(const FeatureBatch& in, const data::SampleSet& quarantined) const {
-    FeatureBatch out = in;
-    const auto& ids = in.batch.plan.sample_ids;
-    std::vector<int64_t> keep;
-    for (size_t r = 0; r < ids.size(); ++r)
-      if (!quarantined.count(ids[r])) keep.push_back(static_cast<int64_t>(r));
-    if (keep.size() == ids.size()) return out;
-    out.batch.plan = data::without_samples(in.batch.plan, quarantined, run_.dataset.lengths());
-    out.batch.excluded_samples += static_cast<int64_t>(ids.size() - keep.size());
-    if (in.batch.packed()) {
-      // A packed row keeps its other samples: the quarantined ones stay as
-      // documents of their own (nothing else attends to them) without a loss.
-      out.batch.loss_mask = in.batch.loss_mask.clone();
-      const auto& plan = in.batch.plan;
-      auto documents = in.batch.document_ids.to(torch::kInt64);
-      for (int64_t row = 0; row < plan.rows(); ++row) {
-        for (auto i = plan.row_begin[static_cast<size_t>(row)]; i < plan.row_begin[static_cast<size_t>(row) + 1]; ++i) {
-          if (!quarantined.count(ids[static_cast<size_t>(i)])) continue;
-          const int64_t document = i - plan.row_begin[static_cast<size_t>(row)];
-          out.batch.loss_mask[row].masked_fill_(documents[row].eq(document), 0);
-        }
-      }
-      return out;
-    }
-    auto rows = torch::tensor(keep, torch::kInt64);
-    out.batch.input_ids = in.batch.input_ids.index_select(0, rows);
-    out.batch.loss_mask = in.batch.loss_mask.index_select(0, rows);
-    out.batch.lengths = in.batch.lengths.index_select(0, rows);
-    out.features = in.features.index_select(0, rows.to(in.features.device()));
-    return out;
-  }
-
   StepTotals step(TrainableState& state, const FeatureBatch& received) {
-    const FeatureBatch features = without_quarantined(received, state.quarantined);
+    const FeatureBatch features = without_samples(run_, received, state.quarantined);
     const auto& batch = features.batch;
     const auto& position = batch.position;
     inject_node_faults(run_, name_, position.global_step);

@@ -43,6 +43,13 @@ struct RunHooks {
   // result is kept in the run context under the node's name
   // (RunContext::prepared). Throws ConfigError naming the node.
   std::function<std::any(const RunContext& run, const config::NodeDecl& node)> prepare = {};
+  // A feature source whose features are fixed target layers (files a serving
+  // engine wrote): the drafter's feature layers (model.drafter.target_layer_ids,
+  // dflow numbering) its params give for a target of `target_layers` layers,
+  // used when that key is empty, before the drafter's shape is made. Its
+  // prepare checks explicit ids against what it has. Throws
+  // std::invalid_argument saying what is wrong with the params.
+  std::function<std::vector<int64_t>(config::YamlSection& params, int64_t target_layers)> feature_layers = {};
   // A fresh run hands the node the untrained drafter's state (an evaluator's
   // baseline), taken before the first step.
   bool wants_untrained_state = false;

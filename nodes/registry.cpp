@@ -11,6 +11,7 @@ void register_all_nodes(graph::NodeRegistry& registry) {
   register_routers(registry);
   register_target_forward(registry);
   register_features_cached(registry);
+  register_features_engine(registry);
   register_drafter_step(registry);
   register_accumulate(registry);
   register_optimizer_step(registry);

@@ -15,6 +15,7 @@ void register_pad_bucket(graph::NodeRegistry& registry);
 void register_routers(graph::NodeRegistry& registry);
 void register_target_forward(graph::NodeRegistry& registry);
 void register_features_cached(graph::NodeRegistry& registry);
+void register_features_engine(graph::NodeRegistry& registry);
 void register_drafter_step(graph::NodeRegistry& registry);
 void register_accumulate(graph::NodeRegistry& registry);
 void register_optimizer_step(graph::NodeRegistry& registry);

@@ -30,6 +30,27 @@ const config::Config& with_existing_paths(const config::Config& config) {
   return config;
 }
 
+// model.drafter.target_layer_ids as the pipeline's feature source has them
+// (RunHooks::feature_layers) when the key is empty; else the key's.
+std::vector<int64_t> drafter_feature_layers(const config::Config& config, const graph::NodeRegistry& kinds,
+                                            int64_t target_layers) {
+  std::vector<int64_t> ids(config.model.drafter.target_layer_ids.begin(), config.model.drafter.target_layer_ids.end());
+  if (!ids.empty()) return ids;
+  for (size_t i = 0; i < config.pipeline.nodes.size(); ++i) {
+    const auto& n = config.pipeline.nodes[i];
+    const RunHooks* hooks = run_hooks(kinds, n.type);
+    if (!hooks || !hooks->feature_layers) continue;
+    const std::string key = "pipeline.nodes[" + std::to_string(i) + "].params";
+    config::YamlSection params(n.params, key, config.pipeline.origins);
+    try {
+      return hooks->feature_layers(params, target_layers);
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(n.mark, key, "node '" + n.name + "' (" + n.type + "): " + e.what());
+    }
+  }
+  return ids;
+}
+
 }  // namespace
 
 std::string Batching::signature() const {
@@ -167,7 +188,8 @@ void RunContext::load_models() {
   drafter_options.num_layers = config.model.drafter.num_layers;
   drafter_options.block_size = config.model.drafter.block_size;
   drafter_options.num_target_features = config.model.drafter.num_target_features;
-  for (int id : config.model.drafter.target_layer_ids) drafter_options.target_layer_ids.push_back(id);
+  drafter_options.target_layer_ids =
+      drafter_feature_layers(config, options.node_kinds(), target_config.num_hidden_layers);
   if (config.model.drafter.mask_token_id >= 0) drafter_options.mask_token_id = config.model.drafter.mask_token_id;
   drafter_options.layer_types = config.model.drafter.layer_types;
   drafter_options.sliding_window = config.model.drafter.sliding_window;

@@ -26,8 +26,15 @@ void add_node_loads(Analysis& a, const PipelineModel& pipeline, const nlohmann::
     it->busy_s += busy_s;
     it->max_s = std::max(it->max_s, t.value("max_s", 0.0));
     it->replica_busy_share.push_back(a.elapsed_s > 0 ? busy_s / a.elapsed_s : 0.0);
+    if (t.contains("ready_ahead")) {
+      it->ready_ahead = std::max<int64_t>(it->ready_ahead, 0) + t.value("ready_ahead", int64_t{0});
+      it->outside_wait_s += t.value("outside_wait_s", 0.0);
+    }
   }
-  for (auto& n : a.nodes) n.busy_share = a.elapsed_s > 0 ? n.busy_s / (n.replicas * a.elapsed_s) : 0.0;
+  for (auto& n : a.nodes) {
+    n.busy_share = a.elapsed_s > 0 ? n.busy_s / (n.replicas * a.elapsed_s) : 0.0;
+    n.outside_wait_share = a.elapsed_s > 0 ? n.outside_wait_s / (n.replicas * a.elapsed_s) : 0.0;
+  }
 }
 
 void add_edge_loads(Analysis& a, const PipelineModel& pipeline, const nlohmann::json& telemetry) {
@@ -160,10 +167,16 @@ nlohmann::json Analysis::to_json() const {
   nlohmann::json out = {{"global_step", global_step}, {"total_steps", total_steps}, {"elapsed_s", elapsed_s},
                         {"has_telemetry", has_telemetry}, {"summary", summary}};
   out["nodes"] = nlohmann::json::array();
-  for (const auto& n : nodes)
+  for (const auto& n : nodes) {
     out["nodes"].push_back({{"name", n.name}, {"type", n.type}, {"replicas", n.replicas}, {"calls", n.calls},
                             {"errors", n.errors}, {"busy_s", n.busy_s}, {"busy_share", n.busy_share}, {"max_s", n.max_s},
                             {"replica_busy_share", n.replica_busy_share}});
+    if (n.waits_outside()) {
+      out["nodes"].back()["ready_ahead"] = n.ready_ahead;
+      out["nodes"].back()["outside_wait_s"] = n.outside_wait_s;
+      out["nodes"].back()["outside_wait_share"] = n.outside_wait_share;
+    }
+  }
   out["edges"] = nlohmann::json::array();
   for (const auto& e : edges) {
     nlohmann::json pieces = nlohmann::json::array();

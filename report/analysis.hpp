@@ -23,6 +23,12 @@ struct NodeLoad {
   double busy_share = 0;  // busy_s / (replicas x elapsed): 1 = every replica always busy
   double max_s = 0;       // longest single call
   std::vector<double> replica_busy_share;
+  // A node that waits on a producer outside the graph (features.engine on an
+  // extraction still running), else -1 and 0: all replicas together.
+  int64_t ready_ahead = -1;       // items ready ahead of its consumers at the snapshot
+  double outside_wait_s = 0;      // part of busy_s spent waiting outside
+  double outside_wait_share = 0;  // outside_wait_s / (replicas x elapsed)
+  bool waits_outside() const { return ready_ahead >= 0; }
 };
 
 struct EdgePieceLoad {  // one runtime edge: the declared one, or one replica's of a routed edge
@@ -57,6 +63,7 @@ struct AnalysisOptions {
   double bound_share = 0.5;    // a node busier than this can bound throughput
   double full_share = 0.2;     // an input edge blocked this share of the time is "full"
   double starved_share = 0.3;  // an output edge empty this share of the time is "starved"
+  double outside_share = 0.1;  // a node waiting outside this share of the time: its outside producer bounds the run
 };
 
 struct Analysis {

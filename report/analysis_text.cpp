@@ -64,11 +64,28 @@ std::string bound_text(const Analysis& a, const Bottleneck& b) {
 std::string compute_text(const Bottleneck& b) {
   if (b.type.empty()) return "";
   if (is_compute(b.type)) return "That is compute, as the performance model expects: the rest of the graph hides behind it.";
+  if (b.type.rfind("features.engine", 0) == 0)
+    return "That is the reader of the engine's hidden-state files: its busy time is reading and converting them, and "
+           "waiting for those the extraction has not written yet (below).";
   if (b.type.rfind("features.cached", 0) == 0)
     return "That is the feature cache's reader: reading and decoding cached features from disk bounds this run, not "
            "compute. Give it more replicas, faster storage, or a smaller storage dtype (bfloat16, float8_e4m3).";
   return "That is not a compute node: the performance model expects the target's or the drafter's compute to bound a run, "
          "so `" + b.node + "` (" + b.type + ") is not hidden behind compute. Give it more time (replicas, capacity) or less work.";
+}
+
+// Whether the producer outside the graph (an extraction writing the files a
+// features.engine node reads) or training bounds the run.
+std::string outside_text(const NodeLoad& n, const AnalysisOptions& options) {
+  const std::string waited = fixed(n.outside_wait_s, 1) + " s (" + percent(n.outside_wait_share) + " of the run)";
+  const std::string ahead = std::to_string(n.ready_ahead) + " sample file(s) were ready ahead of training at the last step";
+  if (n.outside_wait_share >= options.outside_share)
+    return "The extraction bounds this run, not training: " + node_label(n) + " waited " + waited +
+           " for files the engine had not written yet, and " + ahead +
+           ". Training consumes faster than the extraction writes; give the extraction more throughput (GPUs, "
+           "concurrency) or start training once more files are there.";
+  return "Training bounds this run, not the extraction: " + node_label(n) + " waited only " + waited +
+         " for the engine's files, and " + ahead + ".";
 }
 
 std::string drain_text(const Analysis& a, const DrainAlarm& d) {
@@ -99,6 +116,8 @@ std::vector<std::string> describe_findings(const Analysis& a, const AnalysisOpti
     out.push_back("No node is busy even " + percent(options.bound_share) + " of the time (busiest: " + node_label(busiest) + ", " +
                   percent(busiest.busy_share) + "): the stages wait on each other more than they work.");
   }
+  for (const auto& n : a.nodes)
+    if (n.waits_outside()) out.insert(out.begin() + std::min<size_t>(out.size(), 2), outside_text(n, options));
   for (const auto& d : a.draining) out.push_back(drain_text(a, d));
   for (const auto& n : a.nodes)
     if (n.errors > 0) out.push_back("`" + n.name + "` failed " + std::to_string(n.errors) + " call(s).");

@@ -127,7 +127,11 @@ void add_telemetry(Exposition& x, const nlohmann::json& t) {
       {"calls", "dflow_node_calls_total", "counter", "Calls of the node's body."},
       {"busy_s", "dflow_node_busy_seconds_total", "counter", "Time inside the node's body."},
       {"max_s", "dflow_node_max_seconds", "gauge", "Longest single call of the node's body."},
-      {"errors", "dflow_node_errors_total", "counter", "Calls of the node's body that threw."}};
+      {"errors", "dflow_node_errors_total", "counter", "Calls of the node's body that threw."},
+      {"outside_wait_s", "dflow_node_outside_wait_seconds_total", "counter",
+       "Time inside the node's body spent waiting on a producer outside the graph (an extraction's files)."},
+      {"ready_ahead", "dflow_node_ready_ahead", "gauge",
+       "Items the outside producer has ready ahead of training (engine files of the next samples)."}};
   const auto edges = t.value("edges", nlohmann::json::array());
   const auto nodes = t.value("nodes", nlohmann::json::array());
   for (const auto& field : edge_fields) {

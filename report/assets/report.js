@@ -124,6 +124,8 @@
       if (!n || !A.has_telemetry) { g.querySelector('.busy-text').textContent = 'no telemetry'; return; }
       var text = 'busy ' + pct(n.busy_share);
       if (n.replicas > 1 && n.replica_busy_share.length) text += ' (' + n.replica_busy_share.map(pct).join(' / ') + ')';
+      if (n.ready_ahead !== undefined)
+        text += ' \u00b7 waited ' + pct(n.outside_wait_share) + ' \u00b7 ' + count(n.ready_ahead) + ' files ahead';
       g.querySelector('.busy-text').textContent = text + ' \u00b7 ' + count(n.calls) + ' calls';
       bar.setAttribute('width', (Number(bar.dataset.full) * Math.min(1, n.busy_share)).toFixed(1));
       bar.style.fill = heat(n.busy_share);

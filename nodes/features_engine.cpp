@@ -1,0 +1,292 @@
+// features.engine: features read from a serving engine's hidden-state files
+// (nodes/features_engine.hpp). Each replica reads the files of the batch it
+// holds; the read-ahead is the graph's: its replicas read that many batches
+// at once and its input edge holds `capacity` collated batches more, so the
+// node never builds a queue of its own. The time a replica waits for files
+// the extraction has not written yet is reported to the graph's telemetry
+// (outside_wait_s), with how many samples ahead in training order are ready.
+#include "nodes/features_engine.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "config/errors.hpp"
+#include "config/log.hpp"
+#include "data/data_error.hpp"
+#include "graph/telemetry.hpp"
+#include "nodes/exclude_samples.hpp"
+#include "nodes/feature_source.hpp"
+#include "nodes/messages.hpp"
+#include "nodes/node_kind.hpp"
+#include "nodes/node_params.hpp"
+#include "nodes/node_support.hpp"
+#include "nodes/registry.hpp"
+#include "train/engine_files.hpp"
+
+namespace dflow::nodes {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const config::KeySet<EngineFeaturesParams>& engine_keys() {
+  using config::OnResume;
+  static const config::KeySet<EngineFeaturesParams> keys = [] {
+    config::KeySet<EngineFeaturesParams> k;
+    k.add("dir", [](EngineFeaturesParams& p) -> auto& { return p.dir; }, OnResume::must_match,
+          "the extraction's output directory (hs_<i>.safetensors per sample i)",
+          config::must<std::string>([](const std::string& v) { return !v.empty(); }, "must name the directory"));
+    k.add("engine_layer_ids", [](EngineFeaturesParams& p) -> auto& { return p.engine_layer_ids; },
+          OnResume::must_match,
+          "the layer ids of hidden_states' slots in the engine's numbering (as given to the extraction, the last "
+          "layer N appended): engine id k is dflow layer k - 1",
+          config::must<std::vector<int>>([](const std::vector<int>& v) { return !v.empty(); },
+                                         "must list the files' slots, e.g. [2, 14, 25, 28]"));
+    k.add("dtype", [](EngineFeaturesParams& p) -> auto& { return p.dtype; }, OnResume::must_match,
+          "the dtype the files hold (each file is checked); features are converted to model.drafter.dtype",
+          config::one_of({"bfloat16", "float16", "float32"}));
+    k.add("on_mismatch", [](EngineFeaturesParams& p) -> auto& { return p.on_mismatch; }, OnResume::may_change,
+          "a file whose tokens differ from its sample's: fail the run, or skip the sample (counted in the step "
+          "record's excluded_samples)",
+          config::one_of({"fail", "skip"}));
+    k.add("timeout_s", [](EngineFeaturesParams& p) -> auto& { return p.timeout_s; }, OnResume::may_change,
+          "how long to wait for a sample's file before the run fails",
+          config::must<double>([](double v) { return v > 0; }, "must be > 0"));
+    k.add("ready_ahead_window", [](EngineFeaturesParams& p) -> auto& { return p.ready_ahead_window; },
+          OnResume::may_change, "samples ahead of training (in its order) looked for, for the ready-ahead gauge",
+          config::must<int>([](int v) { return v >= 0; }, "must be >= 0"));
+    return k;
+  }();
+  return keys;
+}
+
+std::string ids_text(const auto& ids) {
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  return out + "]";
+}
+
+torch::Dtype file_dtype(const std::string& name) {
+  if (name == "F32" || name == "float32") return torch::kFloat32;
+  if (name == "F16" || name == "float16") return torch::kFloat16;
+  return torch::kBFloat16;
+}
+
+std::string safetensors_name(const std::string& dtype) {
+  return dtype == "float32" ? "F32" : dtype == "float16" ? "F16" : "BF16";
+}
+
+// What the replicas share, checked before the graph exists.
+struct EngineSource {
+  EngineFeaturesParams params;
+  std::vector<int64_t> slots;  // hidden_states slot of each drafter feature layer
+};
+using PreparedEngine = std::shared_ptr<const EngineSource>;
+
+PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& node) {
+  const std::string key = node_path(run.config.pipeline, node);
+  auto section = node_params(run.config.pipeline, node);
+  auto source = std::make_shared<EngineSource>();
+  source->params = read_engine_features_params(section);
+  const auto& p = source->params;
+  try {
+    source->slots = engine_slots_for(p.engine_layer_ids, run.feature_layer_ids, run.drafter_spec.num_target_layers);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(node.mark, key + ".params.engine_layer_ids",
+                      "node '" + node.name + "' (features.engine): engine_layer_ids " + ids_text(p.engine_layer_ids) +
+                          " do not hold the drafter's feature layers " + ids_text(run.feature_layer_ids) +
+                          " (model.drafter.target_layer_ids, dflow numbering): " + e.what());
+  }
+  int64_t present = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(p.dir, ec))
+    if (entry.path().extension() == ".safetensors" && entry.path().filename().string().rfind("hs_", 0) == 0) ++present;
+  log::info("data", log::str("engine features ", p.dir, ": ", present, " of ", run.dataset.size(),
+                             " sample files there now (", p.dtype, ", slots ", ids_text(source->slots), " of ",
+                             ids_text(p.engine_layer_ids), " for layers ", ids_text(run.feature_layer_ids),
+                             "); a missing one is waited for up to ", p.timeout_s, " s"));
+  return source;
+}
+
+class FeaturesEngine final : public graph::FunctionBody {
+ public:
+  FeaturesEngine(const RunContext& run, std::string name, int replica, PreparedEngine source, graph::NodeMeter* meter,
+                 std::stop_token stop)
+      : run_(run), name_(std::move(name)), replica_(replica), source_(std::move(source)), meter_(meter),
+        stop_(std::move(stop)) {
+    wait_.timeout = std::chrono::duration<double>(source_->params.timeout_s);
+    wait_.cancelled = [this] { return stop_.stop_requested(); };
+    if (meter_) meter_->set_ready_ahead(0);
+  }
+
+  void process(graph::Inputs& in, graph::Emitter& out) override {
+    auto message = in[0];
+    auto& batch = graph::payload<PaddedBatch>(message);
+    torch::Tensor features;  // [B, S, n*H] on the drafter's device
+    data::SampleSet mismatched;
+    with_batch_context(batch.plan, batch.position, [&] {
+      inject_node_faults(run_, name_, batch.position.global_step);
+      if (batch.plan.rows() == 0) return;  // a rank's empty share of a short step
+      features = read_batch(batch, mismatched);
+      if (meter_) meter_->set_ready_ahead(ready_ahead(batch.plan));
+    });
+    FeatureBatch result{std::move(batch), std::move(features), replica_};
+    if (!mismatched.empty()) result = without_samples(run_, result, mismatched);
+    out.emit(graph::make_message(message.seq, message.cost, std::move(result)));
+  }
+
+ private:
+  torch::Tensor read_batch(const PaddedBatch& batch, data::SampleSet& mismatched) {
+    const auto& p = source_->params;
+    const int64_t hidden = run_.drafter_spec.hidden_size, layers = static_cast<int64_t>(source_->slots.size());
+    const bool host_drafter = run_.drafter_device.is_cpu();
+    auto options = torch::TensorOptions().dtype(host_drafter ? run_.drafter_dtype : torch::kFloat32)
+                       .pinned_memory(!host_drafter && run_.drafter_device.is_cuda());
+    auto features = torch::zeros({batch.input_ids.size(0), batch.input_ids.size(1), layers * hidden}, options);
+    const auto slots = torch::tensor(source_->slots, torch::kInt64);
+    double waited_s = 0;
+    for (const auto& place : sample_places(batch.plan, run_.dataset.lengths())) {
+      waited_s += train::wait_for_engine_file(p.dir, place.sample_id, wait_).count();
+      auto sample = train::read_engine_file(train::engine_file_path(p.dir, place.sample_id));
+      check_layout(sample, place.sample_id);
+      if (const auto why = token_mismatch(sample, place.sample_id); !why.empty()) {
+        const std::string what = "sample " + std::to_string(place.sample_id) + ": engine features file " +
+                                 sample.path.string() + " holds other tokens than the dataset's sample (" + why + ")";
+        if (p.on_mismatch == "fail")
+          throw data::DataError(what + "; the extraction ran on another dataset or tokenization (set on_mismatch: "
+                                       "skip to train without such samples)");
+        log::warn("data", log::str(what, ": skipped (node '", name_, "', on_mismatch: skip)"));
+        mismatched.insert(place.sample_id);
+        continue;
+      }
+      auto all = torch::from_blob(sample.hidden_bytes.data(), {sample.positions, sample.slots, sample.hidden_size},
+                                  torch::TensorOptions().dtype(file_dtype(sample.dtype_name)));
+      features[place.row].narrow(0, place.first, place.length).copy_(all.index_select(1, slots).reshape({place.length, -1}));
+    }
+    if (meter_) meter_->on_outside_wait(waited_s);
+    return host_drafter ? features : for_drafter(run_, features);
+  }
+
+  void check_layout(const train::EngineSample& sample, int64_t sample_id) const {
+    const auto& p = source_->params;
+    std::string what;
+    if (sample.dtype_name != safetensors_name(p.dtype))
+      what = "hidden_states is " + sample.dtype_name + ", params.dtype says " + p.dtype;
+    else if (sample.slots != static_cast<int64_t>(p.engine_layer_ids.size()))
+      what = "hidden_states has " + std::to_string(sample.slots) + " slots, params.engine_layer_ids lists " +
+             std::to_string(p.engine_layer_ids.size()) + " " + ids_text(p.engine_layer_ids);
+    else if (sample.hidden_size != run_.drafter_spec.hidden_size)
+      what = "hidden size " + std::to_string(sample.hidden_size) + ", the target's is " +
+             std::to_string(run_.drafter_spec.hidden_size) + " (another target?)";
+    if (!what.empty())
+      throw data::DataError("sample " + std::to_string(sample_id) + ": engine features file " + sample.path.string() +
+                            ": " + what + " (node '" + name_ + "')");
+  }
+
+  // "" when the file's tokens are the sample's, else where they differ.
+  std::string token_mismatch(const train::EngineSample& sample, int64_t sample_id) const {
+    const auto tokens = run_.dataset.sample(sample_id).input_ids;
+    if (sample.token_ids.size() != tokens.size())
+      return std::to_string(sample.token_ids.size()) + " tokens, the sample has " + std::to_string(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (sample.token_ids[i] != tokens[i])
+        return "position " + std::to_string(i) + ": " + std::to_string(sample.token_ids[i]) + " in the file, " +
+               std::to_string(tokens[i]) + " in the sample";
+    return "";
+  }
+
+  // Samples after `plan`'s (this rank's, in training order, within the epoch)
+  // whose files are there, up to the first that is not: how far training can
+  // run on without waiting for the extraction.
+  int64_t ready_ahead(const data::PlannedBatch& plan) const {
+    const int64_t window = source_->params.ready_ahead_window;
+    const auto batches = run_.plans().get(plan.epoch)->batches();
+    int64_t ready = 0;
+    for (auto i = static_cast<size_t>(plan.index_in_epoch) + 1; i < batches.size() && ready < window; ++i) {
+      if (batches[i].rank != run_.options.rank) continue;
+      for (const int64_t id : batches[i].sample_ids) {
+        const auto path = train::engine_file_path(source_->params.dir, id);
+        std::error_code ec;
+        if (!fs::exists(path, ec) || fs::exists(path.string() + ".lock", ec)) return ready;
+        if (++ready >= window) break;
+      }
+    }
+    return ready;
+  }
+
+  const RunContext& run_;
+  std::string name_;
+  int replica_;
+  PreparedEngine source_;
+  graph::NodeMeter* meter_;
+  std::stop_token stop_;
+  train::EngineWaitOptions wait_;
+};
+
+}  // namespace
+
+EngineFeaturesParams read_engine_features_params(config::YamlSection& params) {
+  return read_params(engine_keys(), params);
+}
+
+std::vector<int64_t> engine_slots_for(const std::vector<int>& engine_layer_ids,
+                                      const std::vector<int64_t>& feature_layer_ids, int64_t target_layers) {
+  for (const int id : engine_layer_ids)
+    if (id < 0 || id > target_layers)
+      throw std::invalid_argument("engine layer id " + std::to_string(id) + " outside [0, " +
+                                  std::to_string(target_layers) + "] for a " + std::to_string(target_layers) +
+                                  "-layer target");
+  std::vector<int64_t> slots;
+  for (const int64_t layer : feature_layer_ids) {
+    if (layer == target_layers - 1)
+      throw std::invalid_argument(
+          "dflow layer " + std::to_string(layer) + " is the last layer's output after the final norm (as "
+          "target_forward computes it); the engine's id " + std::to_string(target_layers) +
+          " is before the norm, and no slot holds the normed one: choose layers below " + std::to_string(layer));
+    const auto at = std::find(engine_layer_ids.begin(), engine_layer_ids.end(), static_cast<int>(layer + 1));
+    if (at == engine_layer_ids.end())
+      throw std::invalid_argument("no slot holds dflow layer " + std::to_string(layer) + " (engine id " +
+                                  std::to_string(layer + 1) + ")");
+    slots.push_back(at - engine_layer_ids.begin());
+  }
+  return slots;
+}
+
+std::vector<int64_t> engine_feature_layers(const std::vector<int>& engine_layer_ids, int64_t target_layers) {
+  std::vector<int64_t> layers;
+  for (const int id : engine_layer_ids)
+    if (id > 0 && id < target_layers) layers.push_back(id - 1);
+  if (layers.empty())
+    throw std::invalid_argument("engine_layer_ids " + ids_text(engine_layer_ids) +
+                                " hold no layer a drafter reads (ids 1 .. " + std::to_string(target_layers - 1) +
+                                "; 0 is the embeddings, " + std::to_string(target_layers) +
+                                " the last layer before the final norm)");
+  return layers;
+}
+
+void register_features_engine(graph::NodeRegistry& registry) {
+  graph::NodeSpec spec;
+  spec.type = "features.engine";
+  spec.description = "the target's features read from a serving engine's hidden-state files (params.dir, vLLM's "
+                     "hs_<i>.safetensors) in place of target_forward; waits for files an extraction still writes";
+  spec.inputs = {{"in", "PaddedBatch"}};
+  spec.outputs = {{"out", "FeatureBatch"}};
+  spec.check_params = [](config::YamlSection& params) { read_engine_features_params(params); };
+  spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
+    const auto& run = environment(context).run;
+    return std::make_unique<FeaturesEngine>(run, context.name, context.replica,
+                                            run.prepared_for<PreparedEngine>(context.name), context.meter,
+                                            context.stop);
+  };
+  RunHooks hooks;
+  hooks.prepare = [](const RunContext& run, const config::NodeDecl& node) -> std::any { return prepare_engine(run, node); };
+  hooks.resume_signature = [](config::YamlSection& params) {
+    return resume_text(engine_keys(), read_engine_features_params(params));
+  };
+  hooks.feature_layers = [](config::YamlSection& params, int64_t target_layers) {
+    return engine_feature_layers(read_engine_features_params(params).engine_layer_ids, target_layers);
+  };
+  add_node_kind(registry, std::move(spec), std::move(hooks));
+}
+
+}  // namespace dflow::nodes

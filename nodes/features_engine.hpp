@@ -1,0 +1,42 @@
+#pragma once
+// features.engine: the target's features read from the hidden-state files a
+// serving engine's extraction writes (vLLM's extract_hidden_states, as
+// vllm-project/speculators drives it; train/engine_files.hpp), in place of
+// target_forward by changing `type:`. The extraction may still be running:
+// a sample's file is waited for, with a timeout.
+//
+// Layer numbering. The engine's (and speculators') layer id k is the
+// residual stream entering decoder layer k (Hugging Face's hidden_states[k]:
+// 0 is the embeddings); its id N (the target's layer count) is the last
+// layer's output before the final norm. dflow's target_layer_ids l is the
+// output of layer l, so dflow l is engine id l + 1 for l < N - 1; dflow's
+// N - 1 is the output after the final norm, which no engine slot holds.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/yaml_reader.hpp"
+
+namespace dflow::nodes {
+
+struct EngineFeaturesParams {
+  std::string dir;                     // the extraction's output: hs_<i>.safetensors
+  std::vector<int> engine_layer_ids;   // what hidden_states' slots are, in the engine's numbering, in file order
+  std::string dtype = "bfloat16";      // what the files hold (checked per file); features train in model.drafter.dtype
+  std::string on_mismatch = "fail";    // a file with other tokens than the sample: fail | skip (counted as excluded)
+  double timeout_s = 600;              // a sample whose file is not whole by then fails the run
+  int ready_ahead_window = 256;        // samples ahead (in training order) probed for the "ready ahead" gauge
+};
+EngineFeaturesParams read_engine_features_params(config::YamlSection& params);
+
+// The slot of hidden_states that holds each of dflow's `feature_layer_ids`
+// for a target of `target_layers` layers. Throws std::invalid_argument
+// naming the layer no slot holds.
+std::vector<int64_t> engine_slots_for(const std::vector<int>& engine_layer_ids,
+                                      const std::vector<int64_t>& feature_layer_ids, int64_t target_layers);
+
+// dflow's feature layers the files hold: every slot but the embeddings (id 0)
+// and the last layer before the final norm (id N), as dflow numbers them.
+std::vector<int64_t> engine_feature_layers(const std::vector<int>& engine_layer_ids, int64_t target_layers);
+
+}  // namespace dflow::nodes

@@ -1,0 +1,68 @@
+#pragma once
+// Engine hidden-state files (hs_<i>.safetensors, vLLM's layout) for the
+// features.engine tests, written two ways: from dflow's own target in
+// training's batch shapes (the same float32 features target_forward computes,
+// so training from them is bit for bit the online run's), and by
+// tools/write_engine_features.py from Hugging Face's forward, as an engine
+// would write them.
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+
+#include "config/config.hpp"
+#include "model/safetensors.hpp"
+#include "nodes/feature_source.hpp"
+#include "nodes/run_context.hpp"
+#include "test_paths.hpp"
+#include "tools/run_command.hpp"
+#include "train/engine_files.hpp"
+#include "train_fixture.hpp"
+
+namespace dflow::testing {
+
+// The config with its target node reading engine files from `dir`.
+inline config::Config from_engine(config::Config config, const std::filesystem::path& dir,
+                                  const std::string& params = "engine_layer_ids: [2, 2, 2, 4], dtype: float32") {
+  for (auto& n : config.pipeline.nodes)
+    if (n.name == "target") {
+      n.type = "features.engine";
+      n.params = YAML::Load("{dir: " + dir.string() + ", " + params + "}");
+    }
+  return config;
+}
+
+// Slots [engine id l + 1 for each of config's feature layers l, then the last
+// layer] (the demo's [1, 1, 1]: engine ids [2, 2, 2, 4]): the features target_forward computes for epoch 0's batches; the
+// last slot (the layer before the final norm, which dflow's target does not
+// expose) holds zeros, and no drafter here reads it.
+inline void write_dflow_features_as_engine_files(const config::Config& config, const std::filesystem::path& dir) {
+  nodes::RunOptions options;
+  options.prepare_nodes = false;
+  nodes::RunContext run(config, options, nullptr);
+  const auto& target = *run.targets.front();
+  std::filesystem::create_directories(dir);
+  for (const auto& plan : run.plans().get(0)->batches()) {
+    const auto padded = nodes::collate_padded(run, plan, {}, 0, false);
+    const auto hidden = torch::stack(target.forward(padded.input_ids, run.feature_layer_ids, false).hidden_states, 2);
+    for (const auto& place : nodes::sample_places(plan, run.dataset.lengths())) {
+      auto rows = hidden[place.row].narrow(0, place.first, place.length);  // [L, n, H]
+      auto slots = torch::cat({rows, torch::zeros({place.length, 1, rows.size(2)})}, 1).contiguous();
+      const auto ids = run.dataset.sample(place.sample_id).input_ids;
+      auto tokens = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);
+      model::write_safetensors(train::engine_file_path(dir, place.sample_id),
+                               {{"token_ids", tokens}, {"hidden_states", slots}});
+    }
+  }
+}
+
+// tools/write_engine_features.py on the test assets; `arguments` as its CLI takes them.
+inline Outcome write_engine_files_with_python(const std::filesystem::path& dir, const std::string& arguments) {
+  if (python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
+  return run_command(python() + " " + source_dir() + "/tools/write_engine_features.py --target " +
+                         (assets_dir() / "target").string() + " --samples " + (assets_dir() / "data.jsonl").string() +
+                         " --max-length 128 --out " + dir.string() + " " + arguments,
+                     600);
+}
+
+}  // namespace dflow::testing

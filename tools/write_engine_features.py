@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Writes hidden-state files as a serving engine's extraction does.
+
+The layout is vLLM's extract_hidden_states output as vllm-project/speculators
+reads it: one hs_<i>.safetensors per sample i (0-based, dataset order) with
+  token_ids      int64 [L]
+  hidden_states  [L, K+1, H]: the engine layer ids asked for, in that order.
+Engine layer id k is the residual stream entering decoder layer k (0: the
+embeddings), so id k for k >= 1 is decoder layer k-1's output, and id N (the
+target's layer count, appended as speculators' launch_vllm does) is the last
+layer's output BEFORE the final norm. The states are captured with forward
+hooks on the decoder layers, not taken from Hugging Face's hidden_states,
+whose last entry is after the norm.
+
+It stands in for the engine in dflow's tests and benchmarks: --rate writes
+files at a set rate (files/s), each written in pieces with pauses between
+them (never atomically), so a reader sees files that are still growing.
+
+  python tools/write_engine_features.py --target TARGET_DIR --samples DATA.jsonl \
+      --out HS_DIR [--layer-ids 2 3 4] [--dtype bfloat16|float32] [--rate 20]
+
+--samples is the JSONL `dflow prepare` read ({"input_ids": [...]} per line,
+in dataset order); --max-length truncates as prepare's --max-length does.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+from safetensors.torch import save
+from transformers import AutoModelForCausalLM
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", required=True, help="the target model (Hugging Face layout)")
+    p.add_argument("--samples", required=True, help="JSONL with input_ids per line, in dataset order")
+    p.add_argument("--out", required=True, help="directory for hs_<i>.safetensors")
+    p.add_argument("--layer-ids", type=int, nargs="+", default=None,
+                   help="engine layer ids (default: 2, N//2, N-3 as launch_vllm.py); N is appended")
+    p.add_argument("--no-last-layer", action="store_true", help="do not append the last layer N")
+    p.add_argument("--dtype", choices=["bfloat16", "float32", "float16"], default="bfloat16",
+                   help="dtype of hidden_states in the files (the target runs in float32)")
+    p.add_argument("--max-length", type=int, default=0, help="truncate samples to this many tokens")
+    p.add_argument("--first", type=int, default=0, help="first sample to write")
+    p.add_argument("--count", type=int, default=0, help="samples to write (0: all from --first)")
+    p.add_argument("--rate", type=float, default=0.0, help="files per second (0: as fast as possible)")
+    p.add_argument("--pieces", type=int, default=1,
+                   help="write each file in this many pieces with a pause between them (default 4 with --rate)")
+    p.add_argument("--wrong-tokens", type=int, nargs="*", default=[],
+                   help="samples whose token_ids are written altered (for tests of the token check)")
+    p.add_argument("--threads", type=int, default=1)
+    return p.parse_args()
+
+
+def read_samples(path, max_length):
+    samples = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                ids = json.loads(line)["input_ids"]
+                samples.append(ids[:max_length] if max_length > 0 else ids)
+    return samples
+
+
+class LayerCapture:
+    """The residual stream at each engine layer id, from forward hooks."""
+
+    def __init__(self, model, layer_ids):
+        inner = model.model
+        self.layer_ids = layer_ids
+        self.states = {}
+        hooks = [inner.embed_tokens.register_forward_hook(self._keep(0))]
+        for i, layer in enumerate(inner.layers):
+            hooks.append(layer.register_forward_hook(self._keep(i + 1)))
+        self.hooks = hooks
+
+    def _keep(self, engine_id):
+        def hook(_module, _inputs, output):
+            self.states[engine_id] = output[0] if isinstance(output, tuple) else output
+        return hook
+
+    def stack(self):
+        return torch.stack([self.states[k][0] for k in self.layer_ids], dim=1)  # [L, K+1, H]
+
+
+def write_file(path, data, pieces, pause_s):
+    # In place and in pieces, as a copy onto shared storage would: a reader
+    # must check the size against the header before it reads.
+    with open(path, "wb") as f:
+        step = max(1, -(-len(data) // pieces))
+        for at in range(0, len(data), step):
+            f.write(data[at:at + step])
+            f.flush()
+            if at + step < len(data) and pause_s > 0:
+                time.sleep(pause_s)
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    model = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
+    model.eval()
+    layers = model.config.num_hidden_layers
+    ids = args.layer_ids if args.layer_ids is not None else [2, layers // 2, layers - 3]
+    if not args.no_last_layer and layers not in ids:
+        ids = ids + [layers]
+    if any(k < 0 or k > layers for k in ids):
+        sys.exit(f"--layer-ids {ids}: engine ids lie in [0, {layers}] for a {layers}-layer target")
+    capture = LayerCapture(model, ids)
+    dtype = getattr(torch, args.dtype)
+    samples = read_samples(args.samples, args.max_length)
+    last = len(samples) if args.count <= 0 else min(len(samples), args.first + args.count)
+    pieces = args.pieces if args.pieces > 1 or args.rate <= 0 else 4
+    os.makedirs(args.out, exist_ok=True)
+    began = time.monotonic()
+    for n, i in enumerate(range(args.first, last)):
+        tokens = torch.tensor(samples[i], dtype=torch.int64)
+        with torch.no_grad():
+            model(input_ids=tokens[None])
+        hidden = capture.stack().to(dtype).contiguous()
+        written = tokens.clone()
+        if i in args.wrong_tokens:
+            written[0] = (written[0] + 1) % model.config.vocab_size
+        data = save({"token_ids": written, "hidden_states": hidden})
+        if args.rate > 0:
+            due = began + n / args.rate
+            time.sleep(max(0.0, due - time.monotonic()))
+        pause_s = 0.25 / args.rate / pieces if args.rate > 0 else 0.0
+        write_file(os.path.join(args.out, f"hs_{i}.safetensors"), data, pieces, pause_s)
+    elapsed = time.monotonic() - began
+    print(json.dumps({"files": last - args.first, "layer_ids": ids, "dtype": args.dtype,
+                      "elapsed_s": round(elapsed, 3)}))
+
+
+if __name__ == "__main__":
+    main()

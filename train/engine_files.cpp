@@ -1,0 +1,140 @@
+// Reading a serving engine's hidden-state files (train/engine_files.hpp).
+// Torch-free: the header is parsed by model/safetensors_header (fuzzed), the
+// bytes are read with plain file I/O.
+#include "train/engine_files.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <thread>
+
+#include "data/data_error.hpp"
+#include "model/safetensors_header.hpp"
+
+namespace dflow::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct HeaderRead {
+  EngineFileState state = EngineFileState::missing;
+  model::SafetensorsHeader header;
+  uint64_t data_end_bytes = 0;  // from the file's start: where the last tensor ends
+};
+
+// The header alone, parsed as if the file were as long as it claims, so that
+// a file still being written reads as incomplete rather than as corrupt.
+HeaderRead read_header(const fs::path& path) {
+  HeaderRead out;
+  std::error_code ec;
+  if (fs::exists(fs::path(path.string() + ".lock"), ec)) {
+    out.state = EngineFileState::incomplete;
+    return out;
+  }
+  const auto size_bytes = fs::file_size(path, ec);
+  if (ec) return out;  // not there (or gone between the calls): missing
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return out;
+  out.state = EngineFileState::incomplete;
+  if (size_bytes < 8) return out;
+  uint64_t header_bytes = 0;
+  in.read(reinterpret_cast<char*>(&header_bytes), 8);
+  if (!in || header_bytes > size_bytes - 8) return out;
+  std::vector<uint8_t> head(8 + header_bytes);
+  std::memcpy(head.data(), &header_bytes, 8);
+  in.read(reinterpret_cast<char*>(head.data()) + 8, static_cast<std::streamsize>(header_bytes));
+  if (!in) return out;
+  try {
+    out.header = model::parse_safetensors_header(path, head.data(), std::numeric_limits<uint64_t>::max());
+  } catch (const std::runtime_error& e) {
+    throw data::DataError(e.what());
+  }
+  out.data_end_bytes = out.header.data_section_offset_bytes;
+  for (const auto& [name, entry] : out.header.entries)
+    out.data_end_bytes = std::max(out.data_end_bytes, out.header.data_section_offset_bytes + entry.data_end_bytes);
+  if (size_bytes >= out.data_end_bytes) out.state = EngineFileState::ready;
+  return out;
+}
+
+data::DataError file_error(const fs::path& path, const std::string& what) {
+  return data::DataError("engine features file " + path.string() + ": " + what);
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+}  // namespace
+
+fs::path engine_file_path(const fs::path& dir, int64_t sample_id) {
+  return dir / ("hs_" + std::to_string(sample_id) + ".safetensors");
+}
+
+EngineFileState probe_engine_file(const fs::path& path) { return read_header(path).state; }
+
+EngineSample read_engine_file(const fs::path& path) {
+  const HeaderRead head = read_header(path);
+  if (head.state != EngineFileState::ready) throw file_error(path, "not there or not completely written");
+  const auto& entries = head.header.entries;
+  const auto tokens = entries.find("token_ids"), hidden = entries.find("hidden_states");
+  if (tokens == entries.end() || hidden == entries.end())
+    throw file_error(path, "needs the tensors token_ids and hidden_states (vLLM's extract_hidden_states layout)");
+  const auto& t = tokens->second;
+  const auto& h = hidden->second;
+  if (t.dtype_name != "I64" || t.shape.size() != 1)
+    throw file_error(path, "token_ids must be int64 [L], got " + t.dtype_name + " " + shape_text(t.shape));
+  if ((h.dtype_name != "BF16" && h.dtype_name != "F16" && h.dtype_name != "F32") || h.shape.size() != 3 ||
+      h.shape[0] != t.shape[0])
+    throw file_error(path, "hidden_states must be [L, K+1, H] in BF16, F16 or F32 with L = " +
+                               std::to_string(t.shape[0]) + " (token_ids), got " + h.dtype_name + " " +
+                               shape_text(h.shape));
+  EngineSample sample;
+  sample.path = path;
+  sample.dtype_name = h.dtype_name;
+  sample.positions = h.shape[0];
+  sample.slots = h.shape[1];
+  sample.hidden_size = h.shape[2];
+  sample.token_ids.resize(static_cast<size_t>(t.shape[0]));
+  sample.hidden_bytes.resize(h.data_end_bytes - h.data_begin_bytes);
+  std::ifstream in(path, std::ios::binary);
+  auto read_at = [&](uint64_t offset, void* into, uint64_t bytes) {
+    in.seekg(static_cast<std::streamoff>(head.header.data_section_offset_bytes + offset));
+    in.read(static_cast<char*>(into), static_cast<std::streamsize>(bytes));
+    if (!in) throw file_error(path, "could not read " + std::to_string(bytes) + " bytes (truncated while read?)");
+  };
+  read_at(t.data_begin_bytes, sample.token_ids.data(), t.data_end_bytes - t.data_begin_bytes);
+  read_at(h.data_begin_bytes, sample.hidden_bytes.data(), sample.hidden_bytes.size());
+  return sample;
+}
+
+std::chrono::duration<double> wait_for_engine_file(const fs::path& dir, int64_t sample_id,
+                                                   const EngineWaitOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  const fs::path path = engine_file_path(dir, sample_id);
+  const auto began = Clock::now();
+  auto poll = options.first_poll;
+  EngineFileState state = probe_engine_file(path);
+  while (state != EngineFileState::ready) {
+    const std::chrono::duration<double> waited = Clock::now() - began;
+    const bool cancelled = options.cancelled && options.cancelled();
+    if (waited >= options.timeout || cancelled) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%.1f", waited.count());
+      throw data::DataError(
+          "sample " + std::to_string(sample_id) + ": engine features file " + path.string() +
+          (state == EngineFileState::missing ? " did not appear" : " was not completely written") + " within " +
+          seconds + " s" + (cancelled ? " (the run stopped)" : " (params.timeout_s)") +
+          "; is the extraction still running, and writing this dataset's samples to this directory?");
+    }
+    std::this_thread::sleep_for(std::min(poll, options.timeout - waited));
+    poll = std::min(poll * 2, options.max_poll);
+    state = probe_engine_file(path);
+  }
+  return Clock::now() - began;
+}
+
+}  // namespace dflow::train
