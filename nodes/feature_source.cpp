@@ -112,7 +112,7 @@ torch::Tensor cached_features(const RunContext& run, const data::FeatureCacheRea
     auto refuse = [&](const std::string& why) {
       return data::DataError("feature cache " + cache.shard_of(place.sample_id).string() + ": sample " +
                              std::to_string(place.sample_id) + " " + why +
-                             ": the record was filled for another dataset (or written by a filler of one); delete "
+                             ": the record was made from other data; delete "
                              "that shard and its .idx and fill the cache again");
     };
     if (record.rows != place.length)
