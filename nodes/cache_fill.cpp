@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <fstream>
-#include <set>
 
 #include "config/errors.hpp"
 #include "config/log.hpp"
@@ -35,6 +34,69 @@ config::Config capture_config(const config::Config& training) {
   config.run.out_dir = (fs::path(training.run.out_dir) / "cache-features").string();
   config.metrics.sinks = {"jsonl"};
   return config;
+}
+
+struct Work {
+  int64_t rank_samples = 0;        // of this rank's batches, cached or not
+  uint64_t this_rank_bytes = 0;    // what this rank will write
+  uint64_t all_ranks_bytes = 0;    // what every rank has yet to write to the shared directory
+};
+
+// This rank's batches of epoch 0 that hold a sample the cache lacks, into
+// `job`; and what all ranks lack, since every rank writes to one directory.
+Work find_work(const RunContext& run, const data::FeatureCacheReader& cache, int rank, int world, CaptureJob& job) {
+  job.plan = run.plans().get(0);
+  std::vector<int64_t> missing_everywhere;
+  Work work;
+  for (const auto& batch : job.plan->batches()) {
+    const auto lacking = cache.missing(batch.sample_ids);
+    missing_everywhere.insert(missing_everywhere.end(), lacking.begin(), lacking.end());
+    if (batch.index_in_epoch % world != rank) continue;
+    work.rank_samples += batch.num_samples();
+    if (lacking.empty()) continue;
+    job.todo.push_back(&batch);
+    job.missing.insert(lacking.begin(), lacking.end());
+  }
+  const std::vector<int64_t> missing_here(job.missing.begin(), job.missing.end());
+  work.this_rank_bytes = projected_feature_bytes(run, cache.manifest(), missing_here);
+  work.all_ranks_bytes = projected_feature_bytes(run, cache.manifest(), missing_everywhere);
+  return work;
+}
+
+// Builds the capture graph and runs it over `job`; the telemetry and the
+// report's findings go into `report`. Throws DataError naming the batch
+// (through the failing node) and saying what is kept.
+void run_capture_graph(const RunContext& run, const config::PipelineConfig& pipeline_config, CaptureJob& job,
+                       report::LiveServer* live, FillReport& report) {
+  graph::NodeRegistry registry = default_registry();
+  register_capture_nodes(registry, job);
+  fs::create_directories(run.out_dir);
+  RunJournal journal(run);
+  StateHome home(nullptr);                                      // nothing trains
+  train::CheckpointWriter checkpoints(run.checkpoints_dir, 1);  // nothing is saved
+  const RunEnvironment env{run, journal, home, checkpoints, nullptr};
+  graph::BuildOptions build;
+  build.threads = run.config.run.threads;
+  build.user_context = &env;
+  auto pipeline = graph::build_pipeline(pipeline_config, registry, build);
+  const auto graph_json = graph::to_json(pipeline->description());
+  if (run.options.rank == 0) std::ofstream(run.out_dir / "graph.json") << graph_json.dump(2) << "\n";
+  if (live) live->set_graph(graph_json);
+  report.run_dir = run.out_dir.string();
+
+  job.started = std::chrono::steady_clock::now();
+  if (job.todo.empty()) return;
+  try {
+    pipeline->run();
+  } catch (const std::exception& e) {
+    throw data::DataError("cache-features: " + job.tag + e.what() + "\n  the " +
+                          std::to_string(job.writer->shards_published()) +
+                          " shard(s) this run published are kept; run the same command again to continue");
+  }
+  report.telemetry = graph::to_json(pipeline->telemetry());
+  const nlohmann::json last = {{"kind", "step"}, {"global_step", job.batches_written.load()},
+                               {"total_steps", static_cast<int64_t>(job.todo.size())}, {"telemetry", report.telemetry}};
+  report.findings = report::analyze(report::pipeline_model(graph_json, &report.telemetry), {last}).summary;
 }
 
 }  // namespace
@@ -76,62 +138,22 @@ FillReport fill_feature_cache(const config::Config& training, const FillOptions&
   data::create_or_check_manifest(params.dir, run_feature_manifest(run, job.dtype, "cache-features"));
   data::FeatureCacheReader cache(params.dir);
   check_cached_samples(run, cache);
-
-  // This rank's batches of epoch 0 that hold a sample the cache lacks; and
-  // what every rank lacks, since all of them write to this directory.
-  const auto plan = run.plans().get(0);
-  std::vector<int64_t> missing_everywhere;
-  int64_t mine = 0;
-  for (const auto& batch : plan->batches()) {
-    const auto lacking = cache.missing(batch.sample_ids);
-    missing_everywhere.insert(missing_everywhere.end(), lacking.begin(), lacking.end());
-    if (batch.index_in_epoch % world != rank) continue;
-    mine += batch.num_samples();
-    if (lacking.empty()) continue;
-    job.todo.push_back(&batch);
-    job.missing.insert(lacking.begin(), lacking.end());
-  }
-  const std::vector<int64_t> missing_ids(job.missing.begin(), job.missing.end());
+  const Work work = find_work(run, cache, rank, world, job);
   FillReport report;
   report.bytes_per_token = data::feature_row_bytes(job.dtype, cache.manifest().width());
-  const uint64_t projected = projected_feature_bytes(run, cache.manifest(), missing_ids);
-  const uint64_t projected_all = projected_feature_bytes(run, cache.manifest(), missing_everywhere);
-  log::info("cache", log::str(job.tag, params.dir, ": ", mine - static_cast<int64_t>(job.missing.size()),
-                              " of this rank's ", mine, " samples already cached; ", job.missing.size(),
+  log::info("cache", log::str(job.tag, params.dir, ": ", work.rank_samples - static_cast<int64_t>(job.missing.size()),
+                              " of this rank's ", work.rank_samples, " samples already cached; ", job.missing.size(),
                               " to compute in ", job.todo.size(), " batch(es): projected ",
-                              data::format_bytes(projected), " (", data::to_string(job.dtype), ", ",
+                              data::format_bytes(work.this_rank_bytes), " (", data::to_string(job.dtype), ", ",
                               report.bytes_per_token, " bytes a token)",
-                              world > 1 ? log::str("; all ", world, " ranks: ", data::format_bytes(projected_all))
+                              world > 1 ? log::str("; all ", world, " ranks: ", data::format_bytes(work.all_ranks_bytes))
                                         : std::string()));
-  check_capture_space(params.dir, projected_all, projected, world,
+  check_capture_space(params.dir, work.all_ranks_bytes, work.this_rank_bytes, world,
                       fill.free_bytes ? fill.free_bytes(params.dir) : file_system_free_bytes(params.dir));
 
   job.writer = std::make_unique<data::FeatureCacheWriter>(params.dir, "r" + std::to_string(rank), job.dtype,
                                                           cache.manifest().width(), uint64_t(params.shard_mb) << 20);
-  graph::NodeRegistry registry = default_registry();
-  register_capture_nodes(registry, job);
-  fs::create_directories(run.out_dir);
-  RunJournal journal(run);
-  StateHome home(nullptr);                              // nothing trains
-  train::CheckpointWriter checkpoints(run.checkpoints_dir, 1);  // nothing is saved
-  const RunEnvironment env{run, journal, home, checkpoints, nullptr};
-  graph::BuildOptions build;
-  build.threads = config.run.threads;
-  build.user_context = &env;
-  auto pipeline = graph::build_pipeline(pipeline_config, registry, build);
-  const auto graph_json = graph::to_json(pipeline->description());
-  if (rank == 0) std::ofstream(run.out_dir / "graph.json") << graph_json.dump(2) << "\n";
-  if (fill.live) fill.live->set_graph(graph_json);
-  report.run_dir = run.out_dir.string();
-
-  job.started = std::chrono::steady_clock::now();
-  try {
-    if (!job.todo.empty()) pipeline->run();
-  } catch (const std::exception& e) {
-    throw data::DataError("cache-features: " + job.tag + e.what() + "\n  the " +
-                          std::to_string(job.writer->shards_published()) +
-                          " shard(s) this run published are kept; run the same command again to continue");
-  }
+  run_capture_graph(run, pipeline_config, job, fill.live, report);
   try {
     job.writer->publish();
   } catch (const std::exception& e) {
@@ -143,13 +165,6 @@ FillReport fill_feature_cache(const config::Config& training, const FillOptions&
   report.bytes_written = job.writer->bytes_written();
   report.tokens_computed = job.tokens_computed;
   report.batches_computed = job.batches_written;
-  if (!job.todo.empty()) {
-    report.telemetry = graph::to_json(pipeline->telemetry());
-    const nlohmann::json last = {{"kind", "step"}, {"global_step", report.batches_computed},
-                                 {"total_steps", static_cast<int64_t>(job.todo.size())},
-                                 {"telemetry", report.telemetry}};
-    report.findings = report::analyze(report::pipeline_model(graph_json, &report.telemetry), {last}).summary;
-  }
   cache.refresh();
   report.cached_samples = cache.num_samples();
   report.dataset_samples = run.dataset.size();

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -24,6 +25,7 @@
 namespace dflow::nodes {
 
 struct CaptureJob {
+  std::shared_ptr<const data::EpochPlan> plan;  // epoch 0's, which `todo` points into
   std::vector<const data::PlannedBatch*> todo;  // this rank's batches of epoch 0 with a sample the cache lacks
   std::set<int64_t> missing;                    // their samples the cache lacks: what is written
   data::FeatureDtype dtype = data::FeatureDtype::bfloat16;
@@ -38,5 +40,11 @@ struct CaptureJob {
 
 // Adds the three kinds to `registry`, bound to `job` (which must outlive the graph).
 void register_capture_nodes(graph::NodeRegistry& registry, CaptureJob& job);
+void register_capture_load(graph::NodeRegistry& registry, CaptureJob& job);
+void register_capture_target(graph::NodeRegistry& registry);
+void register_capture_write(graph::NodeRegistry& registry, CaptureJob& job);
+
+// Runs `body`, naming the batch in any error: "batch 12 of epoch 0 (14 samples, first 803): ...".
+void naming_capture_batch(const data::PlannedBatch& plan, const std::function<void()>& body);
 
 }  // namespace dflow::nodes
