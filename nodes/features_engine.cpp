@@ -1,8 +1,8 @@
 // features.engine: features read from a serving engine's hidden-state files
 // (nodes/features_engine.hpp). Each replica reads the files of the batch it
 // holds; the read-ahead is the graph's: its replicas read that many batches
-// at once and its input edge holds `capacity` collated batches more, so the
-// node never builds a queue of its own. The time a replica waits for files
+// at once and the edges after it bound the batches read ahead of the
+// drafter, so the node never builds a queue of its own. The time a replica waits for files
 // the extraction has not written yet is reported to the graph's telemetry
 // (outside_wait_s), with how many samples ahead in training order are ready.
 #include "nodes/features_engine.hpp"

@@ -5,8 +5,8 @@
 # the writer's files/s, the reader's samples/s, the reader's wait, the files
 # ready ahead at the last step and the report's words on who bounds the run.
 #   tools/engine_stream_bench.sh WORK_DIR RATE...   (after tools/build.sh dflow)
-# STEPS (default 40) steps per run; HEAD_START_S (default 0) seconds the
-# writer runs before training starts.
+# STEPS (default 40) steps per run; training starts with the writer's first
+# file, or HEAD_START_S (default 0) seconds after it.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dflow="${DFLOW:-$root/build/dflow}"
@@ -36,8 +36,10 @@ for rate in "$@"; do
   rm -rf "hs-$rate" "runs/engine-$rate"
   mkdir -p "hs-$rate"
   "$python" "$root/tools/write_engine_features.py" --target runs/demo/target --samples runs/demo/data.jsonl \
-      --max-length 256 --out "hs-$rate" --layer-ids 2 --rate "$rate" > "writer-$rate.log" 2>&1 &
+      --max-length 256 --out "hs-$rate" --layer-ids 2 --rate "$rate" --precompute > "writer-$rate.log" 2>&1 &
   writer=$!
+  # Training starts when the writer writes its first file (its forwards are done: --precompute).
+  while [ -z "$(find "hs-$rate" -name 'hs_*.safetensors' -print -quit)" ]; do sleep 0.2; done
   sleep "$head_start_s"
   "$dflow" train "${common[@]}" --set "run.out_dir=runs/engine-$rate" \
       --set pipeline.nodes.target.type=features.engine \

@@ -47,6 +47,9 @@ def parse_args():
     p.add_argument("--first", type=int, default=0, help="first sample to write")
     p.add_argument("--count", type=int, default=0, help="samples to write (0: all from --first)")
     p.add_argument("--rate", type=float, default=0.0, help="files per second (0: as fast as possible)")
+    p.add_argument("--precompute", action="store_true",
+                   help="compute every file before writing the first, so that --rate is the writing rate alone "
+                        "(an engine's output rate, not this script's forward)")
     p.add_argument("--pieces", type=int, default=1,
                    help="write each file in this many pieces with a pause between them (default 4 with --rate)")
     p.add_argument("--wrong-tokens", type=int, nargs="*", default=[],
@@ -115,8 +118,8 @@ def main():
     last = len(samples) if args.count <= 0 else min(len(samples), args.first + args.count)
     pieces = args.pieces if args.pieces > 1 or args.rate <= 0 else 4
     os.makedirs(args.out, exist_ok=True)
-    began = time.monotonic()
-    for n, i in enumerate(range(args.first, last)):
+
+    def file_bytes(i):
         tokens = torch.tensor(samples[i], dtype=torch.int64)
         with torch.no_grad():
             model(input_ids=tokens[None])
@@ -124,7 +127,12 @@ def main():
         written = tokens.clone()
         if i in args.wrong_tokens:
             written[0] = (written[0] + 1) % model.config.vocab_size
-        data = save({"token_ids": written, "hidden_states": hidden})
+        return save({"token_ids": written, "hidden_states": hidden})
+
+    ready = {i: file_bytes(i) for i in range(args.first, last)} if args.precompute else {}
+    began = time.monotonic()
+    for n, i in enumerate(range(args.first, last)):
+        data = ready.pop(i) if args.precompute else file_bytes(i)
         if args.rate > 0:
             due = began + n / args.rate
             time.sleep(max(0.0, due - time.monotonic()))

@@ -126,7 +126,10 @@ std::chrono::duration<double> wait_for_engine_file(const fs::path& dir, int64_t 
       std::snprintf(seconds, sizeof seconds, "%.1f", waited.count());
       throw data::DataError(
           "sample " + std::to_string(sample_id) + ": engine features file " + path.string() +
-          (state == EngineFileState::missing ? " did not appear" : " was not completely written") + " within " +
+          (state == EngineFileState::missing ? " did not appear"
+                                              : " was not completely written (shorter than its header says, or its "
+                                                ".lock is still there)") +
+          " within " +
           seconds + " s" + (cancelled ? " (the run stopped)" : " (params.timeout_s)") +
           "; is the extraction still running, and writing this dataset's samples to this directory?");
     }

@@ -100,3 +100,28 @@ TEST_CASE("Report.Analysis.SaysHowLongEvaluationsWaitedForAThread") {
         "evaluation: 2 evaluation(s) waited 3.0 s on average for a thread after their snapshot (longest 5.0 s, step 10) "
         "and ran 3.0 s on average");
 }
+
+TEST_CASE("Report.Analysis.SaysWhetherTheExtractionOrTrainingBoundsAnEngineFilesRun") {
+  // The reader of engine files reports its wait on the extraction and the
+  // files ready ahead (graph telemetry's outside_wait_s, ready_ahead).
+  auto words_at = [](double waited_share) {
+    std::vector<nlohmann::json> steps;
+    for (auto& r : test::fixture_records({.bound = "drafter", .target_type = "features.engine"})) {
+      if (r.value("kind", "") != "step") continue;
+      const double elapsed = r["telemetry"]["elapsed_s"];
+      for (auto& n : r["telemetry"]["nodes"])
+        if (n["name"] == "target") n.update({{"outside_wait_s", waited_share * elapsed}, {"outside_waits", 3}, {"ready_ahead", 7}});
+      steps.push_back(r);
+    }
+    const auto a = analyze(pipeline_model(test::default_graph(2, "features.engine"), &steps.back()["telemetry"]), steps);
+    const auto target = *std::find_if(a.nodes.begin(), a.nodes.end(), [](const NodeLoad& n) { return n.name == "target"; });
+    CHECK(target.ready_ahead == 14);  // both replicas
+    return bottleneck_summary(a);
+  };
+  const std::string waits = words_at(0.5), flows = words_at(0.01);
+  CHECK(waits.find("The extraction bounds this run, not training: `target` (features.engine x2) waited") != std::string::npos);
+  CHECK(waits.find("(50% of the run)") != std::string::npos);
+  CHECK(waits.find("14 sample file(s) were ready ahead of training") != std::string::npos);
+  CHECK(flows.find("Training bounds this run, not the extraction") != std::string::npos);
+  CHECK(flows.find("The extraction bounds") == std::string::npos);
+}
