@@ -21,6 +21,12 @@ them (never atomically), so a reader sees files that are still growing.
 
 --samples is the JSONL `dflow prepare` read ({"input_ids": [...]} per line,
 in dataset order); --max-length truncates as prepare's --max-length does.
+
+--random-states writes random hidden states of the target's shapes (from its
+config.json) beside the real token ids, without running the target: what a
+check of the reading path, its speed and its memory needs at real sizes (the
+GPU check, whose machine may lack transformers and safetensors). Only torch
+is needed then: the files are serialized by hand in the safetensors layout.
 """
 import argparse
 import json
@@ -29,8 +35,6 @@ import sys
 import time
 
 import torch
-from safetensors.torch import save
-from transformers import AutoModelForCausalLM
 
 
 def parse_args():
@@ -55,6 +59,8 @@ def parse_args():
     p.add_argument("--wrong-tokens", type=int, nargs="*", default=[],
                    help="samples whose token_ids are written altered (for tests of the token check)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--random-states", action="store_true",
+                   help="random hidden states of the target's shapes instead of its forward (needs only torch)")
     return p.parse_args()
 
 
@@ -89,6 +95,44 @@ class LayerCapture:
         return torch.stack([self.states[k][0] for k in self.layer_ids], dim=1)  # [L, K+1, H]
 
 
+SAFETENSORS_DTYPES = {torch.int64: "I64", torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+
+
+def serialize(tensors):
+    """The safetensors layout: an 8-byte little-endian header length, the JSON
+    header (dtype, shape, data_offsets per tensor), then the tensors' bytes."""
+    header, blobs, offset = {}, [], 0
+    for name, tensor in tensors.items():
+        blob = tensor.contiguous().cpu().view(torch.uint8).numpy().tobytes()
+        header[name] = {"dtype": SAFETENSORS_DTYPES[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    return len(text).to_bytes(8, "little") + text + b"".join(blobs)
+
+
+class RandomStates:
+    """Random states of the target's shapes, the same for a sample on every run."""
+
+    def __init__(self, target, layer_ids):
+        with open(os.path.join(target, "config.json")) as f:
+            self.hidden = json.load(f)["hidden_size"]
+        self.slots = len(layer_ids)
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def states(self, index, tokens):
+        generator = torch.Generator(device=self.device).manual_seed(index)
+        return torch.randn(len(tokens), self.slots, self.hidden, generator=generator, device=self.device)
+
+
+try:
+    from safetensors.torch import save
+except ImportError:
+    save = serialize
+
+
 def write_file(path, data, pieces, pause_s):
     # In place and in pieces, as a copy onto shared storage would: a reader
     # must check the size against the header before it reads.
@@ -104,15 +148,21 @@ def write_file(path, data, pieces, pause_s):
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
-    model = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
-    model.eval()
-    layers = model.config.num_hidden_layers
+    with open(os.path.join(args.target, "config.json")) as f:
+        config = json.load(f)
+    layers, vocab_size = config["num_hidden_layers"], config["vocab_size"]
     ids = args.layer_ids if args.layer_ids is not None else [2, layers // 2, layers - 3]
     if not args.no_last_layer and layers not in ids:
         ids = ids + [layers]
     if any(k < 0 or k > layers for k in ids):
         sys.exit(f"--layer-ids {ids}: engine ids lie in [0, {layers}] for a {layers}-layer target")
-    capture = LayerCapture(model, ids)
+    if args.random_states:
+        source = RandomStates(args.target, ids)
+    else:
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
+        model.eval()
+        capture = LayerCapture(model, ids)
     dtype = getattr(torch, args.dtype)
     samples = read_samples(args.samples, args.max_length)
     last = len(samples) if args.count <= 0 else min(len(samples), args.first + args.count)
@@ -121,12 +171,15 @@ def main():
 
     def file_bytes(i):
         tokens = torch.tensor(samples[i], dtype=torch.int64)
-        with torch.no_grad():
-            model(input_ids=tokens[None])
-        hidden = capture.stack().to(dtype).contiguous()
+        if args.random_states:
+            hidden = source.states(i, samples[i]).to(dtype)
+        else:
+            with torch.no_grad():
+                model(input_ids=tokens[None])
+            hidden = capture.stack().to(dtype).contiguous()
         written = tokens.clone()
         if i in args.wrong_tokens:
-            written[0] = (written[0] + 1) % model.config.vocab_size
+            written[0] = (written[0] + 1) % vocab_size
         return save({"token_ids": written, "hidden_states": hidden})
 
     ready = {i: file_bytes(i) for i in range(args.first, last)} if args.precompute else {}
