@@ -13,6 +13,8 @@
 #      cuda:0 and the drafter on the CPU (losses follow the CPU run); 20 steps
 #      with a sliding-window draft layer, with D-PACE and with Muon; a one-rank NCCL process group;
 #      the qwen3-8b graph again from a bfloat16 feature cache (cache-features, then features.cached)
+#      and from a serving engine's hidden-state files (features.engine, the
+#      target head-only: peak RSS and GPU memory against the online run)
 #      (the step's all-reduce); throughput at the qwen3-8b preset with the
 #      recipe in bf16 (bench_gpu throughput) and through the whole graph;
 #      the drafter step's compute (bench_drafter_compute, bf16, 512 anchors):
@@ -355,6 +357,46 @@ PYEOF
     row "qwen3-8b cached (bf16 cache) vs online" "ok" "$figures; $(grep -h 'fill wall\|bytes a token' "$RESULTS/cached.log" | tr '\n' ' ' | cut -c1-200)"
   else
     fail "qwen3-8b cached" "$(tail -n3 "$RESULTS/cached.log" 2>/dev/null | tr '\n' ' ' | cut -c1-300)"
+  fi
+  # The same data from a serving engine's files (features.engine in the
+  # target's place): random states of the preset's shapes beside the real
+  # tokens (the writer needs torch alone), engine ids = dflow's layers + 1 and
+  # the last layer 36. No node runs the target, so it is loaded head-only: the
+  # process's peak RSS and the GPU's peak memory against the online run's.
+  engine_run() {
+    rm -rf "$WORK/qwen3-8b-hs" "$WORK/qwen3-8b-engine"
+    "$PY" tools/write_engine_features.py --target "$WORK/qwen3-8b" --samples "$WORK/qwen3-8b.jsonl" \
+      --out "$WORK/qwen3-8b-hs" --layer-ids 2 10 18 26 34 --dtype bfloat16 --random-states || return 1
+    local sets=(--set model.target.path="$WORK/qwen3-8b" --set data.train=["$WORK/qwen3-8b-data"]
+                --set run.max_steps=12 --set metrics.sinks=[jsonl] --set checkpoint.every_steps=0
+                --set devices.target=[cuda:0] --set devices.drafter=cuda:0 --set run.log_level=info)
+    for mode in online engine; do
+      local engine_sets=()
+      [ "$mode" = engine ] && engine_sets=(--set pipeline.nodes.target.type=features.engine --set pipeline.nodes.target.replicas=2
+        --set "pipeline.nodes.target.params={dir: $WORK/qwen3-8b-hs, engine_layer_ids: [2, 10, 18, 26, 34, 36], dtype: bfloat16}")
+      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 200 >"$RESULTS/gpu-mem-$mode.txt" &
+      local sampler=$!
+      /usr/bin/time -f "$mode peak RSS %M KiB" "$DFLOW" train examples/qwen3-8b.yaml "${sets[@]}" "${engine_sets[@]}" \
+        --set run.out_dir="$WORK/qwen3-8b-$mode-mem" --overwrite || { kill $sampler; return 1; }
+      kill $sampler; wait $sampler 2>/dev/null
+      echo "$mode peak GPU memory $(sort -n "$RESULTS/gpu-mem-$mode.txt" | tail -n1) MiB"
+    done
+  }
+  if [ -d "$WORK/qwen3-8b-data" ]; then
+    if run engine 400 engine_run; then
+      figures=$("$PY" - "$WORK/qwen3-8b-online-mem/metrics.jsonl" "$WORK/qwen3-8b-engine-mem/metrics.jsonl" <<'PYEOF'
+import json, sys
+def rate(path):
+    steps = [r for r in map(json.loads, open(path)) if r.get("kind") == "step"][2:]
+    return sum(r["real_tokens"] for r in steps) / sum(r["time"]["step_s"] for r in steps)
+print(f"engine files {rate(sys.argv[2]):.0f} tok/s vs online {rate(sys.argv[1]):.0f} tok/s")
+PYEOF
+)
+      row "qwen3-8b from engine files, head-only target" "ok" "$figures; $(grep -h 'peak RSS\|peak GPU\|head only\|head-only' "$RESULTS/engine.log" | tr '\n' ' ' | cut -c1-400)"
+    else
+      fail "qwen3-8b from engine files" "$(tail -n3 "$RESULTS/engine.log" 2>/dev/null | tr '\n' ' ' | cut -c1-300)"
+    fi
+    rm -rf "$WORK/qwen3-8b-hs"
   fi
 else
   fail "make-tiny-target --preset qwen3-8b" "see preset.log"
