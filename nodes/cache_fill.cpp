@@ -39,6 +39,7 @@ FillReport fill_feature_cache(const config::Config& config, const FillOptions& f
   }
   RunOptions options;
   options.prepare_nodes = false;  // the features.cached node would refuse the cache this fills
+  options.whole_target_because = "cache-features runs the target in-process";
   options.rank = fill.rank, options.world_size = fill.world_size, options.local_rank = fill.local_rank;
   RunContext run(config, options, nullptr);
   const int rank = fill.rank, world = fill.world_size;
