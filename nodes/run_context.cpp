@@ -205,7 +205,8 @@ void RunContext::load_models() {
     loaded = "head only (no node runs the target)";
   }
   target_config = target_head->config();
-  loaded += log::str(": embedding and LM head", target_head->tied() ? " (tied)" : "", " ",
+  loaded += log::str(": embedding and LM head", target_head->tied() ? " (tied)" : "",
+                     target_head->final_norm_weight().defined() ? " and final norm" : "", " ",
                      data::format_bytes(target_head->bytes()));
 
   model::DrafterOptions drafter_options;

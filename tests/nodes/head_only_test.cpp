@@ -98,7 +98,7 @@ TEST_CASE("HeadOnly.nodes_that_run_the_target_load_it_whole") {
   // fill: true runs the target for the samples the cache lacks.
   auto filling = cached_without_eval(out, demo_cache());
   for (auto& n : filling.pipeline.nodes)
-    if (n.name == "target") n.params["fill"] = true;
+    if (n.name == "target") n.params["fill"] = true, n.params["dtype"] = "float32";
   CHECK(nodes::RunContext(filling, {}, nullptr).targets.size() == 1);
 }
 
