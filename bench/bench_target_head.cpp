@@ -47,20 +47,22 @@ int main(int argc, char** argv) {
   uint64_t head_bytes = 0;
   double checksum = 0;
   double load_s = 0;
+  std::map<std::string, long long> memory;  // read while what was loaded is still held
   if (mode == "whole") {
     const auto target = dflow::model::TargetModel::load(dir, torch::kCPU, dtype);
     load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     head_bytes = target.head().bytes();
     checksum = target.context_features(ids, {target.num_layers() - 1}).to(torch::kFloat32).sum().item<double>();
+    memory = memory_status();
   } else {
     const auto head = dflow::model::TargetHead::load(dir, torch::kCPU, dtype);
     load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     head_bytes = head.bytes();
     const auto hidden = head.embedding_weight().index_select(0, ids.flatten());
     checksum = torch::matmul(hidden, head.lm_head_weight().t()).to(torch::kFloat32).sum().item<double>();
+    memory = memory_status();
   }
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  const auto memory = memory_status();
   std::printf("{\"mode\": \"%s\", \"dtype\": \"%s\", \"head_bytes\": %llu, \"peak_rss_bytes\": %lld, "
               "\"rss_anon_bytes\": %lld, \"rss_file_bytes\": %lld, \"load_s\": %.2f, \"total_s\": %.2f, "
               "\"checksum\": %.6g}\n",
