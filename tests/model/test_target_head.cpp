@@ -97,6 +97,13 @@ TEST_CASE("Model.TargetHead.reads_only_the_named_tensors") {
   const TensorMap some = read_checkpoint_tensors(dir, {"lm_head.weight", "no.such.tensor"});
   CHECK(some.size() == 1);
   CHECK(torch::equal(some.at("lm_head.weight"), reference_of(dir).at("lm_head")));
+
+  // A truncated file is refused naming it, as the mapping reader refuses it.
+  ScratchDir cut("head-truncated");
+  fs::copy_file(dir / "model.safetensors", cut.path() / "model.safetensors");
+  fs::resize_file(cut.path() / "model.safetensors", fs::file_size(dir / "model.safetensors") - 100);
+  CHECK_THROWS_WITH_AS(read_checkpoint_tensors(cut.path(), {"lm_head.weight"}),
+                       doctest::Contains("model.safetensors': tensor '"), std::runtime_error);
 }
 
 TEST_CASE("Model.TargetHead.refuses_a_checkpoint_without_the_head_or_of_another_shape") {
