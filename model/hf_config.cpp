@@ -104,7 +104,10 @@ void read_rope(const nlohmann::json& json, HFConfig& config, const std::string& 
   }
 }
 
-void read_special_tokens(const nlohmann::json& json, HFConfig& config) {
+
+}  // namespace
+
+void read_hf_special_tokens(const nlohmann::json& json, HFConfig& config) {
   if (json.contains("eos_token_id")) {
     const auto& eos = json["eos_token_id"];
     if (eos.is_number_integer()) config.eos_token_ids.push_back(eos.get<int64_t>());
@@ -122,8 +125,6 @@ void read_special_tokens(const nlohmann::json& json, HFConfig& config) {
     config.mask_token_id = json["dflash_config"]["mask_token_id"].get<int64_t>();
   }
 }
-
-}  // namespace
 
 HFConfig parse_hf_config(const nlohmann::json& json, const std::string& source) {
   if (!json.is_object()) throw config_error(source, "is not a JSON object");
@@ -155,7 +156,7 @@ HFConfig parse_hf_config(const nlohmann::json& json, const std::string& source) 
   config.rms_norm_eps = optional_number(json, "rms_norm_eps", 1e-6);
   config.tie_word_embeddings = optional_bool(json, "tie_word_embeddings", false);
   read_rope(json, config, source);
-  read_special_tokens(json, config);
+  read_hf_special_tokens(json, config);
 
   const bool configured_bias = optional_bool(json, "attention_bias", false);
   config.attention_bias = config.family == ModelFamily::Qwen2 ? true : configured_bias;

@@ -44,8 +44,33 @@ struct HFConfig {
 // Refuses unsupported families and any rope scaling, naming them.
 HFConfig parse_hf_config(const nlohmann::json& json, const std::string& source);
 
+// eos_token_id (an id or a list) and the mask token id into `config`.
+void read_hf_special_tokens(const nlohmann::json& json, HFConfig& config);
+
 // `path` is a config.json or a directory holding one.
 HFConfig load_hf_config(const std::filesystem::path& path);
+
+// What the drafter needs from a target it does not run (model/hf_head_config.cpp):
+// sizes, vocabulary, tying, eos ids, rms_norm_eps, rope_theta, layer count,
+// read from any decoder's config.json, whether or not dflow can run the
+// family. Runnable means parse_hf_config accepts the config: a family added
+// there becomes runnable here with no other change.
+struct HeadConfig : HFConfig {
+  // architectures[0] ("GptOssForCausalLM"), or model_type without architectures.
+  std::string architecture;
+  // Why dflow cannot run the whole target: parse_hf_config's refusal without
+  // its file prefix (the family, or a key and value such as a rope scaling
+  // type). "" when it can; `family` means something only then.
+  std::string not_runnable_because;
+  bool runnable() const { return not_runnable_because.empty(); }
+};
+
+// Refuses a DFlash drafter's config and a key the drafter needs that is
+// missing or not a positive integer, naming `source` and the key.
+HeadConfig parse_head_config(const nlohmann::json& json, const std::string& source);
+HeadConfig load_head_config(const std::filesystem::path& path);  // a config.json or its directory
+// The head config of a config dflow runs (TargetModel::head()).
+HeadConfig runnable_head_config(const HFConfig& config);
 nlohmann::json read_json_file(const std::filesystem::path& path);
 
 }  // namespace dflow::model

@@ -74,4 +74,11 @@ void write_safetensors(const std::filesystem::path& path,
 // every *.safetensors file in the directory (a name in two files is refused).
 TensorMap load_checkpoint_dir(const std::filesystem::path& dir);
 
+// Only the named tensors of such a directory, read (pread) into owned CPU
+// memory: of each file only its header and those tensors' bytes are touched,
+// nothing is mapped, so a target's embedding costs its own bytes however
+// large the checkpoint (model/checkpoint_select.cpp). Names the checkpoint
+// lacks are absent from the result.
+TensorMap read_checkpoint_tensors(const std::filesystem::path& dir, const std::vector<std::string>& names);
+
 }  // namespace dflow::model

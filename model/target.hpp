@@ -11,6 +11,7 @@
 #include "model/documents.hpp"
 #include "model/hf_config.hpp"
 #include "model/layers.hpp"
+#include "model/target_head.hpp"
 
 namespace dflow::model {
 
@@ -97,6 +98,9 @@ class TargetModel {
   torch::Tensor lm_head(const torch::Tensor& hidden) const;   // [.., H] -> [.., V]
   const torch::Tensor& embedding_weight() const { return embed_tokens_; }  // [V, H]
   const torch::Tensor& lm_head_weight() const { return lm_head_; }         // [V, H]
+  // The embedding, LM head and final norm as a TargetHead over these very
+  // tensors (no copy): a run that loads the whole target holds one head.
+  TargetHead head() const;
 
   // Generates up to max_new_tokens after the prompt (greedy when
   // temperature <= 0, else softmax(logits / temperature) sampling with a

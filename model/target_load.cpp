@@ -125,4 +125,8 @@ TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device de
   return model;
 }
 
+TargetHead TargetModel::head() const {
+  return TargetHead(runnable_head_config(config_), embed_tokens_, lm_head_, final_norm_);
+}
+
 }  // namespace dflow::model

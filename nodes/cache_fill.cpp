@@ -128,6 +128,7 @@ FillReport fill_feature_cache(const config::Config& training, const FillOptions&
   const auto pipeline_config = capture_pipeline(config.pipeline);  // refused before any model loads
   RunOptions options;
   options.prepare_nodes = false;  // the features.cached node would refuse the cache this fills
+  options.whole_target_because = "cache-features runs the target in-process";
   options.rank = fill.rank, options.world_size = fill.world_size, options.local_rank = fill.local_rank;
   options.live = fill.live;
   RunContext run(config, options, nullptr);

@@ -69,11 +69,11 @@ class DrafterStep final : public graph::FunctionBody {
     }
     objective_.recompute_layers = chosen.recompute;
     log_memory_fit(run_, objective_, name_);
-    const auto& target = *run_.targets.front();
+    const auto& head = *run_.target_head;
     // Frozen [V, H], in the drafter's compute dtype: a bf16 drafter runs the
     // LM head in bf16; the chunked loss takes logsumexp and softmax in fp32.
-    embedding_ = target.embedding_weight().to(run_.drafter_device, run_.drafter_dtype);
-    lm_head_ = target.lm_head_weight().to(run_.drafter_device, run_.drafter_dtype);
+    embedding_ = head.embedding_weight().to(run_.drafter_device, run_.drafter_dtype);
+    lm_head_ = head.lm_head_weight().to(run_.drafter_device, run_.drafter_dtype);
   }
 
   void process(graph::Inputs& in, graph::Emitter& out) override {

@@ -149,6 +149,22 @@ class EvalTau final : public graph::FunctionBody {
   double best_tau_ = -1.0;
 };
 
+// Why the node is off in this run ("" when it runs): RunHooks::off_because.
+std::string eval_off_because(const config::Config& config, const config::NodeDecl& node) {
+  if (config.eval.every_steps > 0) return "";
+  auto params = node_params(config.pipeline, node);
+  const std::string prompts = read_eval_settings(config.eval, params).prompts;
+  if (prompts.empty())
+    return "no held-out prompts (neither its params.prompts nor eval.prompts is set) and eval.every_steps is 0: "
+           "tau is not measured in this run";
+  if (fs::exists(prompts)) return "";
+  const std::string where =
+      fs::path(prompts).is_relative() ? " (relative to " + fs::current_path().string() + ")" : "";
+  return "its held-out prompts file '" + prompts + "' does not exist" + where +
+         " and eval.every_steps is 0: tau is not measured in this run (with eval.every_steps > 0 a missing prompts "
+         "file is refused)";
+}
+
 }  // namespace
 
 void register_eval_tau(graph::NodeRegistry& registry) {
@@ -176,19 +192,10 @@ void register_eval_tau(graph::NodeRegistry& registry) {
   // off without prompts, and with a prompts file that is not there: a config
   // carrying the demo's relative runs/demo/heldout.jsonl trains from any
   // directory. With every_steps > 0 both are refused (the config, prepare).
-  hooks.off_because = [](const config::Config& config, const config::NodeDecl& node) -> std::string {
-    if (config.eval.every_steps > 0) return "";
-    auto params = node_params(config.pipeline, node);
-    const std::string prompts = read_eval_settings(config.eval, params).prompts;
-    if (prompts.empty())
-      return "no held-out prompts (neither its params.prompts nor eval.prompts is set) and eval.every_steps is 0: "
-             "tau is not measured in this run";
-    if (fs::exists(prompts)) return "";
-    const std::string where =
-        fs::path(prompts).is_relative() ? " (relative to " + fs::current_path().string() + ")" : "";
-    return "its held-out prompts file '" + prompts + "' does not exist" + where +
-           " and eval.every_steps is 0: tau is not measured in this run (with eval.every_steps > 0 a missing prompts "
-           "file is refused)";
+  hooks.off_because = eval_off_because;
+  // An evaluation that runs decodes with the whole target; an off one is left out before anything loads.
+  hooks.needs_target = [](const config::Config& config, const config::NodeDecl& node) -> std::string {
+    return eval_off_because(config, node).empty() ? "decodes held-out prompts with the target in-process" : "";
   };
   hooks.wants_untrained_state = true;  // the baseline every later tau is read against
   add_node_kind(registry, std::move(spec), std::move(hooks));

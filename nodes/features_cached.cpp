@@ -217,8 +217,8 @@ std::optional<CachedFeaturesParams> cached_features_node(const config::Config& c
 }
 
 data::FeatureCacheManifest run_feature_manifest(const RunContext& run, data::FeatureDtype dtype, std::string source) {
-  const auto& target = *run.targets.front();
-  auto m = train::feature_manifest_for(run.config.model.target.path, target.config(), target.dtype(),
+  // From config.json and the files, never the loaded weights: a head-only run fingerprints as a whole one.
+  auto m = train::feature_manifest_for(run.config.model.target.path, run.target_config, run.target_head->dtype(),
                                        run.feature_layer_ids);
   m.dtype = dtype;
   char fingerprint[17];
@@ -280,6 +280,11 @@ void register_features_cached(graph::NodeRegistry& registry) {
   };
   RunHooks hooks;
   hooks.prepare = [](const RunContext& run, const config::NodeDecl& node) -> std::any { return prepare_cache(run, node); };
+  hooks.needs_target = [](const config::Config& config, const config::NodeDecl& node) -> std::string {
+    auto params = node_params(config.pipeline, node);
+    return read_cached_features_params(params).fill ? "fills the samples the cache lacks with the target in-process (fill: true)"
+                                                     : "";
+  };
   add_node_kind(registry, std::move(spec), std::move(hooks));
 }
 

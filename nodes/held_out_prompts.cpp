@@ -99,7 +99,7 @@ std::vector<std::vector<int64_t>> held_out_prompts(const RunContext& run, const 
   } catch (const std::exception& e) {
     throw ConfigError(where + e.what());
   }
-  const int64_t vocab = run.targets.front()->config().vocab_size;
+  const int64_t vocab = run.target_config.vocab_size;
   for (size_t i = 0; i < candidates.size(); ++i)
     for (const int64_t id : candidates[i])
       if (id < 0 || id >= vocab)

@@ -59,6 +59,12 @@ struct RunHooks {
   // downstream needs (an evaluator without held-out prompts while no
   // periodic evaluation was asked for).
   std::function<std::string(const config::Config& config, const config::NodeDecl& node)> off_because = {};
+  // Why the node needs the whole target in-process ("" when it does not),
+  // decided from the config: "runs the target in-process". The run loads the
+  // whole target only when some node (or RunOptions::whole_target_because)
+  // needs it, else just its embedding and LM head (RunContext::target_head);
+  // a target dflow cannot run is refused before training, naming the node.
+  std::function<std::string(const config::Config& config, const config::NodeDecl& node)> needs_target = {};
 };
 
 // "pipeline.nodes[i]" of the declared `node`: where its errors point.

@@ -44,6 +44,8 @@ class PadBucket final : public graph::FunctionBody {
  public:
   explicit PadBucket(const RunContext& run) : run_(run) {
     for (const auto& t : run.targets) pin_ = pin_ || t->device().is_cuda();
+    // Head only (no target in process): the ids go to the drafter's device instead.
+    if (run.targets.empty()) pin_ = run.drafter_device.is_cuda();
   }
 
   void process(graph::Inputs& in, graph::Emitter& out) override {

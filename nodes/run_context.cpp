@@ -4,6 +4,7 @@
 
 #include "config/errors.hpp"
 #include "config/log.hpp"
+#include "data/feature_cache.hpp"
 #include "nodes/node_kind.hpp"
 #include "nodes/registry.hpp"
 #include "text/dataset_tokenizer.hpp"
@@ -49,6 +50,25 @@ std::vector<int64_t> drafter_feature_layers(const config::Config& config, const 
     }
   }
   return ids;
+}
+
+// Who needs the whole target in-process, and why: the caller's reason
+// (RunOptions::whole_target_because), else the first node whose kind says so
+// (RunHooks::needs_target). Nullopt: the run loads only the target's head.
+struct WholeTargetNeed {
+  const config::NodeDecl* node = nullptr;  // null for the caller's reason
+  std::string who_and_why;                 // "node 'target' (target_forward) runs the target in-process"
+};
+
+std::optional<WholeTargetNeed> whole_target_need(const config::Config& config, const RunOptions& options) {
+  if (!options.whole_target_because.empty()) return WholeTargetNeed{nullptr, options.whole_target_because};
+  for (const auto& node : config.pipeline.nodes) {
+    const RunHooks* hooks = run_hooks(options.node_kinds(), node.type);
+    if (!hooks || !hooks->needs_target) continue;
+    const std::string why = hooks->needs_target(config, node);
+    if (!why.empty()) return WholeTargetNeed{&node, "node '" + node.name + "' (" + node.type + ") " + why};
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -177,12 +197,38 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
 }
 
 void RunContext::load_models() {
-  for (const auto& d : config.devices.target)
-    targets.push_back(std::make_unique<model::TargetModel>(model::TargetModel::load(
-        config.model.target.path, train::resolve_device(d, options.local_rank), train::parse_dtype(config.model.target.dtype))));
+  const fs::path target_dir = config.model.target.path;
+  const torch::Dtype target_dtype = train::parse_dtype(config.model.target.dtype);
   drafter_device = train::resolve_device(config.devices.drafter, options.local_rank);
   drafter_dtype = train::parse_dtype(config.model.drafter.dtype);
-  const auto& target_config = targets.front()->config();
+  const auto need = whole_target_need(config, options);
+  std::string loaded;  // for the log line
+  if (need) {
+    // Refused before anything large loads, naming who needs the target.
+    const auto head_config = model::load_head_config(target_dir);
+    if (!head_config.runnable()) {
+      const std::string message = need->who_and_why + ", but " + target_dir.string() + " is " +
+                                  head_config.architecture + ", which dflow cannot run: " +
+                                  head_config.not_runnable_because +
+                                  "; take features from a serving engine (features.engine) or a cache "
+                                  "(features.cached), which need only the target's embedding and LM head";
+      if (!need->node) throw ConfigError(message);
+      throw ConfigError(need->node->mark, node_path(config.pipeline, *need->node), message);
+    }
+    for (const auto& d : config.devices.target)
+      targets.push_back(std::make_unique<model::TargetModel>(
+          model::TargetModel::load(target_dir, train::resolve_device(d, options.local_rank), target_dtype)));
+    target_head = std::make_shared<const model::TargetHead>(targets.front()->head());
+    loaded = log::str("loaded whole on ", targets.size(), " device(s) (", need->who_and_why, ")");
+  } else {
+    // The features come from elsewhere: the drafter needs only these, on its own device.
+    target_head = std::make_shared<const model::TargetHead>(model::TargetHead::load(target_dir, drafter_device, target_dtype));
+    loaded = "head only (no node runs the target)";
+  }
+  target_config = target_head->config();
+  loaded += log::str(": embedding and LM head", target_head->tied() ? " (tied)" : "",
+                     target_head->final_norm_weight().defined() ? " and final norm" : "", " ",
+                     data::format_bytes(target_head->bytes()));
 
   model::DrafterOptions drafter_options;
   drafter_options.num_layers = config.model.drafter.num_layers;
@@ -204,9 +250,9 @@ void RunContext::load_models() {
     if (drafter_spec.layer_window(i) > 0) sliding += (sliding.empty() ? "" : ", ") + std::to_string(i);
   if (!sliding.empty())
     sliding = ", sliding window " + std::to_string(drafter_spec.sliding_window) + " on layers [" + sliding + "]";
-  log::info("model", log::str("target ", config.model.target.path, ": ", target_config.num_hidden_layers, " layers, hidden ",
-                              target_config.hidden_size, ", vocab ", target_config.vocab_size, " on ", targets.size(),
-                              " device(s); drafter ", drafter_spec.num_layers, " layer(s), block ",
+  log::info("model", log::str("target ", config.model.target.path, " (", target_config.architecture, ") ", loaded, "; ",
+                              target_config.num_hidden_layers, " layers, hidden ", target_config.hidden_size, ", vocab ",
+                              target_config.vocab_size, "; drafter ", drafter_spec.num_layers, " layer(s), block ",
                               drafter_spec.block_size, sliding, ", features from layers [", layers, "]"));
 }
 

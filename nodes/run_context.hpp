@@ -27,6 +27,7 @@
 #include "model/drafter.hpp"
 #include "model/objective.hpp"
 #include "model/target.hpp"
+#include "model/target_head.hpp"
 #include "nodes/progress.hpp"
 #include "train/checkpoint.hpp"
 #include "train/distributed.hpp"
@@ -59,6 +60,9 @@ struct RunOptions {
   // without a graph, such as `dflow cache-features` filling the cache a
   // features.cached node would refuse as incomplete).
   bool prepare_nodes = true;
+  // Why the caller needs the whole target whatever the pipeline's nodes need
+  // ("" when they decide, RunHooks::needs_target): `dflow cache-features`.
+  std::string whole_target_because;
 };
 
 // How the declared pipeline forms batches: the policy its batching node
@@ -105,7 +109,15 @@ class RunContext {
   int64_t batches_per_step() const { return int64_t{options.world_size} * config.train.grad_accum; }
 
   // Models.
-  std::vector<std::unique_ptr<model::TargetModel>> targets;  // one per devices.target entry
+  // One per devices.target entry when some node needs the whole target in
+  // process (RunHooks::needs_target); empty when the features come from
+  // elsewhere (a cache, a serving engine) and only the head is loaded.
+  std::vector<std::unique_ptr<model::TargetModel>> targets;
+  // The target's embedding and LM head (always): targets.front()'s own
+  // tensors when loaded whole, else read alone from the checkpoint, in
+  // model.target.dtype on the drafter's device.
+  std::shared_ptr<const model::TargetHead> target_head;
+  model::HeadConfig target_config;  // config.json's facts (sizes, vocabulary, eos, architecture)
   model::DrafterSpec drafter_spec;
   std::vector<int64_t> feature_layer_ids;
   torch::Device drafter_device{torch::kCPU};

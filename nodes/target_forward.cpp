@@ -4,6 +4,7 @@
 #include "config/log.hpp"
 #include "nodes/feature_source.hpp"
 #include "nodes/messages.hpp"
+#include "nodes/node_kind.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
 
@@ -53,7 +54,11 @@ void register_target_forward(graph::NodeRegistry& registry) {
                             " devices: one replica per target device");
     return std::make_unique<TargetForward>(run, context.name, context.replica);
   };
-  registry.add(std::move(spec));
+  RunHooks hooks;
+  hooks.needs_target = [](const config::Config&, const config::NodeDecl&) -> std::string {
+    return "runs the target in-process";
+  };
+  add_node_kind(registry, std::move(spec), std::move(hooks));
 }
 
 }  // namespace dflow::nodes
