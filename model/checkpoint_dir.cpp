@@ -16,6 +16,25 @@ std::runtime_error dir_error(const std::filesystem::path& dir, const std::string
 }
 
 TensorMap load_sharded(const std::filesystem::path& dir, const std::filesystem::path& index_path) {
+  // Open each shard once; a tensor listed for a shard must be in that shard.
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> shards;
+  TensorMap result;
+  for (const auto& [name, shard_name] : read_checkpoint_index(dir, index_path)) {
+    auto it = shards.find(shard_name);
+    if (it == shards.end()) it = shards.emplace(shard_name, std::make_unique<SafetensorsFile>(dir / shard_name)).first;
+    if (!it->second->contains(name)) {
+      throw dir_error(dir, "index puts tensor '" + name + "' in shard '" + shard_name +
+                               "' but that shard does not hold it");
+    }
+    result.emplace(name, it->second->tensor(name));
+  }
+  return result;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> read_checkpoint_index(const std::filesystem::path& dir,
+                                                         const std::filesystem::path& index_path) {
   std::ifstream in(index_path);
   if (!in) throw dir_error(dir, "cannot open " + index_path.filename().string());
   nlohmann::json index;
@@ -27,31 +46,18 @@ TensorMap load_sharded(const std::filesystem::path& dir, const std::filesystem::
   if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
     throw dir_error(dir, index_path.filename().string() + " has no 'weight_map' object");
   }
-  // Open each shard once; a tensor listed for a shard must be in that shard.
-  std::map<std::string, std::unique_ptr<SafetensorsFile>> shards;
-  TensorMap result;
+  std::map<std::string, std::string> weight_map;
   for (const auto& [name, shard_value] : index["weight_map"].items()) {
     if (!shard_value.is_string()) throw dir_error(dir, "weight_map entry '" + name + "' is not a file name");
     const std::string shard_name = shard_value.get<std::string>();
-    auto it = shards.find(shard_name);
-    if (it == shards.end()) {
-      const auto shard_path = dir / shard_name;
-      if (!std::filesystem::exists(shard_path)) {
-        throw dir_error(dir, "index lists shard '" + shard_name + "' (for tensor '" + name +
-                                 "') but the file does not exist");
-      }
-      it = shards.emplace(shard_name, std::make_unique<SafetensorsFile>(shard_path)).first;
+    if (!std::filesystem::exists(dir / shard_name)) {
+      throw dir_error(dir, "index lists shard '" + shard_name + "' (for tensor '" + name +
+                               "') but the file does not exist");
     }
-    if (!it->second->contains(name)) {
-      throw dir_error(dir, "index puts tensor '" + name + "' in shard '" + shard_name +
-                               "' but that shard does not hold it");
-    }
-    result.emplace(name, it->second->tensor(name));
+    weight_map.emplace(name, shard_name);
   }
-  return result;
+  return weight_map;
 }
-
-}  // namespace
 
 TensorMap load_checkpoint_dir(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir)) throw dir_error(dir, "is not a directory");

@@ -10,8 +10,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 
@@ -98,26 +96,10 @@ void read_from_file(const fs::path& path, const std::set<std::string>& wanted, T
 // Shard file name -> the wanted names the index puts there.
 std::map<std::string, std::set<std::string>> shards_of(const fs::path& dir, const fs::path& index_path,
                                                        const std::set<std::string>& wanted) {
-  std::ifstream in(index_path);
-  if (!in) throw dir_error(dir, "cannot open " + index_path.filename().string());
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw dir_error(dir, index_path.filename().string() + " is not valid JSON: " + e.what());
-  }
-  if (!index.contains("weight_map") || !index["weight_map"].is_object())
-    throw dir_error(dir, index_path.filename().string() + " has no 'weight_map' object");
+  const auto weight_map = read_checkpoint_index(dir, index_path);
   std::map<std::string, std::set<std::string>> shards;
-  for (const auto& name : wanted) {
-    if (!index["weight_map"].contains(name)) continue;
-    const auto& shard = index["weight_map"][name];
-    if (!shard.is_string()) throw dir_error(dir, "weight_map entry '" + name + "' is not a file name");
-    const std::string shard_name = shard.get<std::string>();
-    if (!fs::exists(dir / shard_name))
-      throw dir_error(dir, "index lists shard '" + shard_name + "' (for tensor '" + name + "') but the file does not exist");
-    shards[shard_name].insert(name);
-  }
+  for (const auto& name : wanted)
+    if (const auto it = weight_map.find(name); it != weight_map.end()) shards[it->second].insert(name);
   return shards;
 }
 

@@ -73,6 +73,11 @@ void write_safetensors(const std::filesystem::path& path,
 // model.safetensors.index.json when present, else model.safetensors, else
 // every *.safetensors file in the directory (a name in two files is refused).
 TensorMap load_checkpoint_dir(const std::filesystem::path& dir);
+// model.safetensors.index.json's weight_map (tensor name -> shard file),
+// checked: valid JSON, an object of file names, each shard present. Throws
+// naming the directory and what is wrong.
+std::map<std::string, std::string> read_checkpoint_index(const std::filesystem::path& dir,
+                                                         const std::filesystem::path& index_path);
 
 // Only the named tensors of such a directory, read (pread) into owned CPU
 // memory: of each file only its header and those tensors' bytes are touched,

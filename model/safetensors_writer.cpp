@@ -106,42 +106,54 @@ void write_safetensors(const std::filesystem::path& path,
   }
 }
 
-void write_sharded_safetensors(const std::filesystem::path& dir,
-                               const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                               int64_t max_shard_bytes) {
-  if (max_shard_bytes <= 0) throw write_error(dir, "max_shard_bytes must be positive");
+ShardedSafetensorsWriter::ShardedSafetensorsWriter(std::filesystem::path dir, int64_t max_shard_bytes)
+    : dir_(std::move(dir)), max_shard_bytes_(max_shard_bytes) {
+  if (max_shard_bytes_ <= 0) throw write_error(dir_, "max_shard_bytes must be positive");
+}
+
+namespace {
+std::filesystem::path part_path(const std::filesystem::path& dir, size_t shard) {
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05zu.safetensors.part", shard + 1);
+  return dir / name;
+}
+}  // namespace
+
+void ShardedSafetensorsWriter::add(std::string name, torch::Tensor tensor) {
+  if (!tensor.defined()) throw write_error(dir_, "tensor '" + name + "' is undefined");
+  if (!names_.insert(name).second) throw write_error(dir_, "tensor name '" + name + "' appears twice");
   // Greedy in the given order, as Hugging Face's save_pretrained does: a
   // tensor that does not fit starts the next shard (one larger than the
   // limit has a shard of its own).
-  std::vector<std::vector<size_t>> shards;
-  int64_t shard_bytes = 0, total_bytes = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const auto& tensor = tensors[i].second;
-    if (!tensor.defined()) throw write_error(dir, "tensor '" + tensors[i].first + "' is undefined");
-    const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
-    if (shards.empty() || (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes)) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().push_back(i);
-    shard_bytes += bytes;
-    total_bytes += bytes;
-  }
+  const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  if (pending_bytes_ > 0 && pending_bytes_ + bytes > max_shard_bytes_) write_pending();
+  pending_.emplace_back(std::move(name), std::move(tensor));
+  pending_bytes_ += bytes;
+  total_bytes_ += bytes;
+}
+
+void ShardedSafetensorsWriter::write_pending() {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : pending_) names.push_back(name);
+  write_safetensors(part_path(dir_, shard_tensors_.size()), pending_, {{"format", "pt"}});
+  shard_tensors_.push_back(std::move(names));
+  pending_.clear();  // the shard's tensors go: at most one shard is held
+  pending_bytes_ = 0;
+}
+
+void ShardedSafetensorsWriter::finish() {
+  if (!pending_.empty()) write_pending();
   nlohmann::json weight_map = nlohmann::json::object();
-  for (size_t s = 0; s < shards.size(); ++s) {
+  const size_t shards = shard_tensors_.size();
+  for (size_t s = 0; s < shards; ++s) {
     char name[64];
-    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
-    std::vector<std::pair<std::string, torch::Tensor>> part;
-    for (size_t i : shards[s]) {
-      if (weight_map.contains(tensors[i].first)) throw write_error(dir, "tensor name '" + tensors[i].first + "' appears twice");
-      weight_map[tensors[i].first] = name;
-      part.push_back(tensors[i]);
-    }
-    write_safetensors(dir / name, part, {{"format", "pt"}});
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards);
+    std::filesystem::rename(part_path(dir_, s), dir_ / name);
+    for (const auto& tensor : shard_tensors_[s]) weight_map[tensor] = name;
   }
   // The index last: a reader that finds it finds every shard it names.
-  const nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
-  const auto index_path = dir / "model.safetensors.index.json";
+  const nlohmann::json index = {{"metadata", {{"total_size", total_bytes_}}}, {"weight_map", weight_map}};
+  const auto index_path = dir_ / "model.safetensors.index.json";
   auto temp_path = index_path;
   temp_path += ".tmp." + std::to_string(::getpid());
   {
@@ -150,6 +162,14 @@ void write_sharded_safetensors(const std::filesystem::path& dir,
     if (!out) throw write_error(temp_path, "cannot write the shard index");
   }
   std::filesystem::rename(temp_path, index_path);
+}
+
+void write_sharded_safetensors(const std::filesystem::path& dir,
+                               const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                               int64_t max_shard_bytes) {
+  ShardedSafetensorsWriter writer(dir, max_shard_bytes);
+  for (const auto& [name, tensor] : tensors) writer.add(name, tensor);
+  writer.finish();
 }
 
 }  // namespace dflow::model

@@ -47,7 +47,7 @@ nlohmann::json tiny_config_json(const TinyTargetOptions& o) {
 
 }  // namespace
 
-NamedTensorList random_tiny_weights(const TinyTargetOptions& o, const HFConfig& config) {
+void random_tiny_weights(const TinyTargetOptions& o, const HFConfig& config, const TensorSink& sink) {
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(o.seed);
   if (o.generate_on.is_cuda()) torch::cuda::manual_seed_all(o.seed);
   auto normal = [&](std::vector<int64_t> shape, double std_dev) {
@@ -69,11 +69,9 @@ NamedTensorList random_tiny_weights(const TinyTargetOptions& o, const HFConfig& 
   constexpr double kLogitStd = 4.0;
   constexpr double kSelfRepeatPenalty = 0.5;
   // Each tensor is converted to the written dtype as soon as it is drawn, so
-  // a bf16 model never exists in float32 as a whole.
-  NamedTensorList tensors;
-  const auto add = [&](std::string name, const torch::Tensor& value) {
-    tensors.emplace_back(std::move(name), value.to(torch::kCPU, o.dtype));
-  };
+  // a bf16 model never exists in float32 as a whole (and, sharded, is
+  // written a shard at a time).
+  const auto add = [&](std::string name, const torch::Tensor& value) { sink(std::move(name), value.to(torch::kCPU, o.dtype)); };
   const torch::Tensor embedding = normal({o.vocab_size, hidden}, 1.0);
   add("model.embed_tokens.weight", embedding);
   for (int64_t i = 0; i < o.num_layers; ++i) {
@@ -91,12 +89,13 @@ NamedTensorList random_tiny_weights(const TinyTargetOptions& o, const HFConfig& 
     add(prefix + "mlp.down_proj.weight", normal({hidden, o.intermediate_size}, fan_in_mlp));
   }
   add("model.norm.weight", torch::ones({hidden}));
-  if (o.tie_word_embeddings) return tensors;  // the embedding is the head (its logits are not peaked; fine for shapes)
-  const torch::Tensor unit_rms_embedding = embedding * torch::rsqrt(embedding.pow(2).mean(1, /*keepdim=*/true));
-  add("lm_head.weight", (normal({o.vocab_size, hidden}, 1.0) - kSelfRepeatPenalty * unit_rms_embedding) *
-                            (kLogitStd * fan_in_hidden));
-
-  return tensors;
+  if (o.tie_word_embeddings) return;  // the embedding is the head (its logits are not peaked; fine for shapes)
+  // (head - penalty * embedding / rms(embedding)) * logit scale, in place:
+  // at 8B shapes each [V, H] float32 temporary is 2.5 GB.
+  const torch::Tensor inverse_rms = torch::rsqrt(embedding.pow(2).mean(1, /*keepdim=*/true));  // [V, 1]
+  torch::Tensor head = normal({o.vocab_size, hidden}, 1.0);
+  head.addcmul_(embedding, inverse_rms, -kSelfRepeatPenalty).mul_(kLogitStd * fan_in_hidden);
+  add("lm_head.weight", head);
 }
 
 HFConfig tiny_target_config(const TinyTargetOptions& o) { return parse_hf_config(tiny_config_json(o), "<tiny target config>"); }
@@ -118,12 +117,20 @@ HFConfig make_tiny_target(const TinyTargetOptions& o) {
   if (o.pattern == "echo" && (o.tie_word_embeddings || o.dtype != torch::kFloat32 || o.head_dim > 0))
     throw std::invalid_argument("make_tiny_target: the echo pattern is float32, untied, head_dim hidden/heads");
   torch::NoGradGuard no_grad;
-  const NamedTensorList tensors = o.pattern == "echo" ? echo_tiny_weights(o, config) : random_tiny_weights(o, config);
-
   std::filesystem::create_directories(o.out_dir);
-  if (o.max_shard_bytes > 0) {
-    write_sharded_safetensors(o.out_dir, tensors, o.max_shard_bytes);
+  if (o.max_shard_bytes > 0) {  // written as drawn: the presets' 16 GB never sit in memory at once
+    ShardedSafetensorsWriter writer(o.out_dir, o.max_shard_bytes);
+    const TensorSink add = [&](std::string name, torch::Tensor tensor) { writer.add(std::move(name), std::move(tensor)); };
+    if (o.pattern == "echo") {
+      for (auto& [name, tensor] : echo_tiny_weights(o, config)) add(name, tensor);
+    } else {
+      random_tiny_weights(o, config, add);
+    }
+    writer.finish();
   } else {
+    NamedTensorList tensors;
+    if (o.pattern == "echo") tensors = echo_tiny_weights(o, config);
+    else random_tiny_weights(o, config, [&](std::string name, torch::Tensor t) { tensors.emplace_back(std::move(name), std::move(t)); });
     write_safetensors(o.out_dir / "model.safetensors", tensors, {{"format", "pt"}});
   }
   const auto config_path = o.out_dir / "config.json";

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,7 +75,10 @@ const std::vector<std::string>& target_presets();
 
 using NamedTensorList = std::vector<std::pair<std::string, torch::Tensor>>;
 // The weights of each pattern (model/tiny_target.cpp, model/tiny_target_echo.cpp).
-NamedTensorList random_tiny_weights(const TinyTargetOptions& options, const HFConfig& config);
+// The random pattern hands each tensor to `add` as soon as it is drawn (in
+// the checkpoint's order), so a writer can put it on disk before the next.
+using TensorSink = std::function<void(std::string name, torch::Tensor tensor)>;
+void random_tiny_weights(const TinyTargetOptions& options, const HFConfig& config, const TensorSink& add);
 NamedTensorList echo_tiny_weights(const TinyTargetOptions& options, const HFConfig& config);
 
 }  // namespace dflow::model

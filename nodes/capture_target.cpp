@@ -14,8 +14,8 @@ namespace {
 
 class CaptureTarget final : public graph::FunctionBody {
  public:
-  CaptureTarget(const RunContext& run, std::string name, int replica)
-      : run_(run), name_(std::move(name)), replica_(replica), target_(*run.targets.at(static_cast<size_t>(replica))) {}
+  CaptureTarget(const RunContext& run, std::string name, int replica, const model::TargetModel& target)
+      : run_(run), name_(std::move(name)), replica_(replica), target_(target) {}
 
   void process(graph::Inputs& in, graph::Emitter& out) override {
     auto message = in[0];
@@ -45,13 +45,7 @@ void register_capture_target(graph::NodeRegistry& registry) {
   target.inputs = {{"in", "PaddedBatch"}};
   target.outputs = {{"out", "FeatureBatch"}};
   target.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    const auto& run = environment(context).run;
-    if (context.replicas != static_cast<int>(run.targets.size()))
-      throw ConfigError(context.params.mark_of(""), "pipeline.nodes." + context.name + ".replicas",
-                        "node '" + context.name + "' has " + std::to_string(context.replicas) +
-                            " replicas but devices.target lists " + std::to_string(run.targets.size()) +
-                            " devices: one replica per target device");
-    return std::make_unique<CaptureTarget>(run, context.name, context.replica);
+    return std::make_unique<CaptureTarget>(environment(context).run, context.name, context.replica, target_replica(context));
   };
   registry.add(std::move(target));
 }

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "config/errors.hpp"
 #include "graph/node_body.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/run_context.hpp"
@@ -28,6 +29,19 @@ struct RunEnvironment {
 
 inline const RunEnvironment& environment(const graph::NodeContext& context) {
   return *context.user_as<const RunEnvironment*>();
+}
+
+// The target replica a target-running node's replica `context.replica`
+// computes with; refuses (naming the node) replicas that are not one per
+// devices.target entry.
+inline const model::TargetModel& target_replica(const graph::NodeContext& context) {
+  const auto& run = environment(context).run;
+  if (context.replicas != static_cast<int>(run.targets.size()))
+    throw ConfigError(context.params.mark_of(""), "pipeline.nodes." + context.name + ".replicas",
+                      "node '" + context.name + "' has " + std::to_string(context.replicas) +
+                          " replicas but devices.target lists " + std::to_string(run.targets.size()) +
+                          " devices: one replica per target device");
+  return *run.targets.at(static_cast<size_t>(context.replica));
 }
 
 // Applies declared `delay` (from its step on) and `exception` (at its step) faults.

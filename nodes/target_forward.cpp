@@ -14,8 +14,8 @@ namespace {
 
 class TargetForward final : public graph::FunctionBody {
  public:
-  TargetForward(const RunContext& run, std::string name, int replica)
-      : run_(run), name_(std::move(name)), replica_(replica), target_(*run.targets.at(replica)) {}
+  TargetForward(const RunContext& run, std::string name, int replica, const model::TargetModel& target)
+      : run_(run), name_(std::move(name)), replica_(replica), target_(target) {}
 
   void process(graph::Inputs& in, graph::Emitter& out) override {
     auto message = in[0];
@@ -46,13 +46,7 @@ void register_target_forward(graph::NodeRegistry& registry) {
   spec.inputs = {{"in", "PaddedBatch"}};
   spec.outputs = {{"out", "FeatureBatch"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    const auto& run = environment(context).run;
-    if (context.replicas != static_cast<int>(run.targets.size()))
-      throw ConfigError(context.params.mark_of(""), "pipeline.nodes." + context.name + ".replicas",
-                        "node '" + context.name + "' has " + std::to_string(context.replicas) +
-                            " replicas but devices.target lists " + std::to_string(run.targets.size()) +
-                            " devices: one replica per target device");
-    return std::make_unique<TargetForward>(run, context.name, context.replica);
+    return std::make_unique<TargetForward>(environment(context).run, context.name, context.replica, target_replica(context));
   };
   RunHooks hooks;
   hooks.needs_target = [](const config::Config&, const config::NodeDecl&) -> std::string {
