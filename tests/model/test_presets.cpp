@@ -32,6 +32,13 @@ TEST_CASE("Model.Safetensors.ShardedWriteIsReadBackThroughTheIndex") {
     CHECK((loaded.at(name).scalar_type() == tensor.scalar_type()));
     CHECK(torch::equal(loaded.at(name), tensor));
   }
+  // Shards are written as they fill (model-0000i.safetensors.part) and named at the end: none is left over.
+  int64_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    CHECK(entry.path().extension() != ".part");
+    ++files;
+  }
+  CHECK(files == 4);  // 3 shards + the index
 }
 
 TEST_CASE("Model.TinyTarget.ShardedBf16TiedWithOwnHeadDimLoadsAndRuns") {
