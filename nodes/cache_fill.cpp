@@ -138,7 +138,7 @@ FillReport fill_feature_cache(const config::Config& training, const FillOptions&
 
   data::create_or_check_manifest(params.dir, run_feature_manifest(run, job.dtype, "cache-features"));
   data::FeatureCacheReader cache(params.dir);
-  check_cached_samples(run, cache);
+  check_cached_samples(run, cache, /*tokens=*/true);  // the samples found cached are skipped, never read
   const Work work = find_work(run, cache, rank, world, job);
   FillReport report;
   report.bytes_per_token = data::feature_row_bytes(job.dtype, cache.manifest().width());

@@ -236,7 +236,7 @@ uint64_t projected_feature_bytes(const RunContext& run, const data::FeatureCache
   return tokens * data::feature_row_bytes(manifest.dtype, manifest.width());
 }
 
-void check_cached_samples(const RunContext& run, const data::FeatureCacheReader& cache) {
+void check_cached_samples(const RunContext& run, const data::FeatureCacheReader& cache, bool tokens) {
   // From the index alone: each record's length against the dataset's
   // (both in memory). Neither the records nor the dataset's tokens are read:
   // start-up costs no I/O however large the cache; the tokens hash is
@@ -247,11 +247,14 @@ void check_cached_samples(const RunContext& run, const data::FeatureCacheReader&
   for (int64_t id = 0; id < run.dataset.size(); ++id) {
     const auto entry = cache.entry(id);
     if (!entry) continue;
-    const int64_t tokens = lengths[static_cast<size_t>(id)];
-    if (static_cast<int64_t>(entry->rows) == tokens) continue;
-    if (++wrong_count <= 5)
-      wrong.push_back("sample " + std::to_string(id) + " (" + std::to_string(entry->rows) + " cached positions for " +
-                      std::to_string(tokens) + " tokens)");
+    const int64_t length = lengths[static_cast<size_t>(id)];
+    std::string why;
+    if (static_cast<int64_t>(entry->rows) != length)
+      why = std::to_string(entry->rows) + " cached positions for " + std::to_string(length) + " tokens";
+    else if (tokens && entry->tokens_hash != data::tokens_hash(run.dataset.sample(id).input_ids))
+      why = "other tokens";
+    if (why.empty()) continue;
+    if (++wrong_count <= 5) wrong.push_back("sample " + std::to_string(id) + " (" + why + ")");
   }
   if (wrong_count == 0) return;
   std::string list;

@@ -38,7 +38,10 @@ uint64_t projected_feature_bytes(const RunContext& run, const data::FeatureCache
 // Refuses (DataError naming the samples) cached records whose lengths
 // differ from the dataset's samples of the same id, from the index alone (no
 // record or token is read); tokens are checked as records are read
-// (cached_features).
-void check_cached_samples(const RunContext& run, const data::FeatureCacheReader& cache);
+// (cached_features). With `tokens`, also each record's tokens hash in the
+// index against the dataset's tokens (read, never the records): what a
+// filler checks, since it skips the samples it finds cached and never reads
+// them.
+void check_cached_samples(const RunContext& run, const data::FeatureCacheReader& cache, bool tokens = false);
 
 }  // namespace dflow::nodes

@@ -11,6 +11,7 @@
 
 #include "config/errors.hpp"
 #include "data/checksum.hpp"
+#include "data/data_error.hpp"
 #include "data/dataset.hpp"
 #include "data/feature_cache.hpp"
 #include "data/prepare.hpp"
@@ -287,6 +288,16 @@ TEST_CASE("FeatureCache.start_up_checks_the_index_alone_and_each_record_is_check
     CHECK_MESSAGE(e.find(bin.filename().string() + ": sample " + std::to_string(tampered.sample_id) + " holds the features of other tokens") !=
                       std::string::npos, e);
     CHECK_MESSAGE(e.find("batch ") != std::string::npos, e);  // found by the node, reading a batch, not at start-up
+    // cache-features skips the samples it finds cached and never reads them:
+    // it checks their tokens in the index before it starts.
+    try {
+      fill(config, cache, "bfloat16");
+      FAIL("cache-features took a record of other tokens for its sample's");
+    } catch (const data::DataError& error) {
+      const std::string message = error.what();
+      CHECK_MESSAGE(message.find("sample " + std::to_string(tampered.sample_id) + " (other tokens)") != std::string::npos,
+                    message);
+    }
   }
   SUBCASE("a record published after start-up is checked when it is read") {
     // The samples of the last shard are missing at start-up; then another
