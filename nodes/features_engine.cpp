@@ -97,6 +97,12 @@ PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& nod
                           " do not hold the drafter's feature layers " + ids_text(run.feature_layer_ids) +
                           " (model.drafter.target_layer_ids, dflow numbering): " + e.what());
   }
+  if (!fs::is_directory(p.dir))
+    throw ConfigError(node.mark, key + ".params.dir",
+                      "node '" + node.name + "' (features.engine): dir '" + p.dir + "' is not a directory" +
+                          (fs::path(p.dir).is_relative() ? " (relative to " + fs::current_path().string() + ")" : "") +
+                          ": the extraction's output directory must exist before training starts (files in it are "
+                          "waited for; the directory is not)");
   int64_t present = 0;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(p.dir, ec))

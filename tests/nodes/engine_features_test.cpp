@@ -162,6 +162,11 @@ TEST_CASE("EngineFeatures.a_file_that_never_comes_fails_the_run_naming_the_sampl
   CHECK(message.find(train::engine_file_path(files, missing).string()) != std::string::npos);
   CHECK(message.find("did not appear within 0.") != std::string::npos);
   CHECK(message.find("timeout_s") != std::string::npos);
+  // A directory that is not there (a typo, say) is refused at once: only files are waited for.
+  const auto absent = fresh_dir("engine-absent") / "hidden_states";
+  const auto refused = error_of(from_engine(small_run_config(fresh_dir("engine-absent-run"), {"run.max_steps=2"}), absent));
+  CHECK_MESSAGE(refused.find("pipeline.nodes[3].params.dir") != std::string::npos, refused);
+  CHECK_MESSAGE(refused.find("dir '" + absent.string() + "' is not a directory") != std::string::npos, refused);
 }
 
 TEST_CASE("EngineFeatures.a_file_still_being_written_is_not_read_until_it_is_whole") {
