@@ -47,4 +47,9 @@ void register_capture_write(graph::NodeRegistry& registry, CaptureJob& job);
 // Runs `body`, naming the batch in any error: "batch 12 of epoch 0 (14 samples, first 803): ...".
 void naming_capture_batch(const data::PlannedBatch& plan, const std::function<void()>& body);
 
+// A target_forward replica's body (nodes/target_forward.cpp); with
+// `for_cache` it hands the features on in the target's device and dtype (the
+// capture's target_forward.capture), else on the drafter's.
+std::unique_ptr<graph::NodeBody> make_target_forward(const graph::NodeContext& context, bool for_cache);
+
 }  // namespace dflow::nodes

@@ -2,6 +2,7 @@
 // whole padded batch under no-grad and returns the fused features of the
 // DFlash layers, delivered on the drafter's device.
 #include "config/log.hpp"
+#include "nodes/capture_nodes.hpp"
 #include "nodes/feature_source.hpp"
 #include "nodes/messages.hpp"
 #include "nodes/node_kind.hpp"
@@ -14,18 +15,21 @@ namespace {
 
 class TargetForward final : public graph::FunctionBody {
  public:
-  TargetForward(const RunContext& run, std::string name, int replica, const model::TargetModel& target)
-      : run_(run), name_(std::move(name)), replica_(replica), target_(target) {}
+  TargetForward(const RunContext& run, std::string name, int replica, const model::TargetModel& target, bool for_cache)
+      : run_(run), name_(std::move(name)), replica_(replica), target_(target), for_cache_(for_cache) {}
 
   void process(graph::Inputs& in, graph::Emitter& out) override {
     auto message = in[0];
     auto& batch = graph::payload<PaddedBatch>(message);
     torch::Tensor features;  // [B, S, n*H]
-    with_batch_context(batch.plan, batch.position, [&] {
+    auto compute = [&] {
       inject_node_faults(run_, name_, batch.position.global_step);
       if (batch.plan.rows() == 0) return;  // a rank's empty share of a short step: nothing to compute
-      features = for_drafter(run_, target_features(run_, target_, batch));
-    });
+      features = target_features(run_, target_, batch);
+      if (!for_cache_) features = for_drafter(run_, features);
+    };
+    if (for_cache_) naming_capture_batch(batch.plan, compute);  // a capture has batches, not steps
+    else with_batch_context(batch.plan, batch.position, compute);
     FeatureBatch result{std::move(batch), std::move(features), replica_};
     out.emit(graph::make_message(message.seq, message.cost, std::move(result)));
   }
@@ -35,9 +39,15 @@ class TargetForward final : public graph::FunctionBody {
   std::string name_;
   int replica_;
   const model::TargetModel& target_;
+  bool for_cache_;  // the target's device and dtype, as a cache stores them; else the drafter's
 };
 
 }  // namespace
+
+std::unique_ptr<graph::NodeBody> make_target_forward(const graph::NodeContext& context, bool for_cache) {
+  return std::make_unique<TargetForward>(environment(context).run, context.name, context.replica,
+                                         target_replica(context), for_cache);
+}
 
 void register_target_forward(graph::NodeRegistry& registry) {
   graph::NodeSpec spec;
@@ -46,7 +56,7 @@ void register_target_forward(graph::NodeRegistry& registry) {
   spec.inputs = {{"in", "PaddedBatch"}};
   spec.outputs = {{"out", "FeatureBatch"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
-    return std::make_unique<TargetForward>(environment(context).run, context.name, context.replica, target_replica(context));
+    return make_target_forward(context, /*for_cache=*/false);
   };
   RunHooks hooks;
   hooks.needs_target = [](const config::Config&, const config::NodeDecl&) -> std::string {
