@@ -1,7 +1,10 @@
-// config.json parsing for Qwen3, Qwen2 and Llama; everything dflow cannot
-// reproduce exactly (rope scaling, sliding windows, other activations) is
-// refused rather than silently approximated.
+// config.json parsing: the keys every decoder has here, each family's own in
+// model/hf_config_*.cpp; everything dflow cannot reproduce exactly (a rope
+// scaling type, a sliding window, another activation) is refused rather than
+// silently approximated.
 #include "model/hf_config.hpp"
+
+#include "model/hf_config_families.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -14,13 +17,13 @@ std::string to_string(ModelFamily family) {
     case ModelFamily::Qwen3: return "qwen3";
     case ModelFamily::Qwen2: return "qwen2";
     case ModelFamily::Llama: return "llama";
+    case ModelFamily::Qwen3Moe: return "qwen3_moe";
+    case ModelFamily::GptOss: return "gpt_oss";
   }
   return "unknown";
 }
 
-namespace {
-
-constexpr const char* kDrafterArchitecture = "DFlashDraftModel";
+namespace config_parse {
 
 std::runtime_error config_error(const std::string& source, const std::string& what) {
   return std::runtime_error("model config '" + source + "': " + what);
@@ -47,46 +50,7 @@ bool optional_bool(const nlohmann::json& json, const std::string& key, bool fall
   return json.contains(key) && json[key].is_boolean() ? json[key].get<bool>() : fallback;
 }
 
-ModelFamily detect_family(HFConfig& config, const std::string& source) {
-  const std::vector<std::pair<std::string, ModelFamily>> by_type = {
-      {"qwen3", ModelFamily::Qwen3}, {"qwen2", ModelFamily::Qwen2}, {"llama", ModelFamily::Llama}};
-  const std::vector<std::pair<std::string, ModelFamily>> by_architecture = {
-      {"Qwen3ForCausalLM", ModelFamily::Qwen3},
-      {"Qwen2ForCausalLM", ModelFamily::Qwen2},
-      {"LlamaForCausalLM", ModelFamily::Llama}};
-  std::string architectures_text;
-  for (const auto& name : config.architectures) architectures_text += (architectures_text.empty() ? "" : ", ") + name;
-  const std::string described = "model_type '" + config.model_type + "', architectures [" + architectures_text + "]";
-
-  std::optional<ModelFamily> family;
-  for (const auto& [name, value] : by_type) {
-    if (config.model_type == name) family = value;
-  }
-  if (!config.model_type.empty() && !family) {
-    throw config_error(source, "unsupported " + described + "; dflow supports qwen3, qwen2 and llama");
-  }
-  for (const auto& architecture : config.architectures) {
-    if (architecture == kDrafterArchitecture) {
-      config.is_dflash_drafter = true;
-      continue;
-    }
-    const auto it = std::find_if(by_architecture.begin(), by_architecture.end(),
-                                 [&](const auto& item) { return item.first == architecture; });
-    if (it == by_architecture.end()) {
-      throw config_error(source, "unsupported architecture '" + architecture + "' (" + described +
-                                     "); dflow supports Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM");
-    }
-    if (family && *family != it->second) throw config_error(source, "inconsistent " + described);
-    family = it->second;
-  }
-  if (!family) throw config_error(source, "neither model_type nor architectures name a supported family");
-  if (config.is_dflash_drafter && *family != ModelFamily::Qwen3) {
-    throw config_error(source, "a DFlashDraftModel config must have model_type 'qwen3', got " + described);
-  }
-  return *family;
-}
-
-void read_rope(const nlohmann::json& json, HFConfig& config, const std::string& source) {
+void read_plain_rope(const nlohmann::json& json, HFConfig& config, const std::string& source) {
   if (json.contains("rope_scaling") && !json["rope_scaling"].is_null()) {
     throw config_error(source, "rope_scaling " + json["rope_scaling"].dump() +
                                    " is not supported (dflow implements plain RoPE only)");
@@ -104,6 +68,71 @@ void read_rope(const nlohmann::json& json, HFConfig& config, const std::string& 
   }
 }
 
+void read_dense_family(const nlohmann::json& json, HFConfig& config, const std::string& source) {
+  const std::string activation = json.value("hidden_act", std::string("silu"));
+  if (activation != "silu") throw config_error(source, "hidden_act '" + activation + "' is not supported (only silu)");
+  // A drafter's sliding layers are read with its DFlash fields (drafter_spec_from_config).
+  if (!config.is_dflash_drafter && optional_bool(json, "use_sliding_window", false)) {
+    throw config_error(source, "use_sliding_window is true; sliding-window attention is not supported");
+  }
+  if (optional_bool(json, "mlp_bias", false)) throw config_error(source, "mlp_bias is true; MLP biases are not supported");
+  read_plain_rope(json, config, source);
+  const bool configured_bias = optional_bool(json, "attention_bias", false);
+  config.attention_bias = config.family == ModelFamily::Qwen2 ? true : configured_bias;
+  config.attention_output_bias = config.family == ModelFamily::Qwen2 ? false : configured_bias;
+  config.qk_norm = config.family == ModelFamily::Qwen3;
+}
+
+}  // namespace config_parse
+
+namespace {
+
+using namespace config_parse;
+
+constexpr const char* kDrafterArchitecture = "DFlashDraftModel";
+
+ModelFamily detect_family(HFConfig& config, const std::string& source) {
+  const std::vector<std::pair<std::string, ModelFamily>> by_type = {
+      {"qwen3", ModelFamily::Qwen3},         {"qwen2", ModelFamily::Qwen2},  {"llama", ModelFamily::Llama},
+      {"qwen3_moe", ModelFamily::Qwen3Moe}, {"gpt_oss", ModelFamily::GptOss}};
+  const std::vector<std::pair<std::string, ModelFamily>> by_architecture = {
+      {"Qwen3ForCausalLM", ModelFamily::Qwen3},
+      {"Qwen2ForCausalLM", ModelFamily::Qwen2},
+      {"LlamaForCausalLM", ModelFamily::Llama},
+      {"Qwen3MoeForCausalLM", ModelFamily::Qwen3Moe},
+      {"GptOssForCausalLM", ModelFamily::GptOss}};
+  std::string architectures_text;
+  for (const auto& name : config.architectures) architectures_text += (architectures_text.empty() ? "" : ", ") + name;
+  const std::string described = "model_type '" + config.model_type + "', architectures [" + architectures_text + "]";
+
+  std::optional<ModelFamily> family;
+  for (const auto& [name, value] : by_type) {
+    if (config.model_type == name) family = value;
+  }
+  if (!config.model_type.empty() && !family) {
+    throw config_error(source, "unsupported " + described + "; dflow supports qwen3, qwen2, llama, qwen3_moe and gpt_oss");
+  }
+  for (const auto& architecture : config.architectures) {
+    if (architecture == kDrafterArchitecture) {
+      config.is_dflash_drafter = true;
+      continue;
+    }
+    const auto it = std::find_if(by_architecture.begin(), by_architecture.end(),
+                                 [&](const auto& item) { return item.first == architecture; });
+    if (it == by_architecture.end()) {
+      throw config_error(source, "unsupported architecture '" + architecture + "' (" + described +
+                                     "); dflow supports Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, "
+                                     "Qwen3MoeForCausalLM, GptOssForCausalLM");
+    }
+    if (family && *family != it->second) throw config_error(source, "inconsistent " + described);
+    family = it->second;
+  }
+  if (!family) throw config_error(source, "neither model_type nor architectures name a supported family");
+  if (config.is_dflash_drafter && *family != ModelFamily::Qwen3) {
+    throw config_error(source, "a DFlashDraftModel config must have model_type 'qwen3', got " + described);
+  }
+  return *family;
+}
 
 }  // namespace
 
@@ -137,14 +166,6 @@ HFConfig parse_hf_config(const nlohmann::json& json, const std::string& source) 
   }
   config.family = detect_family(config, source);
 
-  const std::string activation = json.value("hidden_act", std::string("silu"));
-  if (activation != "silu") throw config_error(source, "hidden_act '" + activation + "' is not supported (only silu)");
-  // A drafter's sliding layers are read with its DFlash fields (drafter_spec_from_config).
-  if (!config.is_dflash_drafter && optional_bool(json, "use_sliding_window", false)) {
-    throw config_error(source, "use_sliding_window is true; sliding-window attention is not supported");
-  }
-  if (optional_bool(json, "mlp_bias", false)) throw config_error(source, "mlp_bias is true; MLP biases are not supported");
-
   config.hidden_size = required_int(json, "hidden_size", source);
   config.num_hidden_layers = required_int(json, "num_hidden_layers", source);
   config.num_attention_heads = required_int(json, "num_attention_heads", source);
@@ -155,13 +176,14 @@ HFConfig parse_hf_config(const nlohmann::json& json, const std::string& source) 
   config.max_position_embeddings = optional_int(json, "max_position_embeddings", 0);
   config.rms_norm_eps = optional_number(json, "rms_norm_eps", 1e-6);
   config.tie_word_embeddings = optional_bool(json, "tie_word_embeddings", false);
-  read_rope(json, config, source);
   read_hf_special_tokens(json, config);
-
-  const bool configured_bias = optional_bool(json, "attention_bias", false);
-  config.attention_bias = config.family == ModelFamily::Qwen2 ? true : configured_bias;
-  config.attention_output_bias = config.family == ModelFamily::Qwen2 ? false : configured_bias;
-  config.qk_norm = config.family == ModelFamily::Qwen3;
+  switch (config.family) {
+    case ModelFamily::Qwen3:
+    case ModelFamily::Qwen2:
+    case ModelFamily::Llama: read_dense_family(json, config, source); break;
+    case ModelFamily::Qwen3Moe: read_qwen3_moe_family(json, config, source); break;
+    case ModelFamily::GptOss: read_gpt_oss_family(json, config, source); break;
+  }
 
   if (config.num_key_value_heads <= 0 || config.num_attention_heads % config.num_key_value_heads != 0) {
     throw config_error(source, "num_attention_heads " + std::to_string(config.num_attention_heads) +

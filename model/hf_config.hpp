@@ -1,4 +1,5 @@
-// Hugging Face config.json for the supported decoder families.
+// Hugging Face config.json for the supported decoder families: dense Qwen3,
+// Qwen2 and Llama, and the mixture-of-experts Qwen3-MoE and gpt-oss.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +11,37 @@
 
 namespace dflow::model {
 
-enum class ModelFamily { Qwen3, Qwen2, Llama };
+enum class ModelFamily { Qwen3, Qwen2, Llama, Qwen3Moe, GptOss };
 std::string to_string(ModelFamily family);
+
+// Routed experts (model/moe.hpp). num_experts 0: every layer is dense.
+struct MoeConfig {
+  int64_t num_experts = 0;               // qwen3_moe num_experts, gpt_oss num_local_experts
+  int64_t experts_per_token = 0;         // num_experts_per_tok
+  int64_t expert_intermediate_size = 0;  // qwen3_moe moe_intermediate_size, gpt_oss intermediate_size
+  bool norm_topk_prob = false;           // qwen3_moe: renormalise the top-k probabilities
+  // Per decoder layer: true where the MLP is routed experts (qwen3_moe:
+  // decoder_sparse_step and mlp_only_layers; gpt_oss: every layer), false
+  // where it is the dense SwiGLU of intermediate_size.
+  std::vector<bool> sparse_layers;
+  double swiglu_alpha = 1.702;  // gpt_oss's clamped SwiGLU
+  double swiglu_limit = 0.0;    // gpt_oss swiglu_limit (7.0); 0: the plain SwiGLU
+  bool mxfp4 = false;           // gpt_oss quantization_config quant_method mxfp4: experts as *_blocks/*_scales
+  bool sparse(int64_t layer) const {
+    return num_experts > 0 && layer >= 0 && layer < static_cast<int64_t>(sparse_layers.size()) &&
+           sparse_layers[static_cast<size_t>(layer)];
+  }
+};
+
+// RoPE frequency scaling: "default" (none) or "yarn" (gpt_oss).
+struct RopeScaling {
+  std::string type = "default";
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 0;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;  // yarn: round the correction range to integers (transformers' default)
+};
 
 struct HFConfig {
   ModelFamily family = ModelFamily::Qwen3;
@@ -31,6 +61,13 @@ struct HFConfig {
   bool attention_output_bias = false;  // o_proj has a bias (never for Qwen2)
   bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
   bool tie_word_embeddings = false;
+  RopeScaling rope_scaling;
+  // Per decoder layer: the sliding window in tokens (a query sees itself and
+  // the window - 1 tokens before it), 0 for full attention (gpt_oss
+  // layer_types). Empty: every layer is full.
+  std::vector<int64_t> sliding_window_per_layer;
+  bool attention_sinks = false;  // gpt_oss: a learned per-head logit in every softmax
+  MoeConfig moe;
   std::vector<int64_t> eos_token_ids;
   // From `dflow_mask_token_id` or `dflash_config.mask_token_id`.
   std::optional<int64_t> mask_token_id;
@@ -38,6 +75,11 @@ struct HFConfig {
   bool is_dflash_drafter = false;
 
   int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
+  int64_t sliding_window(int64_t layer) const {
+    return layer >= 0 && layer < static_cast<int64_t>(sliding_window_per_layer.size())
+               ? sliding_window_per_layer[static_cast<size_t>(layer)]
+               : 0;
+  }
 };
 
 // Parses and validates; `source` names the file in error messages.

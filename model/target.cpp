@@ -76,7 +76,8 @@ torch::Tensor TargetModel::decoder_layer(int64_t layer_index, const torch::Tenso
   const torch::Tensor merged = attended.transpose(1, 2).reshape({batch, length, config_.num_attention_heads * head_dim});
   const torch::Tensor after_attention = hidden + at::linear(merged, w.o_proj, w.o_bias);
   const torch::Tensor y = rms_norm(after_attention, w.post_attention_layernorm, config_.rms_norm_eps);
-  return after_attention + swiglu_mlp(y, w.gate_proj, w.up_proj, w.down_proj);
+  return after_attention + (w.experts.defined() ? routed_experts(y, w.experts, expert_options_)
+                                                 : swiglu_mlp(y, w.gate_proj, w.up_proj, w.down_proj));
 }
 
 TargetOutput TargetModel::run(const torch::Tensor& input_ids, KVCache* cache, const std::vector<int64_t>& layer_ids,

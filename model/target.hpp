@@ -1,4 +1,4 @@
-// The frozen target LLM (Qwen3 / Qwen2 / Llama), loaded from a Hugging Face
+// The frozen target LLM (Qwen3, Qwen2, Llama, Qwen3-MoE, gpt-oss), loaded from a Hugging Face
 // checkpoint directory. Inference only: every call runs under NoGradGuard.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include "model/documents.hpp"
 #include "model/hf_config.hpp"
 #include "model/layers.hpp"
+#include "model/moe.hpp"
 #include "model/target_head.hpp"
 
 namespace dflow::model {
@@ -32,7 +33,9 @@ struct TargetLayerWeights {
   torch::Tensor q_proj, k_proj, v_proj, o_proj;             // [out, in]
   torch::Tensor q_bias, k_bias, v_bias, o_bias;             // undefined when absent
   torch::Tensor q_norm, k_norm;                             // [head_dim], undefined unless qk_norm
-  torch::Tensor gate_proj, up_proj, down_proj;
+  torch::Tensor gate_proj, up_proj, down_proj;  // the dense MLP; undefined where `experts` are
+  ExpertWeights experts;                         // routed experts (config.moe.sparse(layer))
+  torch::Tensor sinks;                           // [heads], gpt-oss attention sinks; else undefined
 };
 
 // Per-layer keys and values of the tokens seen so far (after k_norm and
@@ -138,6 +141,7 @@ class TargetModel {
   torch::Tensor final_norm_;    // [H]
   torch::Tensor lm_head_;       // [V, H]; the embedding itself when tied
   std::vector<TargetLayerWeights> layers_;
+  ExpertOptions expert_options_;  // from config_.moe, set by load()
 };
 
 }  // namespace dflow::model

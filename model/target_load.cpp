@@ -6,6 +6,7 @@
 
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
+#include "model/target_load_families.hpp"
 
 namespace dflow::model {
 
@@ -36,43 +37,6 @@ std::vector<int64_t> distinct_feature_layer_ids(int64_t num_target_layers, int64
   return ids;
 }
 
-namespace {
-
-class WeightSource {
- public:
-  WeightSource(TensorMap tensors, std::filesystem::path dir, torch::Device device, torch::Dtype dtype)
-      : tensors_(std::move(tensors)), dir_(std::move(dir)), device_(device), dtype_(dtype) {}
-
-  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
-
-  torch::Tensor take(const std::string& name, const std::vector<int64_t>& expected_shape) const {
-    const auto it = tensors_.find(name);
-    if (it == tensors_.end()) {
-      throw std::runtime_error("target checkpoint '" + dir_.string() + "' lacks tensor '" + name +
-                               "' (is this a supported HF layout?)");
-    }
-    if (it->second.sizes().vec() != expected_shape) {
-      throw std::runtime_error("target checkpoint '" + dir_.string() + "': tensor '" + name + "' has shape " +
-                               c10::str(it->second.sizes()) + " but config.json implies " +
-                               c10::str(c10::IntArrayRef(expected_shape)));
-    }
-    return it->second.to(device_, dtype_).contiguous();
-  }
-
-  torch::Tensor take_optional(const std::string& name, const std::vector<int64_t>& expected_shape,
-                              bool required) const {
-    if (!required && !has(name)) return {};
-    return take(name, expected_shape);
-  }
-
- private:
-  TensorMap tensors_;
-  std::filesystem::path dir_;
-  torch::Device device_;
-  torch::Dtype dtype_;
-};
-
-}  // namespace
 
 TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device device, torch::Dtype dtype) {
   if (!at::isFloatingType(dtype)) {
@@ -99,6 +63,7 @@ TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device de
   } else {
     model.lm_head_ = source.take("lm_head.weight", {c.vocab_size, hidden});
   }
+  model.expert_options_ = expert_options(c);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
     const std::string attn = prefix + "self_attn.";
@@ -117,9 +82,15 @@ TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device de
       layer.q_norm = source.take(attn + "q_norm.weight", {head_dim});
       layer.k_norm = source.take(attn + "k_norm.weight", {head_dim});
     }
-    layer.gate_proj = source.take(prefix + "mlp.gate_proj.weight", {c.intermediate_size, hidden});
-    layer.up_proj = source.take(prefix + "mlp.up_proj.weight", {c.intermediate_size, hidden});
-    layer.down_proj = source.take(prefix + "mlp.down_proj.weight", {hidden, c.intermediate_size});
+    if (c.attention_sinks) layer.sinks = source.take(attn + "sinks", {c.num_attention_heads});
+    if (c.moe.sparse(i)) {
+      layer.experts = c.family == ModelFamily::GptOss ? load_gpt_oss_experts(source, prefix + "mlp.", c)
+                                                      : load_qwen3_moe_experts(source, prefix + "mlp.", c);
+    } else {
+      layer.gate_proj = source.take(prefix + "mlp.gate_proj.weight", {c.intermediate_size, hidden});
+      layer.up_proj = source.take(prefix + "mlp.up_proj.weight", {c.intermediate_size, hidden});
+      layer.down_proj = source.take(prefix + "mlp.down_proj.weight", {hidden, c.intermediate_size});
+    }
     model.layers_.push_back(std::move(layer));
   }
   return model;

@@ -1,0 +1,61 @@
+// Internal to model/: the target loader's view of a checkpoint's tensors,
+// and each mixture-of-experts family's expert loading
+// (model/target_load_qwen3_moe.cpp, model/target_load_gpt_oss.cpp).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "model/hf_config.hpp"
+#include "model/moe.hpp"
+#include "model/safetensors.hpp"
+
+namespace dflow::model {
+
+// Tensors by name, each checked for presence and for the shape config.json
+// implies, converted to the target's device and dtype on the way out.
+class WeightSource {
+ public:
+  WeightSource(TensorMap tensors, std::filesystem::path dir, torch::Device device, torch::Dtype dtype)
+      : tensors_(std::move(tensors)), dir_(std::move(dir)), device_(device), dtype_(dtype) {}
+
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+
+  torch::Tensor take(const std::string& name, const std::vector<int64_t>& expected_shape) const {
+    const auto it = tensors_.find(name);
+    if (it == tensors_.end()) {
+      throw std::runtime_error("target checkpoint '" + dir_.string() + "' lacks tensor '" + name +
+                               "' (is this a supported HF layout?)");
+    }
+    if (it->second.sizes().vec() != expected_shape) {
+      throw std::runtime_error("target checkpoint '" + dir_.string() + "': tensor '" + name + "' has shape " +
+                               c10::str(it->second.sizes()) + " but config.json implies " +
+                               c10::str(c10::IntArrayRef(expected_shape)));
+    }
+    return it->second.to(device_, dtype_).contiguous();
+  }
+
+  torch::Tensor take_optional(const std::string& name, const std::vector<int64_t>& expected_shape,
+                              bool required) const {
+    if (!required && !has(name)) return {};
+    return take(name, expected_shape);
+  }
+
+ private:
+  TensorMap tensors_;
+  std::filesystem::path dir_;
+  torch::Device device_;
+  torch::Dtype dtype_;
+};
+
+// One layer's routed experts; `prefix` is "model.layers.<i>.mlp.".
+ExpertWeights load_qwen3_moe_experts(const WeightSource& source, const std::string& prefix, const HFConfig& config);
+ExpertWeights load_gpt_oss_experts(const WeightSource& source, const std::string& prefix, const HFConfig& config);
+// The router and activation config.moe describes (default options when dense).
+ExpertOptions expert_options(const HFConfig& config);
+
+}  // namespace dflow::model
