@@ -8,6 +8,7 @@
 
 #include <ctime>
 
+#include "text/harmony_tools.hpp"
 #include "text/segment_output.hpp"
 #include "text/tojson.hpp"
 
@@ -40,6 +41,7 @@ std::string system_message(const Conversation& c, const RenderOptions& options) 
   text += "\nKnowledge cutoff: 2024-06\nCurrent date: " + date + "\n\n";
   text += "Reasoning: " + arguments.reasoning_effort.value_or("medium") + "\n\n";
   text += kChannels;
+  if (!c.tools.empty()) text += "\nCalls to these tools must go to the commentary channel: 'functions'.";
   return text + "<|end|>";
 }
 
@@ -58,8 +60,12 @@ class Harmony final : public ChatTemplate {
     out.add(system_message(c, options));
     const auto& m = c.messages;
     const bool instructions_first = !m.empty() && (m[0].role == Role::System || m[0].role == Role::Developer);
-    if (instructions_first && !m[0].content.empty()) {
-      out.add("<|start|>developer<|message|># Instructions\n\n" + m[0].content + "\n\n<|end|>");
+    const bool instructions = instructions_first && !m[0].content.empty();
+    if (instructions || !c.tools.empty()) {
+      std::string developer = "<|start|>developer<|message|>";
+      if (instructions) developer += "# Instructions\n\n" + m[0].content + "\n\n";
+      if (!c.tools.empty()) developer += "# Tools\n\n" + harmony_functions_namespace(c.tools);
+      out.add(developer + "<|end|>");
     }
     std::optional<std::string> last_tool_call;
     for (size_t i = instructions_first ? 1 : 0; i < m.size(); ++i) {
@@ -85,10 +91,6 @@ class Harmony final : public ChatTemplate {
  private:
   // What the template would drop or could not write is refused, naming the message.
   void check_supported(const Conversation& c) const {
-    if (!c.tools.empty()) {
-      throw ChatTemplateError("tools: dflow's harmony template does not write the developer message's functions "
-                              "namespace yet; leave the tools out (tool calls and results without them are written)");
-    }
     if (c.arguments.builtin_tools) {
       throw ChatTemplateError("chat_template_kwargs.builtin_tools: dflow's harmony template does not write the "
                               "browser and python tool descriptions; leave them out");

@@ -105,6 +105,22 @@ TEST_CASE("Harmony.LearnsWhatTheModelWritesAfterItsGenerationPrompt") {
   }
 }
 
+TEST_CASE("Harmony.OfferedFunctionsAreWrittenInTheDeveloperMessage") {
+  const ordered_json tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Weather now.", "parameters": {"type": "object", "required": ["city"],
+      "properties": {"city": {"type": "string", "description": "A city"}, "days": {"type": "integer", "default": 1}}}}}])");
+  const auto c = conversation({{"messages", {msg("user", "Weather?")}}, {"tools", tools}});
+  RenderOptions options;
+  options.current_date = "2026-05-14";
+  const std::string text = join_segments(chat_template("harmony").render(c, options));
+  CHECK_MESSAGE(text.find("Channel must be included for every message.\nCalls to these tools must go to the "
+                          "commentary channel: 'functions'.<|end|>") != std::string::npos, text);
+  CHECK_MESSAGE(text.find("<|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {\n\n"
+                          "// Weather now.\ntype get_weather = (_: {\n// A city\ncity: string,\ndays?: number, "
+                          "// default: 1,\n}) => any;\n\n} // namespace functions<|end|>") != std::string::npos,
+                text);
+}
+
 TEST_CASE("Harmony.PromptEndsWithTheAssistantStartAndGenerationStopsAtReturnOrCall") {
   const auto& harmony = chat_template("gpt-oss");
   CHECK(harmony.end_of_turn() == "<|return|>");
@@ -135,7 +151,7 @@ TEST_CASE("Harmony.RefusesWhatItsTemplateWouldDropOrCannotWriteNamingTheMessage"
                                                         {{"function", {{"name", "g"}, {"arguments", "{}"}}}}}}}}}},
        "messages[1].tool_calls has 2 calls"},
       {{{"messages", {msg("user", "Q")}}, {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}},
-       "tools:"},
+       "tools[0].function.description: missing"},
       {{{"messages", {msg("user", "Q")}}, {"chat_template_kwargs", {{"builtin_tools", {"python"}}}}},
        "chat_template_kwargs.builtin_tools"},
   };

@@ -147,24 +147,78 @@ HARMONY_CONVERSATIONS = [
     [u("Q"), t("a result with no call")],
     [u("Q"), atc("content", [call("f", {})], thinking="and thinking")],
 ]
+def fn(name, description, parameters=None):
+    f = {"name": name, "description": description}
+    if parameters is not None:
+        f["parameters"] = parameters
+    return {"type": "function", "function": f}
+
+
+def obj(properties, required=None):
+    o = {"type": "object", "properties": properties}
+    if required is not None:
+        o["required"] = required
+    return o
+
+
+# Every branch of the template's JSON-schema-to-TypeScript macro.
+HARMONY_TOOLS = [
+    fn("get_location", "Gets the location of the user."),
+    fn("get_current_weather", "Gets the current weather in the provided location.", obj({
+        "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
+        "format": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"}}, ["location"])),
+    fn("kinds", "Scalars, arrays, unions and defaults.", obj({
+        "n": {"type": "integer", "default": 3}, "x": {"type": "number", "default": 0.5}, "flag": {"type": "boolean"},
+        "names": {"type": "array", "items": {"type": "string"}}, "ids": {"type": "array", "items": {"type": "integer"}},
+        "bits": {"type": "array", "items": {"type": "boolean"}}, "anything": {"type": "array"},
+        "maybe": {"type": "array", "items": {"type": "number"}, "nullable": True},
+        "rows": {"type": "array", "items": obj({"a": {"type": "string"}, "b": {"type": "number"}}, ["a"])},
+        "long": {"type": "array", "items": obj({"first_property": {"type": "string"}, "second_property": {"type": "number"}})},
+        "nested": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
+        "either": {"type": ["string", "number"]}, "single": {"type": ["object"]},
+        "choice": {"oneOf": [{"type": "string", "description": "a name"}, {"type": "integer", "default": 7}],
+                   "default": "x"},
+        "objects": {"oneOf": [obj({"k": {"type": "string"}}), {"type": "object"}]},
+        "opt": {"type": "string", "nullable": True, "default": None},
+        "level": {"type": "string", "enum": ["low", "high"], "description": "How much"},
+        "config": obj({"depth": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}}, ["depth"]),
+        "empty": {"type": "object"}, "untyped": {"description": "no type"}, "unit": {"enum": ["c", "f"]},
+        "text": {"type": "string", "default": "quote \" and ünï"},
+        "list_default": {"type": "array", "items": {"type": "string"}, "default": ["a", 1]}},
+        ["n", "names", "choice"])),
+    fn("no_properties", "Parameters without properties.", {"type": "object"}),
+]
+HARMONY_TOOL_CONVERSATIONS = [
+    {"tools": HARMONY_TOOLS, "messages": [s("Use a friendly tone."), u("What is the weather like in SF?")]},
+    {"tools": HARMONY_TOOLS[:2], "messages": [u("Weather in SF?"),
+                                             atc("", [call("get_current_weather", {"location": "San Francisco"})],
+                                                 thinking="Need to use function get_current_weather."),
+                                             t('{"sunny": true, "temperature": 20}'), at("Sunny, 20C.")]},
+    {"tools": [fn("f", "Only tools, no instructions.")], "messages": [u("Hi"), at("Hello")]},
+    # What the template raises on: a tool without a description, a non-string default beside an enum.
+    {"tools": [{"type": "function", "function": {"name": "f"}}], "messages": [u("Hi")]},
+    {"tools": [fn("f", "d", obj({"e": {"type": "string", "enum": ["a"], "default": 1}}))], "messages": [u("Hi")]},
+]
 HARMONY_KWARGS = [None, {"reasoning_effort": "high"}, {"reasoning_effort": "low", "model_identity": "You are Ossy."}]
 
 
 def render_harmony(env):
     template = env.from_string(open(os.path.join(HERE, "templates", "gpt-oss.jinja"), encoding="utf-8").read())
     lines = []
-    for k, messages in enumerate(HARMONY_CONVERSATIONS):
+    conversations = [{"messages": m, "tools": None} for m in HARMONY_CONVERSATIONS] + HARMONY_TOOL_CONVERSATIONS
+    for k, conversation in enumerate(conversations):
+        messages, tools = conversation["messages"], conversation["tools"]
         kwargs_options = HARMONY_KWARGS if k < 4 else [None]
         ends_with_user = messages[-1]["role"] != "assistant"
         for kwargs in kwargs_options:
             for add_generation_prompt in ([False, True] if ends_with_user or k < 4 else [False]):
-                line = {"template": "harmony", "messages": messages, "tools": None,
+                line = {"template": "harmony", "messages": messages, "tools": tools,
                         "add_generation_prompt": add_generation_prompt, "enable_thinking": None,
                         "chat_template_kwargs": kwargs, "current_date": HARMONY_DATE}
                 try:
-                    line["text"] = template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                                   **(kwargs or {}))
-                except jinja2.TemplateError as e:
+                    line["text"] = template.render(messages=messages, tools=tools,
+                                                   add_generation_prompt=add_generation_prompt, **(kwargs or {}))
+                except (jinja2.TemplateError, TypeError) as e:  # TypeError: "+" of a string and a number
                     line["error"] = str(e)
                 lines.append(line)
     return lines
