@@ -99,8 +99,13 @@ TEST_CASE("Model.HFConfig.RefusalsNameTheProblem") {
   }
   SUBCASE("unsupported architecture") {
     nlohmann::json json = qwen3_8b_like();
+    json["architectures"] = {"MixtralForCausalLM"};
+    CHECK_THROWS_WITH_AS(parse_hf_config(json, "x.json"), doctest::Contains("MixtralForCausalLM"), std::runtime_error);
+  }
+  SUBCASE("architecture of another family than model_type") {
+    nlohmann::json json = qwen3_8b_like();
     json["architectures"] = {"Qwen3MoeForCausalLM"};
-    CHECK_THROWS_WITH_AS(parse_hf_config(json, "x.json"), doctest::Contains("Qwen3MoeForCausalLM"), std::runtime_error);
+    CHECK_THROWS_WITH_AS(parse_hf_config(json, "x.json"), doctest::Contains("inconsistent"), std::runtime_error);
   }
   SUBCASE("missing size") {
     nlohmann::json json = qwen3_8b_like();
