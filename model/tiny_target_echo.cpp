@@ -32,8 +32,8 @@
 
 namespace dflow::model {
 
-NamedTensorList echo_tiny_weights(const TinyTargetOptions& o, const HFConfig& config) {
-  const int64_t hidden = o.hidden_size, head_dim = config.head_dim, half = head_dim / 2;
+NamedTensorList echo_tiny_weights(const TinyTargetOptions& o, const HFConfig& /*config*/) {
+  const int64_t hidden = o.hidden_size, head_dim = tiny::head_dim_of(o), half = head_dim / 2;
   const int64_t code_length = std::min(o.num_kv_heads * head_dim, (hidden - 2) / 2);
   if (code_length < 8 || head_dim % 2 != 0 || o.echo_lag < 2 || o.echo_lag > o.max_position_embeddings)
     throw std::invalid_argument("make_tiny_target: the echo pattern needs hidden_size >= 18, kv_heads x head_dim >= 8, "
