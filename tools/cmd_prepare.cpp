@@ -2,6 +2,7 @@
 // --tokenizer and --chat-template) and `dflow make-tiny-target --out DIR`.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "config/errors.hpp"
@@ -119,6 +120,12 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
                         "gpt_oss: the sliding layers' window in tokens (echo: at least --echo-lag)")
             ->capture_default_str()})
     shape_option->excludes(preset_option);
+  static int64_t preset_layers = 0;
+  sub->add_option("--preset-layers", preset_layers,
+                  "with --preset: only its first N layers, every shape else the real one (a disk that holds less "
+                  "than the whole model; per-layer figures stay the real model's)")
+      ->needs(preset_option)
+      ->check(CLI::PositiveNumber);
   sub->add_option("--seed", options.seed)->capture_default_str();
   sub->add_option("--pattern", options.pattern,
                   "random: patternless continuations; echo: token[t] = perm(token[t - lag]), learnable by a drafter")
@@ -141,6 +148,7 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
   sub->callback([&action, dtype_option, shard_option] {
     options.generate_on = device == "cuda" ? torch::Device("cuda:0") : torch::Device(torch::kCPU);
     if (!preset.empty()) options = model::preset_target_options(preset, options);
+    if (preset_layers > 0) options.num_layers = std::min(options.num_layers, preset_layers);
     if (preset.empty() || dtype_option->count() > 0) options.dtype = dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
     if (preset.empty() || shard_option->count() > 0) options.max_shard_bytes = max_shard_mib << 20;
     action = [] {

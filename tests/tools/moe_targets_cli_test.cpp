@@ -140,6 +140,28 @@ void every_command_takes_the_target(const std::string& arch) {
 
 }  // namespace
 
+TEST_CASE("Cli.MakeTinyTarget.arch_options_shape_the_experts_and_a_preset_can_be_shallower") {
+  const auto dir = testing::fresh_dir("cli-arch");
+  auto o = run_dflow("make-tiny-target --out " + (dir / "q").string() +
+                     " --arch qwen3_moe --layers 2 --experts 4 --experts-per-token 2 --mlp-only-layers 0");
+  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+  CHECK_MESSAGE(o.output.find("Qwen3MoeForCausalLM, 2 layers") != std::string::npos, o.output);
+  CHECK_MESSAGE(o.output.find("4 experts (top 2)") != std::string::npos, o.output);
+  const auto config = nlohmann::json::parse(std::ifstream(dir / "q" / "config.json"));
+  CHECK(config["mlp_only_layers"] == nlohmann::json::array({0}));
+  CHECK(config["num_experts"] == 4);
+  // An echo head in gpt-oss's sliding layer 0 that could not see its lag is refused, naming both.
+  o = run_dflow("make-tiny-target --out " + (dir / "g").string() + " --arch gpt_oss --pattern echo --sliding-window 8");
+  CHECK(o.exit_code != 0);
+  CHECK_MESSAGE(o.output.find("sliding layer of 8 tokens") != std::string::npos, o.output);
+  CHECK_MESSAGE(o.output.find("echo_lag 16") != std::string::npos, o.output);
+  CHECK(run_dflow("make-tiny-target --out " + (dir / "x").string() + " --arch llama").exit_code == 2);
+  // A preset fixes the architecture; --preset-layers needs a preset and keeps every other shape.
+  CHECK(run_dflow("make-tiny-target --out " + (dir / "x").string() + " --preset qwen3-30b-a3b --arch qwen3").exit_code == 2);
+  CHECK(run_dflow("make-tiny-target --out " + (dir / "x").string() + " --preset-layers 2").exit_code == 2);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("Cli.MoeTargets.qwen3_moe_every_command_that_takes_a_target_runs_it") {
   every_command_takes_the_target("qwen3_moe");
 }
