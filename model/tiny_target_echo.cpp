@@ -42,6 +42,11 @@ NamedTensorList echo_tiny_weights(const TinyTargetOptions& o, const HFConfig& /*
   const tiny::Normal normal = [&](std::vector<int64_t> shape, double std_dev) {
     return torch::empty(shape, torch::kFloat32).normal_(0.0, std_dev, generator);
   };
+  // Output projections: unit normals scaled, as this pattern has always
+  // drawn them (the same seed gives the same bytes as before MoE existed).
+  const tiny::Normal unit_normal_scaled = [&](std::vector<int64_t> shape, double std_dev) {
+    return normal(std::move(shape), 1.0) * std_dev;
+  };
   const bool gpt_oss = o.arch == "gpt_oss";
   const int64_t text_vocab = o.vocab_size - 2;  // eos and mask are never echoed
   const int64_t echoed_first_dim = hidden - code_length;
@@ -125,7 +130,7 @@ NamedTensorList echo_tiny_weights(const TinyTargetOptions& o, const HFConfig& /*
     }
     add(prefix + "input_layernorm.weight", torch::ones({hidden}));
     add(prefix + "post_attention_layernorm.weight", torch::ones({hidden}));
-    tiny::add_mlp(o, i, prefix, normal, echo_layer ? 0.0 : kPerturbation, add);
+    tiny::add_mlp(o, i, prefix, normal, unit_normal_scaled, echo_layer ? 0.0 : kPerturbation, add);
   }
   add("model.norm.weight", torch::ones({hidden}));
   // Row perm(y) reads code(y) from the echoed dims; eos and mask rows stay 0.

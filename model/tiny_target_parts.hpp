@@ -42,10 +42,10 @@ using Sink = std::function<void(std::string name, torch::Tensor tensor)>;
 // One layer's MLP under `prefix` ("model.layers.<i>."): the dense SwiGLU,
 // Qwen3-MoE's router and per-expert projections, or gpt-oss's router (with
 // bias) and stacked, interleaved experts with biases. Input projections are
-// drawn at 1/sqrt(fan_in); output projections (and their biases) at
-// output_scale / sqrt(fan_in): 1 for the random pattern, small or 0 for
-// the echo pattern's layers.
+// drawn by `normal` at 1/sqrt(fan_in); output projections (and their
+// biases) by `output_normal` at output_scale / sqrt(fan_in): 1 for the
+// random pattern, small or 0 for the echo pattern's layers.
 void add_mlp(const TinyTargetOptions& o, int64_t layer, const std::string& prefix, const Normal& normal,
-             double output_scale, const Sink& add);
+             const Normal& output_normal, double output_scale, const Sink& add);
 
 }  // namespace dflow::model::tiny

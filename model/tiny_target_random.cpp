@@ -14,7 +14,7 @@ namespace dflow::model {
 namespace tiny {
 
 void add_mlp(const TinyTargetOptions& o, int64_t layer, const std::string& prefix, const Normal& normal,
-             double output_scale, const Sink& add) {
+             const Normal& output_normal, double output_scale, const Sink& add) {
   const int64_t hidden = o.hidden_size;
   const double fan_in_hidden = 1.0 / std::sqrt(static_cast<double>(hidden));
   auto fan_in = [](int64_t width) { return 1.0 / std::sqrt(static_cast<double>(width)); };
@@ -24,7 +24,7 @@ void add_mlp(const TinyTargetOptions& o, int64_t layer, const std::string& prefi
     const int64_t inner = o.intermediate_size;
     add(prefix + "mlp.gate_proj.weight", normal({inner, hidden}, fan_in_hidden));
     add(prefix + "mlp.up_proj.weight", normal({inner, hidden}, fan_in_hidden));
-    add(prefix + "mlp.down_proj.weight", normal({hidden, inner}, output_scale * fan_in(inner)));
+    add(prefix + "mlp.down_proj.weight", output_normal({hidden, inner}, output_scale * fan_in(inner)));
     return;
   }
   if (o.arch == "qwen3_moe") {  // Qwen3MoeSparseMoeBlock as published: one module per expert
@@ -34,7 +34,7 @@ void add_mlp(const TinyTargetOptions& o, int64_t layer, const std::string& prefi
       const std::string expert = prefix + "mlp.experts." + std::to_string(e) + ".";
       add(expert + "gate_proj.weight", normal({inner, hidden}, fan_in_hidden));
       add(expert + "up_proj.weight", normal({inner, hidden}, fan_in_hidden));
-      add(expert + "down_proj.weight", normal({hidden, inner}, output_scale * fan_in(inner)));
+      add(expert + "down_proj.weight", output_normal({hidden, inner}, output_scale * fan_in(inner)));
     }
     return;
   }
@@ -46,8 +46,8 @@ void add_mlp(const TinyTargetOptions& o, int64_t layer, const std::string& prefi
   add(prefix + "mlp.router.bias", normal({o.num_experts}, kInputBiasStd));
   add(prefix + "mlp.experts.gate_up_proj", normal({o.num_experts, hidden, 2 * inner}, fan_in_hidden));
   add(prefix + "mlp.experts.gate_up_proj_bias", normal({o.num_experts, 2 * inner}, kInputBiasStd));
-  add(prefix + "mlp.experts.down_proj", normal({o.num_experts, inner, hidden}, output_scale * fan_in(inner)));
-  add(prefix + "mlp.experts.down_proj_bias", normal({o.num_experts, hidden}, output_scale * kInputBiasStd));
+  add(prefix + "mlp.experts.down_proj", output_normal({o.num_experts, inner, hidden}, output_scale * fan_in(inner)));
+  add(prefix + "mlp.experts.down_proj_bias", output_normal({o.num_experts, hidden}, output_scale * kInputBiasStd));
 }
 
 }  // namespace tiny
@@ -97,7 +97,7 @@ void random_tiny_weights(const TinyTargetOptions& o, const HFConfig& /*config*/,
     }
     add(prefix + "input_layernorm.weight", torch::ones({hidden}));
     add(prefix + "post_attention_layernorm.weight", torch::ones({hidden}));
-    tiny::add_mlp(o, i, prefix, normal, 1.0, add);
+    tiny::add_mlp(o, i, prefix, normal, normal, 1.0, add);
   }
   add("model.norm.weight", torch::ones({hidden}));
   if (o.tie_word_embeddings) return;  // the embedding is the head (its logits are not peaked; fine for shapes)
