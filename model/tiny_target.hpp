@@ -71,6 +71,13 @@ struct TinyTargetOptions {
   // in layer 0, a sliding layer).
   int64_t sliding_window = 32;
   double swiglu_limit = 7.0;
+  // gpt_oss: the experts' projections in MXFP4 as the published checkpoints
+  // hold them (*_blocks: FP4 e2m1 pairs in a byte, low nibble first, 32
+  // values a block along the input; *_scales: a power of two per block,
+  // biased by 127; config quantization_config quant_method mxfp4), each
+  // block scaled so its largest value fits 6 and rounded to the nearest
+  // FP4 value. Needs hidden_size and intermediate_size multiples of 32.
+  bool mxfp4 = false;
 };
 
 // The architectures make_tiny_target writes: qwen3, qwen3_moe, gpt_oss.

@@ -112,6 +112,12 @@ nlohmann::json config_json(const TinyTargetOptions& o) {
         {"router_aux_loss_coef", 0.9},
         {"use_cache", true},
     });
+    if (o.mxfp4) {  // as gpt-oss-20b's config.json: everything but the experts stays unquantized
+      config["quantization_config"] = {
+          {"quant_method", "mxfp4"},
+          {"modules_to_not_convert",
+           {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}};
+    }
     return config;
   }
   config.update({{"rms_norm_eps", 1e-6}, {"rope_scaling", nullptr}, {"attention_bias", false}, {"bos_token_id", nullptr}});
@@ -161,6 +167,9 @@ void check_options(const TinyTargetOptions& o) {
     throw std::invalid_argument("make_tiny_target: qwen3_moe needs decoder_sparse_step >= 1 and moe_intermediate_size >= 1");
   if (o.arch == "gpt_oss" && o.sliding_window < 1)
     throw std::invalid_argument("make_tiny_target: gpt_oss needs a sliding_window >= 1");
+  if (o.mxfp4 && (o.arch != "gpt_oss" || o.hidden_size % 32 != 0 || o.intermediate_size % 32 != 0))
+    throw std::invalid_argument("make_tiny_target: MXFP4 experts are gpt_oss's, with hidden_size and "
+                                "intermediate_size multiples of 32");
   if (o.arch == "gpt_oss" && o.pattern == "echo" && o.sliding_window < o.echo_lag)
     throw std::invalid_argument("make_tiny_target: the echo head sits in layer 0, a sliding layer of " +
                                 std::to_string(o.sliding_window) + " tokens: it cannot see echo_lag " +

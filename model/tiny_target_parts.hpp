@@ -10,6 +10,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/tiny_target.hpp"
@@ -47,5 +48,9 @@ using Sink = std::function<void(std::string name, torch::Tensor tensor)>;
 // random pattern, small or 0 for the echo pattern's layers.
 void add_mlp(const TinyTargetOptions& o, int64_t layer, const std::string& prefix, const Normal& normal,
              const Normal& output_normal, double output_scale, const Sink& add);
+
+// gpt-oss's MXFP4 of stacked expert weights [E, in, out] (TinyTargetOptions::mxfp4):
+// blocks [E, out, in / 32, 16] and scales [E, out, in / 32], both uint8.
+std::pair<torch::Tensor, torch::Tensor> mxfp4_quantize(const torch::Tensor& weight);
 
 }  // namespace dflow::model::tiny

@@ -6,6 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "model/tiny_target_parts.hpp"
 
@@ -44,10 +45,41 @@ void add_mlp(const TinyTargetOptions& o, int64_t layer, const std::string& prefi
   const int64_t inner = o.intermediate_size;
   add(prefix + "mlp.router.weight", normal({o.num_experts, hidden}, fan_in_hidden));
   add(prefix + "mlp.router.bias", normal({o.num_experts}, kInputBiasStd));
-  add(prefix + "mlp.experts.gate_up_proj", normal({o.num_experts, hidden, 2 * inner}, fan_in_hidden));
+  const auto add_experts = [&](const std::string& name, const torch::Tensor& weight) {
+    if (!o.mxfp4) return add(name, weight);
+    auto [blocks, scales] = mxfp4_quantize(weight);
+    add(name + "_blocks", blocks);
+    add(name + "_scales", scales);
+  };
+  add_experts(prefix + "mlp.experts.gate_up_proj", normal({o.num_experts, hidden, 2 * inner}, fan_in_hidden));
   add(prefix + "mlp.experts.gate_up_proj_bias", normal({o.num_experts, 2 * inner}, kInputBiasStd));
-  add(prefix + "mlp.experts.down_proj", output_normal({o.num_experts, inner, hidden}, output_scale * fan_in(inner)));
+  add_experts(prefix + "mlp.experts.down_proj", output_normal({o.num_experts, inner, hidden}, output_scale * fan_in(inner)));
   add(prefix + "mlp.experts.down_proj_bias", output_normal({o.num_experts, hidden}, output_scale * kInputBiasStd));
+}
+
+std::pair<torch::Tensor, torch::Tensor> mxfp4_quantize(const torch::Tensor& weight) {
+  constexpr int64_t kBlock = 32;
+  const int64_t experts = weight.size(0), in = weight.size(1), out = weight.size(2);
+  if (in % kBlock != 0) throw std::invalid_argument("make_tiny_target: MXFP4 needs input widths that are multiples of 32");
+  // Midpoints between the FP4 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6: bucketize gives the nearest one's index.
+  const torch::Tensor midpoints = torch::tensor({0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0}, torch::kFloat32);
+  torch::Tensor blocks = torch::empty({experts, out, in / kBlock, kBlock / 2}, torch::kUInt8);
+  torch::Tensor scales = torch::empty({experts, out, in / kBlock}, torch::kUInt8);
+  for (int64_t e = 0; e < experts; ++e) {  // one expert at a time: the 20B preset's [32, 2880, 5760] stays small
+    const torch::Tensor rows = weight[e].to(torch::kCPU, torch::kFloat32).t().contiguous().view({out, in / kBlock, kBlock});
+    const torch::Tensor largest = rows.abs().amax(-1);  // [out, G]
+    const torch::Tensor exponent =
+        torch::where(largest > 0, torch::ceil(torch::log2(largest / 6.0)), torch::full_like(largest, -127.0))
+            .clamp(-127.0, 127.0);
+    const torch::Tensor scaled = rows / torch::exp2(exponent).unsqueeze(-1);
+    const torch::Tensor code =
+        torch::bucketize(scaled.abs(), midpoints).to(torch::kUInt8) + (scaled < 0).to(torch::kUInt8) * 8;
+    using torch::indexing::Slice;
+    blocks[e].copy_(code.index({"...", Slice(0, torch::indexing::None, 2)}) |
+                    code.index({"...", Slice(1, torch::indexing::None, 2)}) * 16);
+    scales[e].copy_((exponent + 127).to(torch::kUInt8));
+  }
+  return {blocks, scales};
 }
 
 }  // namespace tiny
@@ -75,7 +107,9 @@ void random_tiny_weights(const TinyTargetOptions& o, const HFConfig& /*config*/,
   constexpr double kSelfRepeatPenalty = 0.5;
   constexpr double kAttentionBiasStd = 0.02;
   const bool gpt_oss = o.arch == "gpt_oss";
-  const tiny::Sink add = [&](std::string name, const torch::Tensor& value) { sink(std::move(name), value.to(torch::kCPU, o.dtype)); };
+  const tiny::Sink add = [&](std::string name, const torch::Tensor& value) {  // MXFP4's uint8 stays uint8
+    sink(std::move(name), value.is_floating_point() ? value.to(torch::kCPU, o.dtype) : value.to(torch::kCPU));
+  };
   const torch::Tensor embedding = normal({o.vocab_size, hidden}, 1.0);
   add("model.embed_tokens.weight", embedding);
   for (int64_t i = 0; i < o.num_layers; ++i) {

@@ -126,6 +126,9 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
                   "than the whole model; per-layer figures stay the real model's)")
       ->needs(preset_option)
       ->check(CLI::PositiveNumber);
+  sub->add_flag("--mxfp4", options.mxfp4,
+               "gpt_oss: the experts in MXFP4 (*_blocks, *_scales and quantization_config), as the published "
+               "checkpoints hold them");
   sub->add_option("--seed", options.seed)->capture_default_str();
   sub->add_option("--pattern", options.pattern,
                   "random: patternless continuations; echo: token[t] = perm(token[t - lag]), learnable by a drafter")
@@ -147,7 +150,11 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   sub->callback([&action, dtype_option, shard_option] {
     options.generate_on = device == "cuda" ? torch::Device("cuda:0") : torch::Device(torch::kCPU);
-    if (!preset.empty()) options = model::preset_target_options(preset, options);
+    if (!preset.empty()) {
+      const bool mxfp4 = options.mxfp4;  // the one architecture option a preset takes (gpt-oss-20b as published)
+      options = model::preset_target_options(preset, options);
+      options.mxfp4 = mxfp4;
+    }
     if (preset_layers > 0) options.num_layers = std::min(options.num_layers, preset_layers);
     if (preset.empty() || dtype_option->count() > 0) options.dtype = dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
     if (preset.empty() || shard_option->count() > 0) options.max_shard_bytes = max_shard_mib << 20;

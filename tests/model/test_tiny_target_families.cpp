@@ -155,6 +155,43 @@ TEST_CASE("Model.TinyTarget.MoeEchoTargetsContinueThroughAPermutationInTransform
   }
 }
 
+TEST_CASE("Model.TinyTarget.Mxfp4ExpertsDequantizeInTransformersToTheSameDraw") {
+  // The same options and seed with and without --mxfp4 draw the same
+  // weights: transformers' own dequantization of the blocks and scales must
+  // give the dense checkpoint's tensors in their layout, within FP4's
+  // rounding (a 32-value block scaled to 6: about 12% of a Gaussian's norm;
+  // a transposed or nibble-swapped layout gives over 100%).
+  ScratchDir scratch("tiny-mxfp4");
+  TinyTargetOptions dense = small_moe("gpt_oss", scratch.path() / "dense");
+  make_tiny_target(dense);
+  TinyTargetOptions quantized = dense;
+  quantized.out_dir = scratch.path() / "mxfp4";
+  quantized.mxfp4 = true;
+  make_tiny_target(quantized);
+  const auto config = read_json_file(quantized.out_dir / "config.json");
+  CHECK(config["quantization_config"]["quant_method"] == "mxfp4");
+  const SafetensorsFile file(quantized.out_dir / "model.safetensors");
+  CHECK(file.entry("model.layers.0.mlp.experts.gate_up_proj_blocks").shape == std::vector<int64_t>{8, 256, 2, 16});
+  CHECK(file.entry("model.layers.0.mlp.experts.gate_up_proj_scales").shape == std::vector<int64_t>{8, 256, 2});
+  CHECK(file.entry("model.layers.0.mlp.experts.down_proj_blocks").dtype_name == "U8");
+
+  if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
+  const auto out = scratch.path() / "mxfp4.json";
+  const auto o = ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
+                                                   "/tests/model/hf_mxfp4_check.py " + quantized.out_dir.string() + " " +
+                                                   dense.out_dir.string() + " " + out.string(),
+                                               120);
+  INFO(o.output);
+  REQUIRE(o.exit_code == 0);
+  const auto report = read_json_file(out);
+  CHECK(report.size() == 6);  // gate_up_proj and down_proj of 3 layers
+  for (const auto& [name, entry] : report.items()) {
+    CAPTURE(name);
+    CHECK(entry["shape"] == entry["dense_shape"]);
+    CHECK(entry["relative_error"].get<double>() < 0.15);
+  }
+}
+
 TEST_CASE("Model.TinyTarget.MoePresetsHaveThePublishedShapes") {
   const auto a3b = preset_target_options("qwen3-30b-a3b");
   CHECK(a3b.arch == "qwen3_moe");
