@@ -101,9 +101,10 @@ void read_rope(const nlohmann::json& json, HFConfig& config, const std::string& 
     from = "rope_parameters";
   }
   config.rope_theta = number_value(rope, "rope_theta", config.rope_theta, source);
-  const std::string type = rope.contains("rope_type") ? rope["rope_type"].get<std::string>()
-                                                      : rope.value("type", std::string("default"));
   const std::string described = from + " " + rope.dump();
+  const nlohmann::json type_value = rope.contains("rope_type") ? rope["rope_type"] : rope.value("type", nlohmann::json("default"));
+  if (!type_value.is_string()) throw config_error(source, described + ": rope_type must be a string");
+  const std::string type = type_value.get<std::string>();
   if (type == "default") {
     for (const auto& [key, value] : rope.items()) {
       if (key != "rope_type" && key != "type" && key != "rope_theta") {
