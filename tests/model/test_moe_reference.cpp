@@ -1,0 +1,195 @@
+// dflow's Qwen3-MoE target against transformers (independent Python code in
+// the venv) on small random checkpoints it wrote (tests/model/hf_moe_reference.py):
+// every layer's hidden state (the drafter's features; the last after the
+// final norm) in float32 and bfloat16, greedy decoding against transformers'
+// float64 argmax, and dflow's other paths to the same features (the KV cache,
+// packed documents) against its full forward.
+#include "test_paths.hpp"
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/documents.hpp"
+#include "model/hf_config.hpp"
+#include "model/safetensors.hpp"
+#include "model/target.hpp"
+#include "model_fixtures.hpp"
+#include "tools/run_command.hpp"
+
+using namespace dflow::model;
+using dflow::model::testing::ScratchDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const kCheckpoints[] = {"qwen3-moe-norm-topk", "qwen3-moe-sparse-step"};
+
+// The checkpoints and their references, written once per test process.
+const fs::path& moe_checkpoints() {
+  static ScratchDir dir("hf-moe");
+  static const bool written = [] {
+    if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
+    const auto o = ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
+                                                     "/tests/model/hf_moe_reference.py " + dir.path().string(),
+                                                 600);
+    INFO(o.output);
+    REQUIRE(o.exit_code == 0);
+    return true;
+  }();
+  (void)written;
+  return dir.path();
+}
+
+nlohmann::json reference_json(const fs::path& checkpoint) { return read_json_file(checkpoint / "reference.json"); }
+
+std::vector<std::vector<int64_t>> id_lists(const nlohmann::json& json) {
+  return json.get<std::vector<std::vector<int64_t>>>();
+}
+
+std::vector<int64_t> every_layer(const TargetModel& target) {
+  std::vector<int64_t> ids;
+  for (int64_t l = 0; l < target.num_layers(); ++l) ids.push_back(l);
+  return ids;
+}
+
+torch::Tensor ids_tensor(const std::vector<int64_t>& row) { return torch::tensor(row, torch::kInt64).unsqueeze(0); }
+
+// ||a - b|| / ||b|| over the whole [S, H] state.
+double relative_error(const torch::Tensor& got, const torch::Tensor& expected) {
+  const torch::Tensor e = expected.to(torch::kFloat64);
+  return (got.to(torch::kFloat64) - e).norm().item<double>() / e.norm().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("Model.MoeReference.LoadsTheSparseAndDenseLayersTransformersWrote") {
+  // The first checkpoint: layer 1 dense by mlp_only_layers; the second:
+  // layers 1 and 3 sparse by decoder_sparse_step 2, eleven shards.
+  const HFConfig a = TargetModel::load(moe_checkpoints() / kCheckpoints[0]).config();
+  CHECK(a.moe.sparse_layers == std::vector<bool>{true, false, true});
+  CHECK(a.moe.norm_topk_prob);
+  const fs::path sharded = moe_checkpoints() / kCheckpoints[1];
+  CHECK(fs::exists(sharded / "model.safetensors.index.json"));
+  const HFConfig b = TargetModel::load(sharded).config();
+  CHECK(b.moe.sparse_layers == std::vector<bool>{false, true, false, true});
+  CHECK_FALSE(b.moe.norm_topk_prob);
+  CHECK(b.attention_bias);
+}
+
+TEST_CASE("Model.MoeReference.HiddenStatesOfEveryLayerEqualTransformersFloat32") {
+  torch::set_num_threads(1);
+  for (const char* name : kCheckpoints) {
+    CAPTURE(name);
+    const fs::path dir = moe_checkpoints() / name;
+    const TargetModel target = TargetModel::load(dir);
+    const SafetensorsFile reference(dir / "reference.safetensors");
+    const auto rows = id_lists(reference_json(dir)["rows"]);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      CAPTURE(r);
+      const TargetOutput out = target.forward(ids_tensor(rows[r]), every_layer(target), /*want_logits=*/true);
+      for (int64_t layer = 0; layer < target.num_layers(); ++layer) {
+        CAPTURE(layer);
+        const torch::Tensor expected =
+            reference.tensor("float32.row" + std::to_string(r) + ".hidden_states." + std::to_string(layer + 1));
+        REQUIRE(expected.abs().max().item<double>() > 0.5);  // O(1) activations, not a vacuous comparison
+        CHECK(torch::allclose(out.hidden_states[static_cast<size_t>(layer)][0], expected, 1e-4, 1e-4));
+      }
+      CHECK(torch::allclose(out.logits[0], reference.tensor("float32.row" + std::to_string(r) + ".logits"), 1e-4, 1e-4));
+    }
+  }
+}
+
+TEST_CASE("Model.MoeReference.HiddenStatesOfEveryLayerWithinBfloat16ToleranceOfTransformers") {
+  // transformers in bf16 against dflow in bf16, the same checkpoint converted
+  // on load: the relative error of each layer's [S, H] state (its norm over
+  // the reference's) stays within 2%; bf16 itself keeps 2^-8 = 0.4%, the
+  // layers' products and sums add a few roundings. (With one thread on the
+  // CPU dflow follows transformers' op order and dtypes so closely that the
+  // states come out equal bit for bit; the bound leaves room for other GEMM
+  // kernels, and a flipped routing decision would exceed it.)
+  torch::set_num_threads(1);
+  for (const char* name : kCheckpoints) {
+    CAPTURE(name);
+    const fs::path dir = moe_checkpoints() / name;
+    const TargetModel target = TargetModel::load(dir, torch::kCPU, torch::kBFloat16);
+    const SafetensorsFile reference(dir / "reference.safetensors");
+    const auto rows = id_lists(reference_json(dir)["rows"]);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      CAPTURE(r);
+      const TargetOutput out = target.forward(ids_tensor(rows[r]), every_layer(target), false);
+      for (int64_t layer = 0; layer < target.num_layers(); ++layer) {
+        CAPTURE(layer);
+        const torch::Tensor& got = out.hidden_states[static_cast<size_t>(layer)][0];
+        CHECK((got.scalar_type() == torch::kBFloat16));
+        const std::string key = ".row" + std::to_string(r) + ".hidden_states." + std::to_string(layer + 1);
+        const double error = relative_error(got, reference.tensor("bfloat16" + key));
+        CAPTURE(error);
+        CHECK(error < 0.02);
+        // And bf16 is not float32: the comparison is with transformers' bf16.
+        CHECK(relative_error(reference.tensor("bfloat16" + key), reference.tensor("float32" + key)) > 1e-4);
+      }
+    }
+  }
+}
+
+TEST_CASE("Model.MoeReference.GreedyDecodingEqualsTransformersFloat64Argmax") {
+  torch::set_num_threads(1);
+  for (const char* name : kCheckpoints) {
+    CAPTURE(name);
+    const fs::path dir = moe_checkpoints() / name;
+    const TargetModel target = TargetModel::load(dir);
+    const nlohmann::json reference = reference_json(dir);
+    const auto prompts = id_lists(reference["prompts"]);
+    const auto expected = id_lists(reference["greedy_float64"]);
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      CAPTURE(p);
+      CHECK(target.generate(prompts[p], static_cast<int64_t>(expected[p].size()), 0.0, 0, {}) == expected[p]);
+    }
+  }
+}
+
+TEST_CASE("Model.MoeReference.KVCacheAndPackedDocumentsEqualTheFullForward") {
+  torch::set_num_threads(1);
+  for (const char* name : kCheckpoints) {
+    CAPTURE(name);
+    const fs::path dir = moe_checkpoints() / name;
+    const TargetModel target = TargetModel::load(dir);
+    const auto layers = every_layer(target);
+    const auto rows = id_lists(reference_json(dir)["rows"]);
+    const torch::Tensor a = ids_tensor(rows[0]), b = ids_tensor(rows[1]);
+    const int64_t la = a.size(1), lb = b.size(1);
+    const TargetOutput full_a = target.forward(a, layers, true);
+    const TargetOutput full_b = target.forward(b, layers, true);
+
+    // Prefill 5 tokens, then one token per call.
+    KVCache cache = target.new_cache(1, la);
+    std::vector<std::vector<torch::Tensor>> pieces(layers.size());
+    std::vector<torch::Tensor> logits;
+    const auto step = [&](int64_t start, int64_t count) {
+      const TargetOutput out = target.forward_cached(cache, a.narrow(1, start, count), layers, true);
+      for (size_t l = 0; l < layers.size(); ++l) pieces[l].push_back(out.hidden_states[l]);
+      logits.push_back(out.logits);
+    };
+    step(0, 5);
+    for (int64_t t = 5; t < la; ++t) step(t, 1);
+    for (size_t l = 0; l < layers.size(); ++l) {
+      CAPTURE(l);
+      CHECK(torch::allclose(torch::cat(pieces[l], 1), full_a.hidden_states[l], 1e-5, 1e-5));
+    }
+    CHECK(torch::allclose(torch::cat(logits, 1), full_a.logits, 1e-5, 1e-5));
+
+    // Both rows packed as two documents of one row: each as it is alone.
+    PackedDocuments documents{torch::cat({torch::arange(la), torch::arange(lb)}).unsqueeze(0),
+                              torch::cat({torch::zeros({la}, torch::kInt64), torch::ones({lb}, torch::kInt64)})
+                                  .unsqueeze(0)};
+    const TargetOutput packed = target.forward(torch::cat({a, b}, 1), documents, layers, true);
+    for (size_t l = 0; l < layers.size(); ++l) {
+      CAPTURE(l);
+      CHECK(torch::allclose(packed.hidden_states[l].narrow(1, 0, la), full_a.hidden_states[l], 1e-5, 1e-5));
+      CHECK(torch::allclose(packed.hidden_states[l].narrow(1, la, lb), full_b.hidden_states[l], 1e-5, 1e-5));
+    }
+    CHECK(torch::allclose(packed.logits.narrow(1, la, lb), full_b.logits, 1e-5, 1e-5));
+  }
+}
