@@ -192,6 +192,29 @@ TEST_CASE("Model.TinyTarget.Mxfp4ExpertsDequantizeInTransformersToTheSameDraw") 
   }
 }
 
+TEST_CASE("Model.TinyTarget.Mxfp4EchoTargetContinuesAsItsDenseTwinInDflow") {
+  // dflow's loader dequantizes the MXFP4 experts; the echo survives their
+  // rounding (the experts' output is small), so greedy decoding equals the
+  // dense checkpoint's of the same seed, token for token.
+  ScratchDir scratch("tiny-mxfp4-echo");
+  TinyTargetOptions dense = small_moe("gpt_oss", scratch.path() / "dense");
+  dense.pattern = "echo";
+  make_tiny_target(dense);
+  TinyTargetOptions quantized = dense;
+  quantized.out_dir = scratch.path() / "mxfp4";
+  quantized.mxfp4 = true;
+  const HFConfig config = make_tiny_target(quantized);
+  CHECK(config.moe.mxfp4);
+  const TargetModel dense_target = TargetModel::load(dense.out_dir), quantized_target = TargetModel::load(quantized.out_dir);
+  torch::manual_seed(8);
+  for (int p = 0; p < 3; ++p) {
+    const torch::Tensor ids = torch::randint(0, dense.vocab_size - 2, {dense.echo_lag + 3 * p}, torch::kInt64);
+    const std::vector<int64_t> prompt(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    const auto expected = dense_target.generate(prompt, 40, 0.0, 0, {});
+    CHECK(quantized_target.generate(prompt, 40, 0.0, 0, {}) == expected);
+  }
+}
+
 TEST_CASE("Model.TinyTarget.MoePresetsHaveThePublishedShapes") {
   const auto a3b = preset_target_options("qwen3-30b-a3b");
   CHECK(a3b.arch == "qwen3_moe");
