@@ -2,7 +2,7 @@
 // make-tiny-target writes (Qwen3-MoE, gpt-oss; the echo pattern, as the
 // demo's): the demo's data made with the target, training with online
 // features and tau, with features cached by `dflow cache-features` and
-// hybrid-filled, `dflow eval` greedy (lossless) and sampled, `replay`, and
+// hybrid-filled, `dflow eval` greedy (lossless) and sampled, `export`, `replay`, and
 // `dflow regenerate` from prompts (with --features) and from chats. The same
 // commands' behaviour is tested in depth on the dense target elsewhere; here
 // each runs once on each family, in seconds.
@@ -101,6 +101,14 @@ void every_command_takes_the_target(const std::string& arch) {
   o = run_dflow(eval + " --json " + (a.dir / "eval.json").string());
   CHECK_MESSAGE(o.exit_code == 0, o.output);
   CHECK_MESSAGE(o.output.find("lossless: yes") != std::string::npos, o.output);
+  // The exported drafter (z-lab's layout) drafts exactly the same.
+  o = run_dflow("export " + online.string() + " --out " + (a.dir / "exported").string());
+  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+  o = run_dflow("eval --target " + target + " --drafter " + (a.dir / "exported").string() + " --prompts " +
+                a.heldout.string() + " --max-new-tokens 16 --json " + (a.dir / "eval-exported.json").string());
+  CHECK_MESSAGE(o.exit_code == 0, o.output);
+  CHECK(nlohmann::json::parse(std::ifstream(a.dir / "eval-exported.json"))["tau_histogram"] ==
+        nlohmann::json::parse(std::ifstream(a.dir / "eval.json"))["tau_histogram"]);
   o = run_dflow(eval + " --temperature 0.8 --seed 3");
   CHECK_MESSAGE(o.exit_code == 0, o.output);
   CHECK_MESSAGE(o.output.find("sampled at temperature") != std::string::npos, o.output);
