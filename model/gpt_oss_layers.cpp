@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
+#include <vector>
 
 namespace dflow::model {
 
@@ -71,39 +73,39 @@ torch::Tensor rms_norm_scaled_wide(const torch::Tensor& x, const torch::Tensor& 
 
 namespace {
 
-// Attention of every query over its visible keys and its head's sink, with
-// LibTorch's scaled_dot_product_attention: the sink is one more key, whose
-// score is the sink logit itself. Queries get a column of ones after their
-// (pre-scaled) features, keys a column of zeros, and the sink key zeros with
-// sinks[h] in that column: its score is 1 * sinks[h], exactly, and its value
-// is zero, so its share of the softmax leaves the output as HF's drop of the
-// sink column does. Head dims are padded to a multiple of 8 for the kernels.
-// visible [Q, K] bool, shared by the batch and the heads.
-torch::Tensor attention_with_sink_key(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                      const torch::Tensor& sinks, const torch::Tensor& visible) {
-  const int64_t batch = q.size(0), heads = q.size(1), queries = q.size(2), head_dim = q.size(3);
-  const int64_t keys = k.size(2), groups = heads / k.size(1);
-  const int64_t pad = 8 - head_dim % 8;  // >= 1: room for the sink's column
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  const auto options = q.options();
-  const torch::Tensor ones = torch::ones({batch, heads, queries, 1}, options);
-  const torch::Tensor q_aug = torch::cat({q * scale, ones, torch::zeros({batch, heads, queries, pad - 1}, options)}, -1);
-  const torch::Tensor sink_key = torch::zeros({batch, heads, 1, head_dim + pad}, options);
-  sink_key.select(-1, head_dim).copy_(sinks.to(q.scalar_type()).view({1, heads, 1}).expand({batch, heads, 1}));
-  const torch::Tensor padding = torch::zeros({batch, heads, keys, pad}, options);
-  const torch::Tensor k_aug =
-      torch::cat({torch::cat({expand_kv_heads(k, groups), padding}, -1), sink_key}, 2);  // [B, H, K + 1, D + pad]
-  const torch::Tensor v_aug =
-      torch::cat({torch::cat({expand_kv_heads(v, groups), padding}, -1), torch::zeros_like(sink_key)}, 2);
-  const torch::Tensor mask =
-      torch::cat({visible, torch::ones({queries, 1}, visible.options())}, -1);  // the sink is always visible
-  return at::scaled_dot_product_attention(q_aug, k_aug, v_aug, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
-                                          /*scale=*/1.0)
-      .narrow(-1, 0, head_dim);
+// The sink as one more key, so that LibTorch's scaled_dot_product_attention
+// computes HF's softmax over [scores, sink] exactly: queries get a column of
+// ones after their (pre-scaled) features, keys a column of zeros, and the
+// sink key, first, zeros with sinks[h] in that column: its score is
+// 1 * sinks[h] exactly, and its value is zero, so its share of the softmax
+// leaves the output as HF's drop of the sink column does. Head dims are
+// padded to a multiple of 8 for the kernels; key/value heads are repeated
+// per query head, since each query head has its own sink.
+struct SinkKeys {
+  torch::Tensor keys, values;  // [B, H, 1 + K, D + pad]: the sink, then keys key_first ..
+  int64_t key_first = 0;
+};
+
+int64_t sink_padding(int64_t head_dim) { return 8 - head_dim % 8; }  // >= 1: room for the sink's column
+
+SinkKeys sink_keys(const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& sinks, int64_t heads,
+                   int64_t key_first, int64_t key_count) {
+  const int64_t batch = k.size(0), head_dim = k.size(3), groups = heads / k.size(1), pad = sink_padding(head_dim);
+  const auto options = k.options();
+  SinkKeys out;
+  out.key_first = key_first;
+  out.keys = torch::zeros({batch, heads, 1 + key_count, head_dim + pad}, options);
+  out.values = torch::zeros({batch, heads, 1 + key_count, head_dim + pad}, options);
+  out.keys.select(2, 0).select(-1, head_dim).copy_(sinks.to(k.scalar_type()).view({1, heads}).expand({batch, heads}));
+  auto body = [&](const torch::Tensor& x) { return x.narrow(2, 1, key_count).narrow(-1, 0, head_dim); };
+  body(out.keys).copy_(expand_kv_heads(k.narrow(2, key_first, key_count), groups));
+  body(out.values).copy_(expand_kv_heads(v.narrow(2, key_first, key_count), groups));
+  return out;
 }
 
 // Queries at absolute positions [first, first + count) over keys at
-// [key_first, key_first + key_count): j <= p, and p - window < j when windowed.
+// [key_first, key_first + key_count): j <= p, and p - window < j when
+// windowed; the sink's column first, always visible.
 torch::Tensor visible_keys(int64_t first, int64_t count, int64_t key_first, int64_t key_count, int64_t window,
                            torch::Device device) {
   const auto options = torch::TensorOptions().device(device).dtype(torch::kInt64);
@@ -111,33 +113,53 @@ torch::Tensor visible_keys(int64_t first, int64_t count, int64_t key_first, int6
   const torch::Tensor j = (torch::arange(key_count, options) + key_first).unsqueeze(0);
   torch::Tensor visible = j <= p;
   if (window > 0) visible = visible & (j > p - window);
-  return visible;
+  return torch::cat({torch::ones({count, 1}, visible.options()), visible}, -1);
 }
+
+// q [B, H, Q, D] at positions first .. over `keys`, the first key_count of them.
+torch::Tensor attend(const torch::Tensor& q, const SinkKeys& keys, int64_t first, int64_t key_count, int64_t window) {
+  const int64_t batch = q.size(0), heads = q.size(1), queries = q.size(2), head_dim = q.size(3);
+  const int64_t pad = sink_padding(head_dim);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const torch::Tensor q_aug = torch::cat({q * scale, torch::ones({batch, heads, queries, 1}, q.options()),
+                                          torch::zeros({batch, heads, queries, pad - 1}, q.options())},
+                                         -1);
+  const torch::Tensor mask = visible_keys(first, queries, keys.key_first, key_count, window, q.device());
+  return at::scaled_dot_product_attention(q_aug, keys.keys.narrow(2, 0, 1 + key_count),
+                                          keys.values.narrow(2, 0, 1 + key_count), mask, /*dropout_p=*/0.0,
+                                          /*is_causal=*/false, /*scale=*/1.0)
+      .narrow(-1, 0, head_dim);
+}
+
+// Queries per attention call: a causal layer's chunks skip the keys after
+// their last query (about half the scores of one call over all of them).
+constexpr int64_t kQueryChunk = 256;
 
 }  // namespace
 
 torch::Tensor causal_sink_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& sinks, int64_t query_start, int64_t window) {
-  const int64_t queries = q.size(2), keys = k.size(2);
+  const int64_t heads = q.size(1), queries = q.size(2), keys = k.size(2);
   if (keys != query_start + queries) {
     throw std::invalid_argument("causal_sink_attention: " + std::to_string(keys) + " keys for queries at " +
                                 std::to_string(query_start) + " .. " + std::to_string(query_start + queries - 1));
   }
-  if (window <= 0) {
-    return attention_with_sink_key(q, k, v, sinks, visible_keys(query_start, queries, 0, keys, 0, q.device()));
-  }
-  // A sliding layer: chunks of queries, each over the keys of its window
-  // only, so the cost grows with S * window, not S^2.
-  const int64_t chunk = std::max<int64_t>(window, 128);
+  // A full layer: one copy of its keys, each chunk of queries reading them
+  // up to its last query. A sliding layer: each chunk copies the keys of
+  // its window only, so the cost grows with S * window, not S^2.
+  const int64_t chunk = window > 0 ? std::max<int64_t>(window, 128) : kQueryChunk;
+  std::optional<SinkKeys> all_keys;
+  if (window <= 0) all_keys = sink_keys(k, v, sinks, heads, 0, keys);
   std::vector<torch::Tensor> outputs;
   for (int64_t first = 0; first < queries; first += chunk) {
     const int64_t count = std::min(chunk, queries - first);
     const int64_t position = query_start + first;
-    const int64_t key_first = std::max<int64_t>(0, position - window + 1);
+    const int64_t key_first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
     const int64_t key_count = position + count - key_first;
-    outputs.push_back(attention_with_sink_key(q.narrow(2, first, count), k.narrow(2, key_first, key_count),
-                                              v.narrow(2, key_first, key_count), sinks,
-                                              visible_keys(position, count, key_first, key_count, window, q.device())));
+    const torch::Tensor q_chunk = q.narrow(2, first, count);
+    outputs.push_back(all_keys ? attend(q_chunk, *all_keys, position, key_count, window)
+                               : attend(q_chunk, sink_keys(k, v, sinks, heads, key_first, key_count), position,
+                                        key_count, window));
   }
   return outputs.size() == 1 ? outputs.front() : torch::cat(outputs, 2);
 }

@@ -27,7 +27,14 @@ torch::Tensor mxfp4_dequantize(const torch::Tensor& blocks, const torch::Tensor&
   out_shape.back() *= 32;
   torch::Tensor out = torch::empty(out_shape, torch::TensorOptions().device(device).dtype(dtype));
   if (out.numel() == 0) return out;
-  const torch::Tensor lut = torch::from_blob(const_cast<float*>(kFp4Values), {16}, torch::kFloat32).to(device);
+  // Both values of every byte, [256, 2]: (low nibble's, high nibble's).
+  const torch::Tensor nibble_values = torch::from_blob(const_cast<float*>(kFp4Values), {16}, torch::kFloat32);
+  const torch::Tensor byte_values =
+      torch::stack({nibble_values.repeat({16}), nibble_values.repeat_interleave(16)}, -1).to(device);
+  // 2^(s - 127) by scale byte, as transformers' ldexp computes the factor
+  // (inf for 255, where float32 ends).
+  const torch::Tensor scale_values =
+      torch::ldexp(torch::ones({256}, torch::kFloat32), torch::arange(256, torch::kInt32) - 127).to(device);
   // A slice of the leading axis at a time (one expert, for the experts'
   // [E, rows, G, 16]), so that the float32 and index temporaries stay small.
   const int64_t slices = blocks.dim() > 2 ? blocks.size(0) : 1;
@@ -36,11 +43,9 @@ torch::Tensor mxfp4_dequantize(const torch::Tensor& blocks, const torch::Tensor&
   const torch::Tensor all_out = blocks.dim() > 2 ? out : out.unsqueeze(0);
   for (int64_t i = 0; i < slices; ++i) {
     const torch::Tensor bytes = all_blocks[i].to(device);                                     // [..., G, 16]
-    const torch::Tensor low = lut.index({torch::bitwise_and(bytes, 0x0F).to(torch::kInt64)});   // [..., G, 16]
-    const torch::Tensor high = lut.index({torch::bitwise_right_shift(bytes, 4).to(torch::kInt64)});
-    const torch::Tensor values = torch::stack({low, high}, -1).flatten(-2);                    // [..., G, 32]
-    const torch::Tensor exponents = (all_scales[i].to(device).to(torch::kInt32) - 127).unsqueeze(-1);
-    all_out[i].copy_(torch::ldexp(values, exponents).flatten(-2));
+    const torch::Tensor values = byte_values.index({bytes.to(torch::kInt64)}).flatten(-2);      // [..., G, 32]
+    const torch::Tensor factors = scale_values.index({all_scales[i].to(device).to(torch::kInt64)}).unsqueeze(-1);
+    all_out[i].copy_((values * factors).flatten(-2));
   }
   return out;
 }

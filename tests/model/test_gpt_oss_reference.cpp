@@ -141,8 +141,10 @@ TEST_CASE("Model.GptOssReference.HiddenStatesOfEveryLayerWithinBfloat16Tolerance
   // transformers in bf16 (its eager attention rounds the scores and the
   // probabilities to bf16) against dflow in bf16 (LibTorch's attention keeps
   // them in float32): the relative error of each layer's [S, H] state, its
-  // norm over the reference's, stays within 3%; bf16 itself keeps 2^-8 =
-  // 0.4% per rounding. A flipped routing decision or a lost sink exceeds it.
+  // norm over the reference's, stays within 4% (measured: 0.6% at the first
+  // layer to 2.8% at the last). That is bf16's noise on this fixture, not
+  // dflow's: transformers' own bf16 is 0.7% to 8% from its float32. A lost
+  // sink, window or YaRN factor fails every layer.
   torch::set_num_threads(1);
   for (const std::string name : kCheckpoints) {
     CAPTURE(name);
@@ -160,9 +162,16 @@ TEST_CASE("Model.GptOssReference.HiddenStatesOfEveryLayerWithinBfloat16Tolerance
         const std::string key = ".row" + std::to_string(r) + ".hidden_states." + std::to_string(layer + 1);
         const double error = relative_error(got, reference.tensor("bfloat16" + key));
         CAPTURE(error);
-        CHECK(error < 0.03);
-        // And bf16 is not float32: the comparison is with transformers' bf16.
-        CHECK(relative_error(reference.tensor("bfloat16" + key), reference.tensor("float32" + key)) > 1e-4);
+        CHECK(error < 0.04);
+        // And dflow's bf16 is no farther from transformers' float32 than
+        // transformers' own bf16 is (up to a quarter, plus 0.5%).
+        const double transformers_bf16_error =
+            relative_error(reference.tensor("bfloat16" + key), reference.tensor("float32" + key));
+        const double dflow_bf16_error = relative_error(got, reference.tensor("float32" + key));
+        CAPTURE(transformers_bf16_error);
+        CAPTURE(dflow_bf16_error);
+        CHECK(dflow_bf16_error < 1.25 * transformers_bf16_error + 0.005);
+        CHECK(transformers_bf16_error > 1e-4);  // bf16 is not float32: the comparison is with transformers' bf16
       }
     }
   }
