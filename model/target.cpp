@@ -1,11 +1,23 @@
 // Target forward: full causal passes and incremental passes over a KV cache.
 #include "model/target.hpp"
 
+#include "model/gpt_oss_layers.hpp"
+
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
 
 namespace dflow::model {
+
+namespace {
+
+// gpt-oss's RMSNorm scales before the cast back; the other families' after.
+torch::Tensor norm_of(const HFConfig& config, const torch::Tensor& x, const torch::Tensor& weight) {
+  return config.family == ModelFamily::GptOss ? rms_norm_scaled_wide(x, weight, config.rms_norm_eps)
+                                              : rms_norm(x, weight, config.rms_norm_eps);
+}
+
+}  // namespace
 
 void KVCache::truncate(int64_t new_length) {
   if (new_length < 0 || new_length > length_) {
@@ -48,19 +60,36 @@ torch::Tensor TargetModel::decoder_layer(int64_t layer_index, const torch::Tenso
     return projected.transpose(1, 2);  // [B, heads, S, D]
   };
 
-  const torch::Tensor x = rms_norm(hidden, w.input_layernorm, config_.rms_norm_eps);  // [B, S, H]
+  const torch::Tensor x = norm_of(config_, hidden, w.input_layernorm);  // [B, S, H]
   const torch::Tensor q = apply_rotary(project_heads(x, w.q_proj, w.q_bias, config_.num_attention_heads, w.q_norm), rotary);
   torch::Tensor k = apply_rotary(project_heads(x, w.k_proj, w.k_bias, config_.num_key_value_heads, w.k_norm), rotary);
   torch::Tensor v = project_heads(x, w.v_proj, w.v_bias, config_.num_key_value_heads, torch::Tensor());
+  // attended [B, heads, S, D] -> the layer's output: o_proj, residual, MLP.
+  auto finish_layer = [&](const torch::Tensor& attended) {
+    const torch::Tensor merged = attended.transpose(1, 2).reshape({batch, length, config_.num_attention_heads * head_dim});
+    const torch::Tensor after_attention = hidden + at::linear(merged, w.o_proj, w.o_bias);
+    const torch::Tensor y = norm_of(config_, after_attention, w.post_attention_layernorm);
+    return after_attention + (w.experts.defined() ? routed_experts(y, w.experts, expert_options_)
+                                                   : swiglu_mlp(y, w.gate_proj, w.up_proj, w.down_proj));
+  };
 
   std::optional<torch::Tensor> visible_mask;
   bool causal = length > 1;
+  const int64_t total = cache_start + length;
   if (cache != nullptr) {
-    const int64_t total = cache_start + length;
     cache->keys_[static_cast<size_t>(layer_index)].narrow(2, cache_start, length).copy_(k);
     cache->values_[static_cast<size_t>(layer_index)].narrow(2, cache_start, length).copy_(v);
     k = cache->keys_[static_cast<size_t>(layer_index)].narrow(2, 0, total);
     v = cache->values_[static_cast<size_t>(layer_index)].narrow(2, 0, total);
+  }
+  // gpt-oss: a sink per head in every softmax, and its sliding layers' window.
+  if (w.sinks.defined()) {
+    const int64_t window = config_.sliding_window(layer_index);
+    const torch::Tensor attended = documents != nullptr ? document_sink_attention(q, k, v, w.sinks, *documents, window)
+                                                        : causal_sink_attention(q, k, v, w.sinks, cache_start, window);
+    return finish_layer(attended);
+  }
+  if (cache != nullptr) {
     if (cache_start > 0 && length > 1) {
       // SDPA's is_causal aligns the diagonal top-left; new queries sit at the
       // bottom right of the key range, so say it explicitly: key j <= start + i.
@@ -73,11 +102,7 @@ torch::Tensor TargetModel::decoder_layer(int64_t layer_index, const torch::Tenso
   }
   const torch::Tensor attended = documents != nullptr ? document_causal_attention(q, k, v, *documents)
                                                      : grouped_attention(q, k, v, visible_mask, causal);  // [B, heads, S, D]
-  const torch::Tensor merged = attended.transpose(1, 2).reshape({batch, length, config_.num_attention_heads * head_dim});
-  const torch::Tensor after_attention = hidden + at::linear(merged, w.o_proj, w.o_bias);
-  const torch::Tensor y = rms_norm(after_attention, w.post_attention_layernorm, config_.rms_norm_eps);
-  return after_attention + (w.experts.defined() ? routed_experts(y, w.experts, expert_options_)
-                                                 : swiglu_mlp(y, w.gate_proj, w.up_proj, w.down_proj));
+  return finish_layer(attended);
 }
 
 TargetOutput TargetModel::run(const torch::Tensor& input_ids, KVCache* cache, const std::vector<int64_t>& layer_ids,
@@ -115,7 +140,8 @@ TargetOutput TargetModel::run(const torch::Tensor& input_ids, KVCache* cache, co
   } else {
     positions = torch::arange(start, start + length, torch::TensorOptions().device(device_).dtype(torch::kInt64));
   }
-  const RotaryTables rotary = rotary_tables(positions, config_.head_dim, config_.rope_theta, dtype_);
+  const RotaryTables rotary =
+      scaled_rotary_tables(positions, config_.head_dim, config_.rope_theta, config_.rope_scaling, dtype_);
 
   // Without logits and without a cache (which needs every layer), stop at the deepest requested layer.
   int64_t last_layer = config_.num_hidden_layers - 1;
@@ -129,7 +155,7 @@ TargetOutput TargetModel::run(const torch::Tensor& input_ids, KVCache* cache, co
     hidden = decoder_layer(layer, hidden, rotary, cache, start, document_attention ? &*document_attention : nullptr);
     // As Hugging Face's hidden_states[L], which the serving code reads as the
     // last layer's feature: the last layer's output is the final norm's.
-    if (layer == config_.num_hidden_layers - 1) hidden = rms_norm(hidden, final_norm_, config_.rms_norm_eps);
+    if (layer == config_.num_hidden_layers - 1) hidden = norm_of(config_, hidden, final_norm_);
     for (size_t i = 0; i < layer_ids.size(); ++i) {
       if (layer_ids[i] == layer) output.hidden_states[i] = hidden;
     }

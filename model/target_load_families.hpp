@@ -26,6 +26,11 @@ class WeightSource {
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
 
   torch::Tensor take(const std::string& name, const std::vector<int64_t>& expected_shape) const {
+    return take_checked(name, expected_shape).to(device_, dtype_).contiguous();
+  }
+
+  // Presence and shape checked; the tensor as stored.
+  const torch::Tensor& take_checked(const std::string& name, const std::vector<int64_t>& expected_shape) const {
     const auto it = tensors_.find(name);
     if (it == tensors_.end()) {
       throw std::runtime_error("target checkpoint '" + dir_.string() + "' lacks tensor '" + name +
@@ -36,8 +41,25 @@ class WeightSource {
                                c10::str(it->second.sizes()) + " but config.json implies " +
                                c10::str(c10::IntArrayRef(expected_shape)));
     }
-    return it->second.to(device_, dtype_).contiguous();
+    return it->second;
   }
+
+  // The tensor as the checkpoint stores it (its own dtype, on the CPU),
+  // checked for presence, shape and dtype: MXFP4's uint8 blocks and scales,
+  // which a conversion to the target's dtype would destroy.
+  const torch::Tensor& raw(const std::string& name, const std::vector<int64_t>& expected_shape,
+                           torch::Dtype expected_dtype) const {
+    const torch::Tensor& tensor = take_checked(name, expected_shape);
+    if (tensor.scalar_type() != expected_dtype) {
+      throw std::runtime_error("target checkpoint '" + dir_.string() + "': tensor '" + name + "' is " +
+                               std::string(c10::toString(tensor.scalar_type())) + ", expected " +
+                               std::string(c10::toString(expected_dtype)));
+    }
+    return tensor;
+  }
+
+  torch::Device device() const { return device_; }
+  torch::Dtype dtype() const { return dtype_; }
 
   torch::Tensor take_optional(const std::string& name, const std::vector<int64_t>& expected_shape,
                               bool required) const {

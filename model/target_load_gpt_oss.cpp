@@ -1,13 +1,60 @@
-// gpt-oss's experts: router weight and bias, fused gate_up_proj (bf16, or MXFP4 blocks and scales).
+// gpt-oss's experts as transformers' GptOssMLP holds them: router.weight
+// [E, H] and router.bias [E]; experts.gate_up_proj [E, H, 2I] with the gate
+// and up columns interleaved (gate = [..., ::2], up = [..., 1::2]) and its
+// bias [E, 2I] likewise; experts.down_proj [E, I, H] and its bias [E, H].
+// The published checkpoints store the two projections as MXFP4
+// (*_blocks / *_scales, rows in [out, in] orientation), dequantized here. All
+// go into model/moe.hpp's layout: gate_up [E, 2I, H] gate rows first, down
+// [E, H, I].
 #include <stdexcept>
 
+#include "model/mxfp4.hpp"
 #include "model/target_load_families.hpp"
 
 namespace dflow::model {
 
-ExpertWeights load_gpt_oss_experts(const WeightSource& /*source*/, const std::string& prefix,
-                                   const HFConfig& /*config*/) {
-  throw std::logic_error("gpt_oss experts (" + prefix + ") are not loaded yet");
+namespace {
+
+// Rows (axis `axis`) interleaved gate, up, gate, up ... -> gates, then ups.
+torch::Tensor gates_then_ups(const torch::Tensor& interleaved, int64_t axis) {
+  const int64_t rows = interleaved.size(axis);
+  return torch::cat({interleaved.slice(axis, 0, rows, 2), interleaved.slice(axis, 1, rows, 2)}, axis).contiguous();
+}
+
+// An [E, out, in] projection: MXFP4 when the checkpoint has its blocks, else
+// the plain [E, in, out] parameter transformers' save_pretrained writes.
+torch::Tensor projection(const WeightSource& source, const std::string& name, int64_t experts, int64_t out,
+                         int64_t in) {
+  if (source.has(name + "_blocks")) {
+    if (in % 32 != 0) {
+      throw std::runtime_error("target checkpoint: '" + name + "_blocks' would pack " + std::to_string(in) +
+                               " inputs in blocks of 32, which does not divide them");
+    }
+    const torch::Tensor& blocks = source.raw(name + "_blocks", {experts, out, in / 32, 16}, torch::kUInt8);
+    const torch::Tensor& scales = source.raw(name + "_scales", {experts, out, in / 32}, torch::kUInt8);
+    return mxfp4_dequantize(blocks, scales, source.device(), source.dtype());  // [E, out, in]
+  }
+  return source.take(name, {experts, in, out}).transpose(1, 2).contiguous();
+}
+
+}  // namespace
+
+ExpertWeights load_gpt_oss_experts(const WeightSource& source, const std::string& prefix, const HFConfig& config) {
+  const int64_t experts = config.moe.num_experts, hidden = config.hidden_size;
+  const int64_t inter = config.moe.expert_intermediate_size;
+  const std::string gate_up = prefix + "experts.gate_up_proj", down = prefix + "experts.down_proj";
+  if (!config.moe.mxfp4 && (source.has(gate_up + "_blocks") || source.has(down + "_blocks"))) {
+    throw std::runtime_error("target checkpoint has MXFP4 tensor '" + gate_up +
+                             "_blocks' but config.json has no quantization_config with quant_method mxfp4");
+  }
+  ExpertWeights w;
+  w.router = source.take(prefix + "router.weight", {experts, hidden});
+  w.router_bias = source.take(prefix + "router.bias", {experts});
+  w.gate_up = gates_then_ups(projection(source, gate_up, experts, 2 * inter, hidden), 1);
+  w.gate_up_bias = gates_then_ups(source.take(gate_up + "_bias", {experts, 2 * inter}), 1);
+  w.down = projection(source, down, experts, hidden, inter);
+  w.down_bias = source.take(down + "_bias", {experts, hidden});
+  return w;
 }
 
 }  // namespace dflow::model

@@ -2,6 +2,7 @@
 // --tokenizer and --chat-template) and `dflow make-tiny-target --out DIR`.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "config/errors.hpp"
@@ -80,24 +81,54 @@ void add_prepare_command(CLI::App& app, Action& action) {
 
 void add_make_tiny_target_command(CLI::App& app, Action& action) {
   auto* sub = app.add_subcommand("make-tiny-target",
-                                 "write a Qwen3-architecture model in Hugging Face layout: tiny (tests, demo) or, "
-                                 "with --preset, random weights in a real model's shapes");
+                                 "write a target model in Hugging Face layout (Qwen3, Qwen3-MoE or gpt-oss): tiny "
+                                 "(tests, demo) or, with --preset, random weights in a real model's shapes");
   static model::TinyTargetOptions options;
   static std::string preset, dtype = "float32";
   static int64_t max_shard_mib = 0;
   sub->add_option("--out", options.out_dir, "output directory")->required();
   auto* preset_option =
       sub->add_option("--preset", preset,
-                      "qwen3-0.6b | qwen3-8b: the real shapes and vocabulary (151936), random weights, bfloat16, "
-                      "sharded with model.safetensors.index.json")
+                      "qwen3-0.6b | qwen3-8b | qwen3-30b-a3b | gpt-oss-20b: the real shapes and vocabulary, random "
+                      "weights, bfloat16, sharded with model.safetensors.index.json")
           ->check(CLI::IsMember(model::target_presets()));
-  for (auto* shape_option : {sub->add_option("--layers", options.num_layers)->capture_default_str(),
-                             sub->add_option("--hidden-size", options.hidden_size)->capture_default_str(),
-                             sub->add_option("--heads", options.num_heads)->capture_default_str(),
-                             sub->add_option("--kv-heads", options.num_kv_heads)->capture_default_str(),
-                             sub->add_option("--intermediate-size", options.intermediate_size)->capture_default_str(),
-                             sub->add_option("--vocab", options.vocab_size)->capture_default_str()})
+  for (auto* shape_option :
+       {sub->add_option("--arch", options.arch,
+                        "qwen3 (Qwen3ForCausalLM) | qwen3_moe (Qwen3MoeForCausalLM) | gpt_oss (GptOssForCausalLM)")
+            ->check(CLI::IsMember(model::tiny_target_architectures()))
+            ->capture_default_str(),
+        sub->add_option("--layers", options.num_layers)->capture_default_str(),
+        sub->add_option("--hidden-size", options.hidden_size)->capture_default_str(),
+        sub->add_option("--heads", options.num_heads)->capture_default_str(),
+        sub->add_option("--kv-heads", options.num_kv_heads)->capture_default_str(),
+        sub->add_option("--intermediate-size", options.intermediate_size,
+                        "the dense MLP's width (gpt_oss: its experts')")
+            ->capture_default_str(),
+        sub->add_option("--vocab", options.vocab_size)->capture_default_str(),
+        sub->add_option("--experts", options.num_experts, "qwen3_moe, gpt_oss: routed experts per layer")
+            ->capture_default_str(),
+        sub->add_option("--experts-per-token", options.experts_per_token, "qwen3_moe, gpt_oss: top-k")
+            ->capture_default_str(),
+        sub->add_option("--moe-intermediate-size", options.moe_intermediate_size, "qwen3_moe: each expert's width")
+            ->capture_default_str(),
+        sub->add_option("--decoder-sparse-step", options.decoder_sparse_step,
+                        "qwen3_moe: experts in every n-th layer, the dense MLP in the others")
+            ->capture_default_str(),
+        sub->add_option("--mlp-only-layers", options.mlp_only_layers, "qwen3_moe: layers with the dense MLP")
+            ->delimiter(','),
+        sub->add_option("--sliding-window", options.sliding_window,
+                        "gpt_oss: the sliding layers' window in tokens (echo: at least --echo-lag)")
+            ->capture_default_str()})
     shape_option->excludes(preset_option);
+  static int64_t preset_layers = 0;
+  sub->add_option("--preset-layers", preset_layers,
+                  "with --preset: only its first N layers, every shape else the real one (a disk that holds less "
+                  "than the whole model; per-layer figures stay the real model's)")
+      ->needs(preset_option)
+      ->check(CLI::PositiveNumber);
+  sub->add_flag("--mxfp4", options.mxfp4,
+               "gpt_oss: the experts in MXFP4 (*_blocks, *_scales and quantization_config), as the published "
+               "checkpoints hold them");
   sub->add_option("--seed", options.seed)->capture_default_str();
   sub->add_option("--pattern", options.pattern,
                   "random: patternless continuations; echo: token[t] = perm(token[t - lag]), learnable by a drafter")
@@ -113,20 +144,28 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
   static int threads = 1;
   add_threads_option(*sub, threads);
   static std::string device = "cpu";
-  sub->add_option("--device", device, "where random weights are drawn: cpu, or cuda (a Qwen3-8B-sized model in seconds)")
+  sub->add_option("--device", device,
+                  "where random weights are drawn: cpu, or cuda (a Qwen3-8B- or 30B-A3B-sized model in seconds)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   sub->callback([&action, dtype_option, shard_option] {
     options.generate_on = device == "cuda" ? torch::Device("cuda:0") : torch::Device(torch::kCPU);
-    if (!preset.empty()) options = model::preset_target_options(preset, options);
+    if (!preset.empty()) {
+      const bool mxfp4 = options.mxfp4;  // the one architecture option a preset takes (gpt-oss-20b as published)
+      options = model::preset_target_options(preset, options);
+      options.mxfp4 = mxfp4;
+    }
+    if (preset_layers > 0) options.num_layers = std::min(options.num_layers, preset_layers);
     if (preset.empty() || dtype_option->count() > 0) options.dtype = dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
     if (preset.empty() || shard_option->count() > 0) options.max_shard_bytes = max_shard_mib << 20;
     action = [] {
       torch::set_num_threads(threads);
       auto config = model::make_tiny_target(options);
-      std::cout << "wrote " << options.out_dir.string() << ": " << config.num_hidden_layers << " layers, hidden "
-                << config.hidden_size << ", vocab " << config.vocab_size << ", "
-                << (options.dtype == torch::kBFloat16 ? "bfloat16" : "float32")
+      std::cout << "wrote " << options.out_dir.string() << ": " << (config.architectures.empty() ? config.model_type : config.architectures.front()) << ", "
+                << config.num_hidden_layers << " layers, hidden " << config.hidden_size;
+      if (config.moe.num_experts > 0)
+        std::cout << ", " << config.moe.num_experts << " experts (top " << config.moe.experts_per_token << ")";
+      std::cout << ", vocab " << config.vocab_size << ", " << (options.dtype == torch::kBFloat16 ? "bfloat16" : "float32")
                 << (options.max_shard_bytes > 0 ? ", sharded with model.safetensors.index.json" : "") << "\n";
       return 0;
     };

@@ -17,6 +17,8 @@
 #      target head-only: peak RSS and GPU memory against the online run)
 #      (the step's all-reduce); throughput at the qwen3-8b preset with the
 #      recipe in bf16 (bench_gpu throughput) and through the whole graph;
+#      the qwen3-30b-a3b preset (Qwen3-MoE) made on the GPU and its target
+#      forward (tokens/s, peak GPU memory: bench_gpu throughput);
 #      the drafter step's compute (bench_drafter_compute, bf16, 512 anchors):
 #      4 sliding + 1 full against 5 full layers at 2k/4k/8k with the FLOP
 #      ratio beside it, grouped against repeated K/V heads, the grad norm in
@@ -400,6 +402,33 @@ PYEOF
   fi
 else
   fail "make-tiny-target --preset qwen3-8b" "see preset.log"
+fi
+# The qwen3-30b-a3b preset (Qwen3-MoE, 128 experts top-8): random weights
+# drawn on the GPU, then the target's forward through bench_gpu throughput
+# (target tokens/s, peak GPU memory with a drafter step beside it). Its 61 GB
+# of bf16 shards need the disk the 8B preset held: that one goes first, and
+# where the disk still holds less, the preset's first layers only (every
+# shape else the real one; the row says how many).
+rm -rf "$WORK"/qwen3-8b*
+MOE_LAYERS=48
+avail_gib=$(df -BG --output=avail "$WORK" | tail -n1 | tr -dc 0-9)
+if [ "${avail_gib:-0}" -lt 66 ]; then MOE_LAYERS=$(( (${avail_gib:-0} - 8) * 48 / 58 )); fi
+if [ "$MOE_LAYERS" -lt 4 ]; then
+  fail "make-tiny-target --preset qwen3-30b-a3b" "${avail_gib:-?} GiB free under $WORK: too little for 4 of its 48 layers"
+elif run preset_moe 300 "$DFLOW" make-tiny-target --preset qwen3-30b-a3b --preset-layers "$MOE_LAYERS" --device cuda \
+    --out "$WORK/qwen3-30b-a3b"; then
+  row "make-tiny-target --preset qwen3-30b-a3b" "ok" \
+    "$MOE_LAYERS of 48 layers, $(du -sh "$WORK/qwen3-30b-a3b" | cut -f1), $(ls "$WORK/qwen3-30b-a3b"/*.safetensors | wc -l) shards"
+  if run throughput_moe 300 "$BENCH" throughput --target "$WORK/qwen3-30b-a3b" --batch 4 --seq 3072 --anchors 512 --steps 5; then
+    grep RESULT "$RESULTS/throughput_moe.log" | while read -r _ name verdict figures; do
+      row "qwen3-30b-a3b ($MOE_LAYERS layers) $name" "$verdict" "$figures"
+    done
+  else
+    fail "qwen3-30b-a3b throughput" "$(tail -n3 "$RESULTS/throughput_moe.log" | tr '\n' ' ' | cut -c1-300)"
+  fi
+  rm -rf "$WORK/qwen3-30b-a3b"
+else
+  fail "make-tiny-target --preset qwen3-30b-a3b" "see preset_moe.log"
 fi
 say "done in $(($(date +%s) - START_S)) s; summary in $SUMMARY"
 cat "$SUMMARY"

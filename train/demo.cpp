@@ -1,4 +1,5 @@
 #include "train/demo.hpp"
+#include "train/demo_target.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -41,16 +42,19 @@ void write_heldout_prompts(const fs::path& path, const std::vector<std::vector<i
 
 }  // namespace
 
+void make_demo_target(const fs::path& dir, uint64_t seed, const std::string& arch) {
+  log::info("demo", log::str("creating a tiny ", arch, " target (echo pattern) in ", dir.string()));
+  model::TinyTargetOptions tiny;
+  tiny.out_dir = dir;
+  tiny.seed = seed;
+  tiny.arch = arch;
+  tiny.pattern = "echo";
+  model::make_tiny_target(tiny);
+}
+
 void ensure_demo_assets(const config::Config& config, const DemoDataOptions& options) {
   const fs::path target_dir = config.model.target.path;
-  if (!fs::exists(target_dir / "config.json")) {
-    log::info("demo", log::str("creating a tiny Qwen3-architecture target (echo pattern) in ", target_dir.string()));
-    model::TinyTargetOptions tiny;
-    tiny.out_dir = target_dir;
-    tiny.seed = config.run.seed;
-    tiny.pattern = "echo";
-    model::make_tiny_target(tiny);
-  }
+  if (!fs::exists(target_dir / "config.json")) make_demo_target(target_dir, config.run.seed);
   const fs::path data_dir = config.data.train.front();
   const fs::path heldout = config.eval.prompts;
   const bool need_data = !fs::exists(data_dir), need_heldout = !heldout.empty() && !fs::exists(heldout);

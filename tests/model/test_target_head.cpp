@@ -64,8 +64,8 @@ TEST_CASE("Model.TargetHead.equals_what_transformers_holds_for_families_dflow_ca
     const auto reference = reference_of(dir);
     const TargetHead head = TargetHead::load(dir, torch::kCPU, torch::kFloat32, /*with_final_norm=*/true);
     CHECK(head.config().architecture == c.architecture);
-    // Qwen3-MoE runs in-process; gpt-oss not yet.
-    CHECK(head.config().runnable() == (std::string(c.architecture) == "Qwen3MoeForCausalLM"));
+    // Both families run in-process.
+    CHECK(head.config().runnable());
     CHECK(head.tied() == c.tied);
     CHECK(head.embedding_weight().sizes() == torch::IntArrayRef({300, 64}));
     CHECK(torch::equal(head.embedding_weight(), reference.at("embedding")));
@@ -155,7 +155,10 @@ TEST_CASE("Model.HeadConfig.reads_what_the_drafter_needs_from_qwen3_moe_and_gpt_
 
   const HeadConfig oss = load_head_config(root / "gpt-oss-tied-sharded");
   CHECK(oss.architecture == "GptOssForCausalLM");
-  CHECK(oss.not_runnable_because.find("GptOssForCausalLM") != std::string::npos);
+  CHECK(oss.runnable());
+  CHECK(oss.family == ModelFamily::GptOss);
+  CHECK(oss.moe.num_experts == 4);
+  CHECK(oss.sliding_window_per_layer == std::vector<int64_t>{8, 0});
   CHECK(oss.tie_word_embeddings);
   CHECK(oss.rope_theta == doctest::Approx(150000.0));
   CHECK(oss.rms_norm_eps == doctest::Approx(1e-5));
@@ -191,8 +194,10 @@ TEST_CASE("Model.HeadConfig.says_why_a_known_family_cannot_run_and_names_a_missi
 }
 
 TEST_CASE("Model.TargetHead.a_command_that_loads_the_whole_target_names_the_architecture") {
-  CHECK_THROWS_WITH_AS(TargetModel::load(random_checkpoints() / "gpt-oss-untied-single"),
-                       doctest::Contains("GptOssForCausalLM"), std::runtime_error);
+  // A gpt-oss target loads whole too.
+  const TargetModel oss = TargetModel::load(random_checkpoints() / "gpt-oss-untied-single");
+  CHECK(oss.head().config().runnable());
+  CHECK(oss.head().config().architecture == "GptOssForCausalLM");
   // A Qwen3-MoE target loads whole, its head runnable.
   const TargetModel moe = TargetModel::load(random_checkpoints() / "qwen3-moe-tied-single");
   CHECK(moe.head().config().runnable());

@@ -6,7 +6,10 @@
 #include "test_paths.hpp"
 #include <doctest/doctest.h>
 
+#include <fstream>
+
 #include "config/errors.hpp"
+#include "model/hf_config.hpp"
 #include "nodes/cache_fill.hpp"
 #include "nodes/run_context.hpp"
 #include "nodes/trainer.hpp"
@@ -111,6 +114,10 @@ TEST_CASE("HeadOnly.a_node_that_runs_a_target_dflow_cannot_run_is_refused_before
   INFO(written.output);
   REQUIRE(written.exit_code == 0);
   const fs::path gpt_oss = checkpoints / "gpt-oss-untied-single";
+  // dflow runs gpt-oss, but not one quantized by a method it does not implement.
+  nlohmann::json config = model::read_json_file(gpt_oss / "config.json");
+  config["quantization_config"] = {{"quant_method", "fp8"}};
+  std::ofstream(gpt_oss / "config.json") << config.dump();
   const auto out = fresh_dir("head-gpt-oss-run");
   const std::string error = training_error(small_run_config(out, {"model.target.path=" + gpt_oss.string()}));
   CHECK(error.find("node 'target' (target_forward) runs the target in-process") != std::string::npos);

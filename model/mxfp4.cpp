@@ -1,0 +1,53 @@
+#include "model/mxfp4.hpp"
+
+#include <stdexcept>
+
+namespace dflow::model {
+
+namespace {
+
+// The e2m1 values by nibble (transformers' FP4_VALUES): sign bit 3.
+const float kFp4Values[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
+                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+}  // namespace
+
+torch::Tensor mxfp4_dequantize(const torch::Tensor& blocks, const torch::Tensor& scales, torch::Device device,
+                               torch::Dtype dtype) {
+  if (blocks.scalar_type() != torch::kUInt8 || scales.scalar_type() != torch::kUInt8) {
+    throw std::invalid_argument("mxfp4: blocks and scales must be uint8, got " +
+                                std::string(c10::toString(blocks.scalar_type())) + " and " +
+                                std::string(c10::toString(scales.scalar_type())));
+  }
+  if (blocks.dim() < 2 || blocks.size(-1) != 16 || blocks.sizes().slice(0, blocks.dim() - 1) != scales.sizes()) {
+    throw std::invalid_argument("mxfp4: blocks " + c10::str(blocks.sizes()) + " and scales " +
+                                c10::str(scales.sizes()) + " are not [..., G, 16] and [..., G]");
+  }
+  std::vector<int64_t> out_shape = scales.sizes().vec();
+  out_shape.back() *= 32;
+  torch::Tensor out = torch::empty(out_shape, torch::TensorOptions().device(device).dtype(dtype));
+  if (out.numel() == 0) return out;
+  // Both values of every byte, [256, 2]: (low nibble's, high nibble's).
+  const torch::Tensor nibble_values = torch::from_blob(const_cast<float*>(kFp4Values), {16}, torch::kFloat32);
+  const torch::Tensor byte_values =
+      torch::stack({nibble_values.repeat({16}), nibble_values.repeat_interleave(16)}, -1).to(device);
+  // 2^(s - 127) by scale byte, as transformers' ldexp computes the factor
+  // (inf for 255, where float32 ends).
+  const torch::Tensor scale_values =
+      torch::ldexp(torch::ones({256}, torch::kFloat32), torch::arange(256, torch::kInt32) - 127).to(device);
+  // A slice of the leading axis at a time (one expert, for the experts'
+  // [E, rows, G, 16]), so that the float32 and index temporaries stay small.
+  const int64_t slices = blocks.dim() > 2 ? blocks.size(0) : 1;
+  const torch::Tensor all_blocks = blocks.dim() > 2 ? blocks : blocks.unsqueeze(0);
+  const torch::Tensor all_scales = blocks.dim() > 2 ? scales : scales.unsqueeze(0);
+  const torch::Tensor all_out = blocks.dim() > 2 ? out : out.unsqueeze(0);
+  for (int64_t i = 0; i < slices; ++i) {
+    const torch::Tensor bytes = all_blocks[i].to(device);                                     // [..., G, 16]
+    const torch::Tensor values = byte_values.index({bytes.to(torch::kInt64)}).flatten(-2);      // [..., G, 32]
+    const torch::Tensor factors = scale_values.index({all_scales[i].to(device).to(torch::kInt64)}).unsqueeze(-1);
+    all_out[i].copy_((values * factors).flatten(-2));
+  }
+  return out;
+}
+
+}  // namespace dflow::model
