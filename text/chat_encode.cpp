@@ -1,6 +1,9 @@
 #include "text/chat_encode.hpp"
 
 #include <algorithm>
+#include <regex>
+
+#include "config/errors.hpp"
 
 namespace dflow::text {
 
@@ -36,12 +39,26 @@ ChatSample encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_temp
 
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                    const Conversation& conversation, bool enable_thinking) {
+  RenderOptions options;
+  options.enable_thinking = enable_thinking;
+  return encode_prompt(tokenizer, chat_template, conversation, options);
+}
+
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                   const Conversation& conversation, RenderOptions options) {
   Conversation prompt = conversation;
   while (!prompt.messages.empty() && prompt.messages.back().role != Role::User) prompt.messages.pop_back();
-  RenderOptions options;
   options.add_generation_prompt = true;
-  options.enable_thinking = enable_thinking;
   return tokenizer.encode(join_segments(chat_template.render(prompt, options)));
+}
+
+std::string checked_current_date(const std::string& date, const std::string& flag) {
+  if (date.empty()) return date;
+  static const std::regex pattern("([0-9]{4})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])");
+  if (!std::regex_match(date, pattern)) {
+    throw ConfigError(flag + " '" + date + "' is not a date YYYY-MM-DD (the harmony system message's \"Current date\")");
+  }
+  return date;
 }
 
 }  // namespace dflow::text

@@ -28,5 +28,12 @@ ChatSample encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_temp
 // to its last user turn, rendered with the generation prompt.
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                    const Conversation& conversation, bool enable_thinking);
+// The same with every render option (add_generation_prompt is set here).
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                   const Conversation& conversation, RenderOptions options);
+
+// "" (today's date, as the template would) or a valid YYYY-MM-DD; throws
+// ConfigError naming `flag` otherwise.
+std::string checked_current_date(const std::string& date, const std::string& flag);
 
 }  // namespace dflow::text

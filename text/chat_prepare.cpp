@@ -59,6 +59,7 @@ std::optional<Rejection> encode_line(const std::string& line, int64_t line_numbe
   }
   ChatEncodeOptions encode_options;
   encode_options.last_turn_only = options.last_turn_only;
+  encode_options.render.current_date = options.current_date;
   try {
     sample = encode_chat(tokenizer, chat_template, conversation, encode_options);
   } catch (const ChatTemplateError& e) {  // the chosen template cannot write this data: a configuration error

@@ -21,6 +21,7 @@ struct ChatPrepareOptions {
   bool last_turn_only = false;
   int64_t samples_per_shard = 65536;
   bool overwrite = false;
+  std::string current_date;             // harmony's "Current date" (YYYY-MM-DD); "": today's
   std::filesystem::path out_jsonl;      // non-empty: also write {"input_ids", "loss_mask"} per accepted line
 };
 

@@ -18,6 +18,7 @@
 #include "train/regenerate.hpp"
 #include "train/regenerate_chats.hpp"
 #include "train/regenerate_features.hpp"
+#include "text/chat_encode.hpp"
 #include "text/chat_template.hpp"
 #include "text/draft_marks.hpp"
 #include "text/tokenizer.hpp"
@@ -141,8 +142,12 @@ void add_regenerate_command(CLI::App& app, Action& action) {
   sub->add_option("--chats", chats,
                   "JSONL conversations ({\"messages\"} or ShareGPT {\"conversations\"}): each is answered from "
                   "its last user turn; a rerun with the same --out continues where it stopped");
-  sub->add_option("--chat-template", chat_template, "with --chats: qwen3 | qwen2.5 | chatml | llama3")
+  sub->add_option("--chat-template", chat_template, "with --chats: qwen3 | qwen2.5 | chatml | llama3 | harmony (gpt-oss)")
       ->capture_default_str();
+  static std::string current_date;
+  sub->add_option("--current-date", current_date,
+                  "with --chats and harmony: the system message's \"Current date\" (YYYY-MM-DD; default today's, "
+                  "as gpt-oss's template writes it), for prompts that do not change with the day they are made");
   sub->add_flag("--enable-thinking", enable_thinking, "with --chats and qwen3: let the target think (default: off, "
                                                       "as the DFlash recipe regenerates)");
   sub->add_option("--out", out, "output JSONL")->required();
@@ -221,6 +226,7 @@ void add_regenerate_command(CLI::App& app, Action& action) {
         chat_options.out = out;
         chat_options.chat_template = chat_template;
         chat_options.enable_thinking = enable_thinking;
+        chat_options.current_date = text::checked_current_date(current_date, "--current-date");
         chat_options.max_new_tokens = options.max_new_tokens;
         chat_options.temperature = options.temperature;
         chat_options.seed = options.seed;

@@ -8,6 +8,7 @@
 #include "config/errors.hpp"
 #include "data/prepare.hpp"
 #include "model/tiny_target.hpp"
+#include "text/chat_encode.hpp"
 #include "text/chat_prepare.hpp"
 #include "tools/cli.hpp"
 #include "tools/thread_option.hpp"
@@ -17,7 +18,8 @@ namespace dflow::cli {
 namespace {
 
 int prepare_conversations(const data::PrepareOptions& ids_options, const std::string& tokenizer,
-                          const std::string& chat_template, const std::string& out_jsonl, bool last_turn_only) {
+                          const std::string& chat_template, const std::string& out_jsonl, bool last_turn_only,
+                          const std::string& current_date) {
   if (tokenizer.empty() || chat_template.empty()) {
     throw ConfigError("conversations need both --tokenizer TARGET_DIR and --chat-template NAME");
   }
@@ -33,6 +35,7 @@ int prepare_conversations(const data::PrepareOptions& ids_options, const std::st
   options.samples_per_shard = ids_options.samples_per_shard;
   options.overwrite = ids_options.overwrite;
   options.out_jsonl = out_jsonl;
+  options.current_date = text::checked_current_date(current_date, "--current-date");
   std::cout << text::prepare_chats(options).summary() << "\n";
   return 0;
 }
@@ -52,7 +55,11 @@ void add_prepare_command(CLI::App& app, Action& action) {
   sub->add_option("--tokenizer", tokenizer,
                   "conversations: the target directory (its tokenizer.json) to tokenize {\"messages\"} / ShareGPT "
                   "{\"conversations\"} lines with");
-  sub->add_option("--chat-template", chat_template, "conversations: qwen3 | qwen2.5 | chatml | llama3");
+  sub->add_option("--chat-template", chat_template, "conversations: qwen3 | qwen2.5 | chatml | llama3 | harmony (gpt-oss)");
+  static std::string current_date;
+  sub->add_option("--current-date", current_date,
+                  "conversations with harmony: the system message's \"Current date\" (YYYY-MM-DD; default today's, "
+                  "as gpt-oss's template writes it), so a dataset prepared again is the same tokens");
   sub->add_flag("--last-turn-only", last_turn_only, "conversations: learn only the last assistant turn");
   sub->add_option("--out-jsonl", out_jsonl,
                   "conversations: also write the tokenized samples {input_ids, loss_mask}, one line per accepted "
@@ -68,9 +75,11 @@ void add_prepare_command(CLI::App& app, Action& action) {
   sub->callback([&action] {
     action = [] {
       options.too_long = data::parse_too_long_policy(too_long);
-      if (!tokenizer.empty() || !chat_template.empty()) return prepare_conversations(options, tokenizer, chat_template, out_jsonl, last_turn_only);
-      if (last_turn_only || !out_jsonl.empty()) {
-        throw ConfigError("--last-turn-only and --out-jsonl are for conversations: add --tokenizer and --chat-template");
+      if (!tokenizer.empty() || !chat_template.empty()) return prepare_conversations(options, tokenizer, chat_template, out_jsonl, last_turn_only,
+                                                                            current_date);
+      if (last_turn_only || !out_jsonl.empty() || !current_date.empty()) {
+        throw ConfigError("--last-turn-only, --out-jsonl and --current-date are for conversations: add --tokenizer and "
+                          "--chat-template");
       }
       auto report = data::prepare_jsonl(options);
       std::cout << report.summary() << "\n";

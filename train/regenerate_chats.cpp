@@ -167,7 +167,10 @@ std::optional<std::vector<int64_t>> line_prompt(const std::string& line, int64_t
   }
   std::vector<int32_t> prompt32;
   try {
-    prompt32 = text::encode_prompt(tokenizer, chat_template, conversation, options.enable_thinking);
+    text::RenderOptions render;
+    render.enable_thinking = options.enable_thinking;
+    render.current_date = options.current_date;
+    prompt32 = text::encode_prompt(tokenizer, chat_template, conversation, render);
   } catch (const text::ChatTemplateError& e) {  // the chosen template cannot write this data
     throw ConfigError(options.chats.string() + ":" + std::to_string(line_number) + ": " + e.what());
   }

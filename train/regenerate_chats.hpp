@@ -24,6 +24,7 @@ struct ChatRegenerateOptions {
   std::filesystem::path out;         // training JSONL, appended to on a rerun
   std::string chat_template = "qwen3";
   bool enable_thinking = false;      // qwen3: false (the DFlash recipe) puts an empty think block in the prompt
+  std::string current_date;          // harmony's "Current date" (YYYY-MM-DD); "": today's
   int64_t max_new_tokens = 512;
   double temperature = 0.0;          // <= 0: greedy
   uint64_t seed = 0;                 // sampling: hash(seed, input line)

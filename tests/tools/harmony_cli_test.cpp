@@ -72,6 +72,22 @@ TEST_CASE("Cli.Prepare.gpt_oss_conversations_with_the_harmony_template") {
                 context);
   CHECK(text_where(*tokenizer, samples[1], 1) == "<|channel|>final<|message|>hello<|return|>");
 
+  // --current-date pins the system message's date, so a dataset prepared on another day is the same
+  // tokens; a malformed date is refused naming the flag.
+  o = run_dflow("prepare " + (dir / "chats.jsonl").string() + " --tokenizer " + dir.string() +
+                " --chat-template harmony --current-date 2025-02-03 --out " + (dir / "dated").string() +
+                " --out-jsonl " + (dir / "dated.jsonl").string());
+  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+  const auto dated = read_lines(dir / "dated.jsonl");
+  REQUIRE(dated.size() == 2);
+  CHECK_MESSAGE(text_where(*tokenizer, dated[0], 0).find("Current date: 2025-02-03\n") != std::string::npos,
+                text_where(*tokenizer, dated[0], 0));
+  o = run_dflow("prepare " + (dir / "chats.jsonl").string() + " --tokenizer " + dir.string() +
+                " --chat-template harmony --current-date 2025-13-01 --out " + (dir / "baddate").string());
+  CHECK(o.exit_code == 2);
+  CHECK_MESSAGE(o.output.find("--current-date '2025-13-01' is not a date YYYY-MM-DD") != std::string::npos, o.output);
+  CHECK_FALSE(fs::exists(dir / "baddate"));
+
   // The same under its alias; an unknown name lists harmony; a message harmony cannot write is named.
   o = run_dflow("prepare " + (dir / "chats.jsonl").string() + " --tokenizer " + dir.string() +
                 " --chat-template gpt-oss --out " + (dir / "alias").string());
