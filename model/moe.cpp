@@ -2,7 +2,8 @@
 // follow transformers' Qwen3MoeTopKRouter / GptOssTopKRouter and its default
 // "grouped_mm" experts forward: the (token, slot) pairs are sorted by expert,
 // each expert's rows go through its MLP in one product, the outputs are
-// weighted, put back in (token, slot) order and summed over the slots.
+// weighted (rounded to x's dtype) and summed over each token's slots in
+// float32, rounded once.
 #include "model/moe.hpp"
 
 #include <optional>
@@ -50,53 +51,69 @@ torch::Tensor activate(const torch::Tensor& gate_up, const ExpertOptions& option
   return (up + 1) * glu;
 }
 
-// Bias added after the product, as transformers does (out.add_(bias)), so
-// bf16 rounds where it rounds.
-torch::Tensor add_bias(torch::Tensor y, const torch::Tensor& bias) {
-  return bias.defined() ? y.add_(bias) : y;
-}
+// The (token, slot) pairs sorted by expert: for the sorted pair i, its
+// token and its routing weight.
+struct SortedPairs {
+  torch::Tensor experts;  // [T k], increasing
+  torch::Tensor order;    // [T k]: the pair's index token * k + slot
+  torch::Tensor tokens;   // [T k]: order / k
+  torch::Tensor weights;  // [T k], x's dtype
+};
 
-// The pairs' expert outputs, rows in expert order: one product per expert
-// that has rows; one copy of the counts to the host.
-torch::Tensor experts_by_loop(const torch::Tensor& rows, const torch::Tensor& sorted_experts, const ExpertWeights& w,
+// CPU: one expert at a time, its tokens gathered, its products, its
+// weighted output added into a float32 sum over the slots (float64 for
+// float64 x). Every buffer is one expert's (a few hundred rows, hot in
+// cache), never one of all T k pairs: on the CPU a large fresh tensor costs
+// its page faults, more than the copies themselves. The bias is added after
+// the product, as transformers does (out.add_(bias)), so bf16 rounds where
+// it rounds; the weighted output is rounded to x's dtype before the sum, as
+// transformers' weighted_out is. One copy of the counts to the host.
+torch::Tensor experts_by_loop(const torch::Tensor& tokens, const SortedPairs& pairs, const ExpertWeights& w,
                               const ExpertOptions& options) {
   const int64_t num_experts = w.gate_up.size(0);
-  const torch::Tensor counts = torch::bincount(sorted_experts, {}, num_experts).to(torch::kCPU);
+  const torch::Tensor counts = torch::bincount(pairs.experts, {}, num_experts).to(torch::kCPU);
   const auto count = counts.accessor<int64_t, 1>();
-  torch::Tensor out = torch::empty({rows.size(0), w.down.size(1)}, rows.options());
+  const auto sum_dtype = tokens.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  torch::Tensor sum = torch::zeros({tokens.size(0), w.down.size(1)}, tokens.options().dtype(sum_dtype));
   int64_t start = 0;
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t n = count[e];
     if (n == 0) continue;
-    const torch::Tensor mine = rows.narrow(0, start, n);
-    const torch::Tensor gate_up =
-        add_bias(at::linear(mine, w.gate_up[e]), w.gate_up_bias.defined() ? w.gate_up_bias[e] : torch::Tensor());
-    const torch::Tensor down =
-        add_bias(at::linear(activate(gate_up, options), w.down[e]), w.down_bias.defined() ? w.down_bias[e] : torch::Tensor());
-    out.narrow(0, start, n).copy_(down);
+    const torch::Tensor mine = pairs.tokens.narrow(0, start, n);
+    torch::Tensor gate_up = at::mm(tokens.index_select(0, mine), w.gate_up[e].t());
+    if (w.gate_up_bias.defined()) gate_up.add_(w.gate_up_bias[e]);
+    torch::Tensor out = at::mm(activate(gate_up, options), w.down[e].t());
+    if (w.down_bias.defined()) out.add_(w.down_bias[e]);
+    out.mul_(pairs.weights.narrow(0, start, n).unsqueeze(-1));
+    sum.index_add_(0, mine, out.to(sum_dtype));
     start += n;
   }
-  return out;
+  return sum.to(tokens.scalar_type());
 }
 
 // LibTorch's grouped GEMM (CUDA, bf16, sm80+): no host sync at all. The
 // weights are read in place: gate_up[e].t() is a column-major [H, 2I] view.
-bool grouped_mm_applies(const torch::Tensor& rows, const ExpertWeights& w) {
+bool grouped_mm_applies(const torch::Tensor& tokens, const ExpertWeights& w) {
   const auto aligned = [](int64_t n) { return n % 8 == 0; };  // 16-byte strides in bf16
-  return rows.is_cuda() && rows.scalar_type() == torch::kBFloat16 && w.gate_up.scalar_type() == torch::kBFloat16 &&
-         aligned(rows.size(1)) && aligned(w.down.size(2));
+  return tokens.is_cuda() && tokens.scalar_type() == torch::kBFloat16 &&
+         w.gate_up.scalar_type() == torch::kBFloat16 && aligned(tokens.size(1)) && aligned(w.down.size(2));
 }
 
-torch::Tensor experts_by_grouped_mm(const torch::Tensor& rows, const torch::Tensor& sorted_experts,
+// All pairs' rows at once through the grouped products, then (deterministic,
+// no atomics) put back in (token, slot) order and summed over the k slots in
+// float32 inside the reduction, exactly transformers' grouped_mm forward.
+torch::Tensor experts_by_grouped_mm(const torch::Tensor& tokens, const SortedPairs& pairs, int64_t k,
                                     const ExpertWeights& w, const ExpertOptions& options) {
   const int64_t num_experts = w.gate_up.size(0);
-  const torch::Tensor offsets =
-      torch::bincount(sorted_experts, {}, num_experts).cumsum(0, torch::kInt).contiguous();
+  const torch::Tensor offsets = torch::bincount(pairs.experts, {}, num_experts).cumsum(0, torch::kInt).contiguous();
+  torch::Tensor rows = tokens.index_select(0, pairs.tokens);
   torch::Tensor gate_up = at::_grouped_mm(rows, w.gate_up.transpose(1, 2), offsets);
-  if (w.gate_up_bias.defined()) gate_up.add_(w.gate_up_bias.index_select(0, sorted_experts));
-  torch::Tensor down = at::_grouped_mm(activate(gate_up, options).contiguous(), w.down.transpose(1, 2), offsets);
-  if (w.down_bias.defined()) down.add_(w.down_bias.index_select(0, sorted_experts));
-  return down;
+  if (w.gate_up_bias.defined()) gate_up.add_(w.gate_up_bias.index_select(0, pairs.experts));
+  torch::Tensor out = at::_grouped_mm(activate(gate_up, options).contiguous(), w.down.transpose(1, 2), offsets);
+  if (w.down_bias.defined()) out.add_(w.down_bias.index_select(0, pairs.experts));
+  out.mul_(pairs.weights.unsqueeze(-1));
+  const torch::Tensor by_pair = rows.index_copy_(0, pairs.order, out);  // the rows' buffer, no longer needed
+  return by_pair.view({tokens.size(0), k, tokens.size(1)}).sum(1).to(tokens.scalar_type());
 }
 
 void check(const torch::Tensor& x, const ExpertWeights& w, const ExpertOptions& options) {
@@ -129,18 +146,15 @@ torch::Tensor routed_experts(const torch::Tensor& x, const ExpertWeights& weight
   const int64_t k = options.top_k;
 
   const Routing routing = route(tokens, weights, options);
-  // Pairs (token, slot) flattened as token * k + slot, sorted by expert.
-  torch::Tensor sorted_experts, order;
-  std::tie(sorted_experts, order) = torch::sort(routing.experts.reshape({-1}), std::optional<bool>(true), /*dim=*/0);
-  const torch::Tensor rows = tokens.index_select(0, torch::div(order, k, "floor"));
-  const torch::Tensor outputs = grouped_mm_applies(rows, weights)
-                                    ? experts_by_grouped_mm(rows, sorted_experts, weights, options)
-                                    : experts_by_loop(rows, sorted_experts, weights, options);
-  const torch::Tensor weighted = outputs * routing.weights.reshape({-1}).index_select(0, order).unsqueeze(-1);
-  // Back to (token, slot) order, then the sum over the k slots (in float32
-  // inside the reduction, as transformers' reshape+sum).
-  const torch::Tensor by_pair = torch::empty_like(weighted).index_copy_(0, order, weighted);
-  return by_pair.view({num_tokens, k, hidden}).sum(1).to(x.scalar_type()).reshape(x.sizes());
+  SortedPairs pairs;
+  std::tie(pairs.experts, pairs.order) =
+      torch::sort(routing.experts.reshape({-1}), std::optional<bool>(true), /*dim=*/0);
+  pairs.tokens = torch::div(pairs.order, k, "floor");
+  pairs.weights = routing.weights.reshape({-1}).index_select(0, pairs.order);
+  const torch::Tensor out = grouped_mm_applies(tokens, weights)
+                                ? experts_by_grouped_mm(tokens, pairs, k, weights, options)
+                                : experts_by_loop(tokens, pairs, weights, options);
+  return out.reshape(x.sizes());
 }
 
 }  // namespace dflow::model

@@ -6,41 +6,27 @@
 #include <fmt/format.h>
 
 #include "config/errors.hpp"
+#include "text/chat_template_harmony.hpp"
+#include "text/segment_output.hpp"
 #include "text/tojson.hpp"
 #include "text/utf8.hpp"
 
 namespace dflow::text {
 namespace {
 
-class Output {
- public:
-  void add(std::string_view text, bool trainable = false, int message = -1) {
-    if (text.empty()) return;
-    if (!segments_.empty() && segments_.back().trainable == trainable && segments_.back().message == message) {
-      segments_.back().text += text;
-    } else {
-      segments_.push_back({std::string(text), trainable, message});
-    }
-  }
-  std::vector<Segment> take() { return std::move(segments_); }
-
- private:
-  std::vector<Segment> segments_;
-};
-
 bool is_tool_response(std::string_view content) {
   return content.starts_with("<tool_response>") && content.ends_with("</tool_response>");
 }
 
 // Qwen2.5 and Qwen3 wrap tool results in one user turn per run of tool messages.
-void add_tool_message(Output& out, const Conversation& c, size_t i) {
+void add_tool_message(SegmentOutput& out, const Conversation& c, size_t i) {
   const auto& m = c.messages;
   if (i == 0 || m[i - 1].role != Role::Tool) out.add("<|im_start|>user");
   out.add("\n<tool_response>\n" + m[i].content + "\n</tool_response>");
   if (i + 1 == m.size() || m[i + 1].role != Role::Tool) out.add("<|im_end|>\n");
 }
 
-void add_chatml_turn(Output& out, const Message& message) {
+void add_chatml_turn(SegmentOutput& out, const Message& message) {
   out.add(fmt::format("<|im_start|>{}\n{}<|im_end|>\n", role_name(message.role), message.content));
 }
 
@@ -59,7 +45,7 @@ std::string qwen_tools_system_turn(std::string_view system_text, const std::vect
 // The calls of an assistant turn, as the model writes them (so learned): one
 // block each, a newline before all but a first that follows no content.
 // Qwen2.5 writes string arguments through tojson (quoted), Qwen3 as they are.
-void add_tool_calls(Output& out, const Message& message, bool after_content, bool quote_string_arguments, int index) {
+void add_tool_calls(SegmentOutput& out, const Message& message, bool after_content, bool quote_string_arguments, int index) {
   for (size_t k = 0; k < message.tool_calls.size(); ++k) {
     const ToolCall& call = message.tool_calls[k];
     if (k > 0 || after_content) out.add("\n", true, index);
@@ -73,13 +59,16 @@ void add_tool_calls(Output& out, const Message& message, bool after_content, boo
   }
 }
 
+constexpr std::string_view kQwenDeveloperAdvice = "write the instructions as the first message, role system";
+
 class Qwen3 final : public ChatTemplate {
  public:
   std::string_view name() const override { return "qwen3"; }
   std::string_view end_of_turn() const override { return "<|im_end|>"; }
 
   std::vector<Segment> render(const Conversation& c, const RenderOptions& options) const override {
-    Output out;
+    refuse_role(c, Role::Developer, name(), kQwenDeveloperAdvice);
+    SegmentOutput out;
     const auto& m = c.messages;
     const bool system_first = !m.empty() && m[0].role == Role::System;
     if (!c.tools.empty()) {
@@ -115,7 +104,7 @@ class Qwen3 final : public ChatTemplate {
     return m.size() - 1;
   }
 
-  static void add_assistant(Output& out, const Conversation& c, size_t i, size_t last_query) {
+  static void add_assistant(SegmentOutput& out, const Conversation& c, size_t i, size_t last_query) {
     const Message& message = c.messages[i];
     const int index = static_cast<int>(i);
     std::string content = message.content;
@@ -157,7 +146,8 @@ class Qwen25 final : public ChatTemplate {
   std::string_view end_of_turn() const override { return "<|im_end|>"; }
 
   std::vector<Segment> render(const Conversation& c, const RenderOptions& options) const override {
-    Output out;
+    refuse_role(c, Role::Developer, name(), kQwenDeveloperAdvice);
+    SegmentOutput out;
     const auto& m = c.messages;
     const bool system_first = !m.empty() && m[0].role == Role::System;
     if (!c.tools.empty()) {
@@ -206,7 +196,7 @@ class Llama3 final : public ChatTemplate {
       throw ChatTemplateError("tools: the llama3 chat template (Llama 3.0's) has no way to offer tools; use a Qwen "
                               "template for tool-calling data, or leave the tools out");
     }
-    Output out;
+    SegmentOutput out;
     for (size_t i = 0; i < c.messages.size(); ++i) {
       const Message& message = c.messages[i];
       if (!message.tool_calls.empty()) {
@@ -229,18 +219,30 @@ class Llama3 final : public ChatTemplate {
 
 }  // namespace
 
+void refuse_role(const Conversation& conversation, Role role, std::string_view template_name,
+                 std::string_view advice) {
+  for (size_t i = 0; i < conversation.messages.size(); ++i) {
+    if (conversation.messages[i].role != role) continue;
+    throw ChatTemplateError(fmt::format("messages[{}].role is '{}': the {} chat template has no such turn (its Jinja "
+                                        "template would drop the message); {}",
+                                        i, role_name(role), template_name, advice));
+  }
+}
+
 const ChatTemplate& chat_template(std::string_view name) {
   static const Qwen3 qwen3;
   static const Qwen25 qwen25("qwen2.5"), chatml("chatml");
   static const Llama3 llama3;
-  for (const ChatTemplate* t : std::initializer_list<const ChatTemplate*>{&qwen3, &qwen25, &chatml, &llama3}) {
+  for (const ChatTemplate* t : std::initializer_list<const ChatTemplate*>{&qwen3, &qwen25, &chatml, &llama3,
+                                                                          &harmony_template("harmony"),
+                                                                          &harmony_template("gpt-oss")}) {
     if (t->name() == name) return *t;
   }
   throw ConfigError(fmt::format("unknown chat template '{}'; known: {}{}", name, fmt::join(chat_template_names(), ", "),
                                 did_you_mean(name, chat_template_names())));
 }
 
-std::vector<std::string> chat_template_names() { return {"qwen3", "qwen2.5", "chatml", "llama3"}; }
+std::vector<std::string> chat_template_names() { return {"qwen3", "qwen2.5", "chatml", "llama3", "harmony", "gpt-oss"}; }
 
 std::string join_segments(const std::vector<Segment>& segments) {
   std::string text;

@@ -27,6 +27,9 @@ struct Segment {
 struct RenderOptions {
   bool add_generation_prompt = false;  // end with the prompt of a new assistant turn
   bool enable_thinking = true;         // qwen3: false puts an empty think block into the generation prompt
+  // harmony: the system message's "Current date: YYYY-MM-DD". Empty: today's
+  // date in the local time zone, as transformers' strftime_now writes it.
+  std::string current_date;
 };
 
 class ChatTemplate {
@@ -35,12 +38,16 @@ class ChatTemplate {
   virtual std::string_view name() const = 0;
   // Throws ChatTemplateError, naming the message, for what the template cannot write.
   virtual std::vector<Segment> render(const Conversation& conversation, const RenderOptions& options) const = 0;
-  // The token that ends an assistant turn ("<|im_end|>", "<|eot_id|>"): generation stops there.
+  // The token that ends an assistant turn ("<|im_end|>", "<|eot_id|>", harmony's "<|return|>").
   virtual std::string_view end_of_turn() const = 0;
+  // The tokens generation stops at: end_of_turn(), and harmony's "<|call|>"
+  // (the model hands over to a tool). Not harmony's "<|end|>": that ends its
+  // analysis message, and the answer follows.
+  virtual std::vector<std::string_view> stop_tokens() const { return {end_of_turn()}; }
 };
 
-// "qwen3", "qwen2.5" (alias "chatml"), "llama3". Throws ConfigError listing
-// the known names for any other.
+// "qwen3", "qwen2.5" (alias "chatml"), "llama3", "harmony" (alias "gpt-oss").
+// Throws ConfigError listing the known names for any other.
 const ChatTemplate& chat_template(std::string_view name);
 std::vector<std::string> chat_template_names();
 

@@ -13,6 +13,7 @@ using json = nlohmann::ordered_json;
 
 std::optional<Role> parse_role(std::string_view name) {
   if (name == "system") return Role::System;
+  if (name == "developer") return Role::Developer;
   if (name == "user" || name == "human") return Role::User;
   if (name == "assistant" || name == "gpt") return Role::Assistant;
   if (name == "tool" || name == "function" || name == "observation") return Role::Tool;
@@ -36,9 +37,46 @@ std::optional<ConversationProblem> read_tool_calls(const json& list, const std::
                                                where, k));
     }
     const json& arguments = call["arguments"];
-    out.push_back({call["name"].get<std::string>(),
-                   arguments.is_string() ? arguments.get<std::string>() : python_tojson(arguments),
-                   arguments.is_string()});
+    ToolCall read{call["name"].get<std::string>(),
+                  arguments.is_string() ? arguments.get<std::string>() : python_tojson(arguments), arguments.is_string(),
+                  std::nullopt};
+    if (call.contains("content_type") && !call["content_type"].is_null()) {
+      if (!call["content_type"].is_string()) {
+        return problem("wrong_type", fmt::format("{}.tool_calls[{}].content_type is not a string", where, k));
+      }
+      read.content_type = call["content_type"].get<std::string>();
+    }
+    out.push_back(std::move(read));
+  }
+  return std::nullopt;
+}
+
+// vLLM's request field; only what a dflow template reads is kept.
+std::optional<ConversationProblem> read_template_arguments(const json& kwargs, TemplateArguments& out) {
+  if (kwargs.is_null()) return std::nullopt;
+  if (!kwargs.is_object()) return problem("wrong_type", "chat_template_kwargs is not an object");
+  for (const char* key : {"reasoning_effort", "model_identity"}) {
+    if (!kwargs.contains(key) || kwargs[key].is_null()) continue;
+    if (!kwargs[key].is_string()) return problem("wrong_type", fmt::format("chat_template_kwargs.{} is not a string", key));
+  }
+  if (kwargs.contains("reasoning_effort") && kwargs["reasoning_effort"].is_string()) {
+    const std::string effort = kwargs["reasoning_effort"].get<std::string>();
+    if (effort != "low" && effort != "medium" && effort != "high") {
+      return problem("wrong_type",
+                     fmt::format("chat_template_kwargs.reasoning_effort is '{}'; known: low, medium, high", effort));
+    }
+    out.reasoning_effort = effort;
+  }
+  if (kwargs.contains("model_identity") && kwargs["model_identity"].is_string()) {
+    out.model_identity = kwargs["model_identity"].get<std::string>();
+  }
+  // Jinja's truthiness: a non-empty list (or any other true value) turns the tools on.
+  if (kwargs.contains("builtin_tools")) {
+    const json& tools = kwargs["builtin_tools"];
+    const bool falsy = tools.is_null() || (tools.is_boolean() && !tools.get<bool>()) ||
+                       ((tools.is_array() || tools.is_object()) && tools.empty()) ||
+                       (tools.is_string() && tools.get<std::string>().empty());
+    out.builtin_tools = !falsy;
   }
   return std::nullopt;
 }
@@ -48,6 +86,7 @@ std::optional<ConversationProblem> read_tool_calls(const json& list, const std::
 std::string_view role_name(Role role) {
   switch (role) {
     case Role::System: return "system";
+    case Role::Developer: return "developer";
     case Role::User: return "user";
     case Role::Assistant: return "assistant";
     case Role::Tool: return "tool";
@@ -58,6 +97,7 @@ std::string_view role_name(Role role) {
 std::optional<ConversationProblem> read_conversation(const json& line, Conversation& out) {
   out.messages.clear();
   out.tools.clear();
+  out.arguments = {};
   if (!line.is_object()) return problem("wrong_type", "the line is not a JSON object");
   const bool openai = line.contains("messages");
   const bool sharegpt = !openai && line.contains("conversations");
@@ -68,6 +108,9 @@ std::optional<ConversationProblem> read_conversation(const json& line, Conversat
   if (line.contains("tools") && !line["tools"].is_null()) {
     if (!line["tools"].is_array()) return problem("wrong_type", "tools is not an array");
     for (const json& tool : line["tools"]) out.tools.push_back(python_tojson(tool));
+  }
+  if (line.contains("chat_template_kwargs")) {
+    if (auto bad = read_template_arguments(line["chat_template_kwargs"], out.arguments)) return bad;
   }
   const json& list = line[list_key];
   if (!list.is_array()) return problem("wrong_type", fmt::format("{} is not an array", list_key));
@@ -81,11 +124,11 @@ std::optional<ConversationProblem> read_conversation(const json& line, Conversat
     const std::string role_text = item[role_key].get<std::string>();
     const auto role = parse_role(role_text);
     if (!role) {
-      return problem("unknown_role", fmt::format("{}[{}].{} is '{}'; known: system, user (human), assistant (gpt), "
-                                                 "tool",
+      return problem("unknown_role", fmt::format("{}[{}].{} is '{}'; known: system, developer, user (human), "
+                                                 "assistant (gpt), tool",
                                                  list_key, i, role_key, role_text));
     }
-    Message message{*role, "", std::nullopt, {}};
+    Message message{*role, "", std::nullopt, std::nullopt, {}};
     if (item.contains(content_key) && !item[content_key].is_null()) {
       if (!item[content_key].is_string()) {
         return problem("wrong_type", fmt::format("{}[{}].{} is not a string", list_key, i, content_key));
@@ -94,6 +137,9 @@ std::optional<ConversationProblem> read_conversation(const json& line, Conversat
     }
     if (*role == Role::Assistant && item.contains("reasoning_content") && item["reasoning_content"].is_string()) {
       message.reasoning = item["reasoning_content"].get<std::string>();
+    }
+    if (*role == Role::Assistant && item.contains("thinking") && item["thinking"].is_string()) {
+      message.thinking = item["thinking"].get<std::string>();
     }
     if (*role == Role::Assistant && item.contains("tool_calls")) {
       if (auto bad = read_tool_calls(item["tool_calls"], fmt::format("{}[{}]", list_key, i), message.tool_calls)) {

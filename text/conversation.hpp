@@ -2,8 +2,10 @@
 // A conversation as users hold it: OpenAI-style {"messages": [{"role",
 // "content"}]} or ShareGPT {"conversations": [{"from", "value"}]} (human ->
 // user, gpt -> assistant), read into one form. An assistant message may carry
-// its reasoning (`reasoning_content`), as Qwen3's template reads it, and its
-// `tool_calls`; the line may carry the `tools` the model was offered.
+// its reasoning (`reasoning_content`, as Qwen3's template reads it, or
+// `thinking`, as gpt-oss's reads it) and its `tool_calls`; the line may carry
+// the `tools` the model was offered and `chat_template_kwargs` (as vLLM's
+// requests carry them: gpt-oss's `reasoning_effort` and `model_identity`).
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,25 +15,35 @@
 
 namespace dflow::text {
 
-enum class Role { System, User, Assistant, Tool };
-std::string_view role_name(Role role);  // "system", "user", "assistant", "tool"
+enum class Role { System, Developer, User, Assistant, Tool };
+std::string_view role_name(Role role);  // "system", "developer", "user", "assistant", "tool"
 
 struct ToolCall {
   std::string name;
   std::string arguments;             // as given when a string, else its JSON as the templates' tojson writes it
   bool arguments_is_string = false;  // Qwen3 writes a string as it is, Qwen2.5 as a JSON string
+  std::optional<std::string> content_type;  // gpt-oss: the call's `content_type` ("json" when absent)
 };
 
 struct Message {
   Role role = Role::User;
   std::string content;
-  std::optional<std::string> reasoning;  // assistant only
+  std::optional<std::string> reasoning;  // assistant only: `reasoning_content`
+  std::optional<std::string> thinking;   // assistant only: `thinking`
   std::vector<ToolCall> tool_calls;      // assistant only
+};
+
+// The line's `chat_template_kwargs` that a dflow template reads.
+struct TemplateArguments {
+  std::optional<std::string> reasoning_effort;  // gpt-oss: "low", "medium" (the template's default), "high"
+  std::optional<std::string> model_identity;    // gpt-oss: the system message's first line
+  bool builtin_tools = false;                   // gpt-oss's browser/python tools: given, not implemented
 };
 
 struct Conversation {
   std::vector<Message> messages;
   std::vector<std::string> tools;  // each tool's JSON as tojson writes it; empty: no tools
+  TemplateArguments arguments;
 };
 
 // Why a line is not a conversation: a stable reason name and the detail.

@@ -18,7 +18,7 @@ using nlohmann::json;
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-constexpr const char* kSupported = "dflow reads byte-level BPE tokenizers (Qwen2/Qwen2.5/Qwen3, Llama 3)";
+constexpr const char* kSupported = "dflow reads byte-level BPE tokenizers (Qwen2/Qwen2.5/Qwen3, Llama 3, gpt-oss)";
 
 [[noreturn]] void refuse(const std::filesystem::path& file, const std::string& what) {
   throw ConfigError(fmt::format("{}: {}; {}", file.string(), what, kSupported));

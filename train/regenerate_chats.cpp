@@ -205,7 +205,10 @@ ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const te
   std::ofstream out(options.out, std::ios::app | std::ios::binary);
   if (!out) throw std::runtime_error(options.out.string() + ": cannot write");
   std::vector<int64_t> stop = target.config().eos_token_ids;
-  if (auto end_of_turn = tokenizer.token_id(chat_template.end_of_turn())) stop.push_back(*end_of_turn);
+  // harmony stops at <|return|> and <|call|>, not at the <|end|> of its analysis.
+  for (const auto token : chat_template.stop_tokens()) {
+    if (auto id = tokenizer.token_id(token)) stop.push_back(*id);
+  }
 
   const int64_t total = count_lines(options.chats);
   std::unique_ptr<FeatureCapture> capture;

@@ -1,6 +1,8 @@
 // routed_experts (model/moe.hpp) against a naive reference written here:
 // token by token, slot by slot, in float64, from the routing rules of
-// transformers' Qwen3MoeTopKRouter and GptOssTopKRouter.
+// transformers' Qwen3MoeTopKRouter and GptOssTopKRouter; and against those
+// blocks of transformers themselves (tests/model/hf_moe_blocks.py).
+#include "test_paths.hpp"
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
@@ -9,6 +11,9 @@
 #include <vector>
 
 #include "model/moe.hpp"
+#include "model/safetensors.hpp"
+#include "model_fixtures.hpp"
+#include "tools/run_command.hpp"
 
 using namespace dflow::model;
 
@@ -233,4 +238,98 @@ TEST_CASE("Model.Moe.RefusesTopKBeyondExpertsAndMismatchedWeights") {
   o.top_k = 2;
   CHECK_THROWS_WITH_AS(routed_experts(torch::randn({3, s.hidden + 1}, torch::kFloat64), w, o),
                        doctest::Contains("hidden size"), std::invalid_argument);
+}
+
+TEST_CASE("Model.Moe.GroupedGemmOnCudaEqualsTheCpuLoop") {
+  // On a GPU in bf16 routed_experts takes at::_grouped_mm; it must give what
+  // the CPU's loop over experts gives (both against the float64 reference,
+  // within bf16's tolerance). Without a GPU there is nothing to run.
+  if (!torch::cuda::is_available()) return;
+  const Shapes s{64, 32, 8};
+  for (const Variant& v : variants()) {
+    CAPTURE(v.name);
+    const ExpertWeights w16 = cast(random_experts(s, v.biases, 16), torch::kBFloat16);
+    ExpertWeights on_gpu = w16;
+    for (torch::Tensor* t : {&on_gpu.router, &on_gpu.router_bias, &on_gpu.gate_up, &on_gpu.gate_up_bias, &on_gpu.down,
+                             &on_gpu.down_bias}) {
+      if (t->defined()) *t = t->to(torch::kCUDA);
+    }
+    const torch::Tensor x16 = torch::randn({4, 33, s.hidden}).to(torch::kBFloat16);
+    const torch::Tensor cpu = routed_experts(x16, w16, v.options).to(torch::kFloat64);
+    const torch::Tensor gpu = routed_experts(x16.to(torch::kCUDA), on_gpu, v.options).cpu().to(torch::kFloat64);
+    const torch::Tensor per_token = (gpu - cpu).abs().amax(-1).flatten() / max_abs(cpu);
+    CHECK((per_token < 0.03).sum().item<int64_t>() >= per_token.size(0) - 2);
+  }
+}
+
+namespace {
+
+// Qwen3MoeSparseMoeBlock's parameters are model/moe.hpp's layout already;
+// GptOssMLP's gate_up_proj is [E, H, 2I] with gate and up interleaved
+// (columns 0, 2, 4, .. the gate), its down_proj [E, I, H].
+ExpertWeights from_transformers(const SafetensorsFile& file, const std::string& family) {
+  const auto t = [&](const std::string& name) { return file.tensor(family + "." + name); };
+  ExpertWeights w;
+  if (family == "qwen3_moe") {
+    w.router = t("gate.weight");
+    w.gate_up = t("experts.gate_up_proj");
+    w.down = t("experts.down_proj");
+    return w;
+  }
+  const torch::Tensor gate_up = t("experts.gate_up_proj"), bias = t("experts.gate_up_proj_bias");
+  const auto every_other = [](const torch::Tensor& v, int64_t first) { return v.slice(-1, first, v.size(-1), 2); };
+  w.router = t("router.weight");
+  w.router_bias = t("router.bias");
+  w.gate_up = torch::cat({every_other(gate_up, 0), every_other(gate_up, 1)}, 2).transpose(1, 2).contiguous();
+  w.gate_up_bias = torch::cat({every_other(bias, 0), every_other(bias, 1)}, 1);
+  w.down = t("experts.down_proj").transpose(1, 2).contiguous();
+  w.down_bias = t("experts.down_proj_bias");
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("Model.Moe.EqualsTransformersBlocksQwen3MoeAndGptOss") {
+  // transformers' Qwen3MoeSparseMoeBlock and GptOssMLP, with its default
+  // grouped_mm experts and its eager loop: float32 within 1e-5; bf16 (block
+  // and x cast) against grouped_mm within 1% of the output's scale per token
+  // (the same op order: measured equal bit for bit for both families),
+  // against eager within 3% (it sums the slots in bf16, one rounding per
+  // slot: measured 0.6% for gpt-oss).
+  torch::set_num_threads(1);
+  if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
+  dflow::model::testing::ScratchDir dir("hf-moe-blocks");
+  const auto path = dir.path() / "blocks.safetensors";
+  const auto o = ::dflow::testing::run_command(
+      ::dflow::testing::python() + " " + ::dflow::testing::source_dir() + "/tests/model/hf_moe_blocks.py " + path.string(),
+      300);
+  INFO(o.output);
+  REQUIRE(o.exit_code == 0);
+  const SafetensorsFile file(path);
+  for (const std::string family : {"qwen3_moe", "gpt_oss"}) {
+    CAPTURE(family);
+    ExpertOptions options;
+    if (family == "qwen3_moe") {
+      options.top_k = 2;
+      options.normalize_top_k = true;
+    } else {
+      options.router = ExpertRouter::top_k_then_softmax;
+      options.activation = ExpertActivation::clamped_swiglu;
+      options.top_k = 3;
+      options.swiglu_limit = 1.0;
+    }
+    const ExpertWeights w = from_transformers(file, family);
+    const torch::Tensor x = file.tensor(family + ".x");
+    const torch::Tensor got32 = routed_experts(x, w, options);
+    const torch::Tensor got16 = routed_experts(x.to(torch::kBFloat16), cast(w, torch::kBFloat16), options).to(torch::kFloat);
+    for (const std::string implementation : {"grouped_mm", "eager"}) {
+      CAPTURE(implementation);
+      const torch::Tensor expected32 = file.tensor(family + "." + implementation + ".float32.out");
+      REQUIRE(max_abs(expected32) > 0.1);
+      CHECK(torch::allclose(got32, expected32, 1e-5, 1e-5));
+      const torch::Tensor expected16 = file.tensor(family + "." + implementation + ".bfloat16.out");
+      const torch::Tensor per_token = (got16 - expected16).abs().amax(-1).flatten() / max_abs(expected16);
+      CHECK(per_token.max().item<double>() < (implementation == "grouped_mm" ? 0.01 : 0.03));
+    }
+  }
 }

@@ -193,3 +193,85 @@ TEST_CASE("Model.MoeReference.KVCacheAndPackedDocumentsEqualTheFullForward") {
     CHECK(torch::allclose(packed.logits.narrow(1, la, lb), full_b.logits, 1e-5, 1e-5));
   }
 }
+
+namespace {
+
+// The checkpoint's tensors with its sparse layers' experts fused as
+// transformers holds them in memory (mlp.experts.gate_up_proj [E, 2I, H],
+// mlp.experts.down_proj [E, H, I]), written to `dir` with its config.json.
+TensorMap fused_experts(const fs::path& source, const HFConfig& config) {
+  TensorMap tensors = load_checkpoint_dir(source);
+  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    if (!config.moe.sparse(layer)) continue;
+    const std::string prefix = "model.layers." + std::to_string(layer) + ".mlp.experts.";
+    std::vector<torch::Tensor> gate_up, down;
+    for (int64_t e = 0; e < config.moe.num_experts; ++e) {
+      const std::string expert = prefix + std::to_string(e) + ".";
+      gate_up.push_back(torch::cat({tensors.at(expert + "gate_proj.weight"), tensors.at(expert + "up_proj.weight")}));
+      down.push_back(tensors.at(expert + "down_proj.weight"));
+      for (const char* name : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) tensors.erase(expert + name);
+    }
+    tensors[prefix + "gate_up_proj"] = torch::stack(gate_up);
+    tensors[prefix + "down_proj"] = torch::stack(down);
+  }
+  return tensors;
+}
+
+void write_checkpoint(const fs::path& dir, const fs::path& config_from, const TensorMap& tensors) {
+  fs::copy_file(config_from / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  write_safetensors(dir / "model.safetensors", {tensors.begin(), tensors.end()});
+}
+
+}  // namespace
+
+TEST_CASE("Model.MoeReference.FusedExpertsLoadAsThePerExpertTensorsAndOtherLayoutsAreRefused") {
+  const fs::path source = moe_checkpoints() / kCheckpoints[0];
+  const TargetModel per_expert = TargetModel::load(source);
+  const HFConfig& config = per_expert.config();
+  const torch::Tensor ids = ids_tensor(id_lists(reference_json(source)["rows"])[0]);
+  const torch::Tensor expected = per_expert.forward(ids, {config.num_hidden_layers - 1}, true).logits;
+
+  ScratchDir dir("hf-moe-fused");
+  TensorMap tensors = fused_experts(source, config);
+  write_checkpoint(dir.path(), source, tensors);
+  // Equal up to the GEMM kernels' float32 roundings: the fused tensors are
+  // used where they lie in the file's mapping, the stacked ones are copies,
+  // and BLAS may take another path for another alignment.
+  CHECK(torch::allclose(TargetModel::load(dir.path()).forward(ids, {config.num_hidden_layers - 1}, true).logits,
+                        expected, 1e-5, 1e-5));
+
+  SUBCASE("both layouts in one layer") {
+    tensors["model.layers.0.mlp.experts.0.gate_proj.weight"] = torch::zeros({32, 64});
+    write_checkpoint(dir.path(), source, tensors);
+    CHECK_THROWS_WITH_AS(TargetModel::load(dir.path()), doctest::Contains("model.layers.0.mlp.experts.0.gate_proj.weight"),
+                         std::runtime_error);
+  }
+  SUBCASE("a fused tensor of another shape") {
+    tensors["model.layers.2.mlp.experts.down_proj"] = torch::zeros({8, 32, 64});
+    write_checkpoint(dir.path(), source, tensors);
+    CHECK_THROWS_WITH_AS(TargetModel::load(dir.path()),
+                         doctest::Contains("'model.layers.2.mlp.experts.down_proj' has shape [8, 32, 64]"),
+                         std::runtime_error);
+  }
+  SUBCASE("an expert's tensor missing") {
+    TensorMap per = load_checkpoint_dir(source);
+    per.erase("model.layers.2.mlp.experts.7.up_proj.weight");
+    write_checkpoint(dir.path(), source, per);
+    CHECK_THROWS_WITH_AS(TargetModel::load(dir.path()),
+                         doctest::Contains("lacks tensor 'model.layers.2.mlp.experts.7.up_proj.weight'"),
+                         std::runtime_error);
+  }
+  SUBCASE("more experts than config.json says") {
+    TensorMap per = load_checkpoint_dir(source);
+    per["model.layers.0.mlp.experts.8.gate_proj.weight"] = torch::zeros({32, 64});
+    write_checkpoint(dir.path(), source, per);
+    CHECK_THROWS_WITH_AS(TargetModel::load(dir.path()), doctest::Contains("model.layers.0.mlp.experts.8.gate_proj.weight"),
+                         std::runtime_error);
+  }
+  SUBCASE("no router") {
+    tensors.erase("model.layers.0.mlp.gate.weight");
+    write_checkpoint(dir.path(), source, tensors);
+    CHECK_THROWS_WITH_AS(TargetModel::load(dir.path()), doctest::Contains("lacks tensor 'model.layers.0.mlp.gate.weight'"),
+                         std::runtime_error);
+  }
+}

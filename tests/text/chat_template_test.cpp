@@ -20,9 +20,10 @@ using nlohmann::ordered_json;  // key order kept, as Python keeps it: tool-call 
 
 struct ChatCase {
   std::string template_name;
-  ordered_json messages, tools;
+  ordered_json messages, tools, kwargs;
   RenderOptions options;
-  std::string text;  // what jinja2 rendered from the model's own template
+  std::string text;   // what jinja2 rendered from the model's own template
+  std::string error;  // what it raised instead (gpt-oss's raises on some conversations)
 };
 
 std::vector<ChatCase> read_chat_cases() {
@@ -32,18 +33,22 @@ std::vector<ChatCase> read_chat_cases() {
   std::vector<ChatCase> cases;
   for (std::string line; std::getline(in, line);) {
     const ordered_json j = ordered_json::parse(line);
-    ChatCase c{j["template"], j["messages"], j.value("tools", ordered_json()), {}, j["text"]};
+    ChatCase c{j["template"], j["messages"], j.value("tools", ordered_json()),
+               j.value("chat_template_kwargs", ordered_json()), {}, j.value("text", ""), j.value("error", "")};
     c.options.add_generation_prompt = j["add_generation_prompt"];
+    c.options.current_date = j.value("current_date", "");
     c.options.enable_thinking = !(j["enable_thinking"].is_boolean() && !j["enable_thinking"].get<bool>());
     cases.push_back(std::move(c));
   }
   return cases;
 }
 
-Conversation conversation_of(const ordered_json& messages, const ordered_json& tools = nullptr) {
+Conversation conversation_of(const ordered_json& messages, const ordered_json& tools = nullptr,
+                             const ordered_json& kwargs = nullptr) {
   Conversation c;
   ordered_json line{{"messages", messages}};
   if (!tools.is_null()) line["tools"] = tools;
+  if (!kwargs.is_null()) line["chat_template_kwargs"] = kwargs;
   const auto problem = read_conversation(line, c);
   REQUIRE_MESSAGE(!problem, problem->detail);
   return c;
@@ -63,6 +68,8 @@ std::string learned_text(const Tokenizer& tokenizer, const ChatSample& sample) {
 std::shared_ptr<const Tokenizer> tokenizer_for(const std::string& template_name) {
   static auto qwen = Tokenizer::load(real_tokenizer("qwen2"));
   static auto llama = Tokenizer::load(real_tokenizer("llama3"));
+  static auto gptoss = Tokenizer::load(real_tokenizer("gptoss"));
+  if (template_name == "harmony") return gptoss;
   return template_name == "llama3" ? llama : qwen;
 }
 
@@ -71,17 +78,25 @@ std::shared_ptr<const Tokenizer> tokenizer_for(const std::string& template_name)
 TEST_CASE("ChatTemplate.RendersExactlyAsTheModelsJinjaTemplate") {
   const auto cases = read_chat_cases();
   REQUIRE(cases.size() >= 50);
-  int wrong = 0, with_tools = 0;
+  int wrong = 0, with_tools = 0, harmony = 0, refused = 0;
   for (const auto& c : cases) {
     with_tools += c.messages.dump().find("\"tool_calls\"") != std::string::npos || !c.tools.is_null();
-    const std::string text =
-        join_segments(chat_template(c.template_name).render(conversation_of(c.messages, c.tools), c.options));
+    harmony += c.template_name == "harmony";
+    const auto conversation = conversation_of(c.messages, c.tools, c.kwargs);
+    if (!c.error.empty()) {  // jinja2 raised: dflow refuses too
+      CHECK_THROWS_AS(chat_template(c.template_name).render(conversation, c.options), ChatTemplateError);
+      ++refused;
+      continue;
+    }
+    const std::string text = join_segments(chat_template(c.template_name).render(conversation, c.options));
     if (text != c.text && ++wrong <= 3) {
       MESSAGE(c.template_name << " on " << c.messages.dump() << "\n  dflow  " << json(text).dump() << "\n  jinja2 "
                               << json(c.text).dump());
     }
   }
   CHECK(with_tools >= 20);  // tool calls and tools lists, with both Qwen templates
+  CHECK(harmony >= 40);
+  CHECK(refused >= 5);
   CHECK(wrong == 0);
 }
 
@@ -94,7 +109,7 @@ TEST_CASE("ChatTemplate.ChatmlIsQwen25AndUnknownNamesListTheKnownOnes") {
     FAIL("no error");
   } catch (const dflow::ConfigError& e) {
     const std::string message = e.what();
-    CHECK_MESSAGE(message.find("unknown chat template 'qwen4'; known: qwen3, qwen2.5, chatml, llama3") !=
+    CHECK_MESSAGE(message.find("unknown chat template 'qwen4'; known: qwen3, qwen2.5, chatml, llama3, harmony, gpt-oss") !=
                       std::string::npos,
                   message);
   }
@@ -103,11 +118,12 @@ TEST_CASE("ChatTemplate.ChatmlIsQwen25AndUnknownNamesListTheKnownOnes") {
 TEST_CASE("ChatEncode.TokenizingPerMessageEqualsTokenizingTheWholeText") {
   int wrong = 0;
   for (const auto& c : read_chat_cases()) {
+    if (!c.error.empty()) continue;
     const auto tokenizer = tokenizer_for(c.template_name);
     ChatEncodeOptions options;
     options.render = c.options;
     const auto sample =
-        encode_chat(*tokenizer, chat_template(c.template_name), conversation_of(c.messages, c.tools), options);
+        encode_chat(*tokenizer, chat_template(c.template_name), conversation_of(c.messages, c.tools, c.kwargs), options);
     if (sample.input_ids != tokenizer->encode(c.text) && ++wrong <= 3) MESSAGE("differs: " << json(c.text).dump());
     CHECK(sample.loss_mask.size() == sample.input_ids.size());
   }

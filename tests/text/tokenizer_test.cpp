@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -110,7 +111,7 @@ namespace {
 
 struct Case {
   std::string text;
-  Ids qwen2, llama3;
+  Ids qwen2, llama3, gptoss;
   std::string qwen2_decoded;
 };
 
@@ -119,7 +120,7 @@ std::vector<Case> read_cases() {
   std::vector<Case> cases;
   for (std::string line; std::getline(in, line);) {
     const json j = json::parse(line);
-    cases.push_back({j["text"], j["qwen2"], j["llama3"], j["qwen2_decoded"]});
+    cases.push_back({j["text"], j["qwen2"], j["llama3"], j["gptoss"], j["qwen2_decoded"]});
   }
   return cases;
 }
@@ -159,6 +160,38 @@ TEST_CASE("Tokenizer.EqualsHuggingFaceOnTheQwenVocabulary") {
   CHECK(qwen_wrong == 0);
   CHECK(llama_wrong == 0);
   CHECK(decode_wrong == 0);
+}
+
+// gpt-oss's tokenizer.json: o200k's split regex (letters split by case runs,
+// \p{Lu} \p{Lt} \p{Lm} \p{Lo} \p{M} classes, case-insensitive contractions,
+// digits in threes), no normalizer, and its added tokens at their own ids,
+// 199998..200018, beyond the vocabulary (make_tokenizer_fixture.py).
+TEST_CASE("Tokenizer.EqualsHuggingFaceWithGptOssPreTokenizerAndAddedTokens") {
+  auto gptoss = Tokenizer::load(real_tokenizer("gptoss"));
+  const auto cases = read_cases();
+  REQUIRE(cases.size() >= 10000);
+  CHECK(gptoss->vocab_size() == 200019);
+  CHECK(gptoss->require_token_id("<|start|>") == 200006);
+  CHECK(gptoss->require_token_id("<|channel|>") == 200005);
+  CHECK(gptoss->require_token_id("<|message|>") == 200008);
+  CHECK(gptoss->require_token_id("<|end|>") == 200007);
+  CHECK(gptoss->require_token_id("<|return|>") == 200002);
+  CHECK(gptoss->require_token_id("<|call|>") == 200012);
+  CHECK(gptoss->require_token_id("<|constrain|>") == 200003);
+  CHECK(gptoss->require_token_id("<|endofprompt|>") == 200018);
+  int wrong = 0, with_harmony_tokens = 0;
+  for (const Case& c : cases) {
+    with_harmony_tokens += std::find(c.gptoss.begin(), c.gptoss.end(), 200006) != c.gptoss.end();
+    const Ids ids = gptoss->encode(c.text);
+    if (ids != c.gptoss && ++wrong <= 5) {
+      MESSAGE("gptoss differs on " << json(c.text).dump() << "\n  dflow " << show_ids(ids) << "\n  HF    "
+                                   << show_ids(c.gptoss));
+    }
+  }
+  CHECK(with_harmony_tokens >= 50);  // <|start|> inside text is the special token, as in HF
+  CHECK(wrong == 0);
+  CHECK(gptoss->decode(gptoss->encode("<|start|>assistant<|channel|>final<|message|>Hi<|return|>")) ==
+        "<|start|>assistant<|channel|>final<|message|>Hi<|return|>");
 }
 
 TEST_CASE("Tokenizer.SameIdsFromTwoThreadsAndFromTheCache") {
