@@ -51,7 +51,19 @@ nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dty
   // speculators names that hidden state l+1, and its serving path always
   // takes the target's last layer apart (the verifier's own output, never a
   // drafter input), so a drafter that reads the last layer has no name there.
+  // vLLM collects a target layer's hidden state once and in layer order
+  // (`if idx in aux_hidden_state_layers: append`), so the drafter's feature
+  // layers must rise strictly for its fc columns to meet the right features.
   nlohmann::json aux_ids = nlohmann::json::array();
+  for (size_t i = 1; i < spec.target_layer_ids.size(); ++i) {
+    if (spec.target_layer_ids[i] <= spec.target_layer_ids[i - 1]) {
+      throw std::runtime_error("export --format speculators: the drafter's target layers " +
+                               nlohmann::json(spec.target_layer_ids).dump() +
+                               " (dflash_config.target_layer_ids) repeat or fall, but a speculators server collects "
+                               "each target layer once, in layer order; export it in the default --format dflash, "
+                               "or train with rising ids (model.drafter.target_layer_ids)");
+    }
+  }
   for (const int64_t layer : spec.target_layer_ids) {
     if (layer + 1 == verifier.num_hidden_layers) {
       throw std::runtime_error(
