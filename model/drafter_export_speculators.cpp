@@ -46,6 +46,11 @@ nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dty
     throw mismatch("num_hidden_layers", verifier.num_hidden_layers, spec.num_target_layers);
   }
   if (verifier.architectures.empty()) throw refusal(source, "config.json has no architectures to name the verifier by");
+  // vLLM's speculators adapter (update_dflash) requires mask_token_id.
+  if (spec.mask_token_id < 0) {
+    throw std::runtime_error("export --format speculators: the drafter has no mask token (dflash_config.mask_token_id), "
+                             "which speculators' DFlash format requires");
+  }
 
   // dflow's (and z-lab's) layer id l reads Hugging Face's hidden_states[l+1];
   // speculators names that hidden state l+1, and its serving path always
@@ -79,7 +84,6 @@ nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dty
   nlohmann::json layer_config = drafter_config_json(spec, dtype);
   for (const char* key : kNonTransformerKeys) layer_config.erase(key);
   const nlohmann::json dtype_name = layer_config["torch_dtype"];
-  const nlohmann::json mask_token = spec.mask_token_id >= 0 ? nlohmann::json(spec.mask_token_id) : nlohmann::json();
 
   return {
       {"architectures", nlohmann::json::array({"DFlashSpeculator"})},
@@ -90,8 +94,9 @@ nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dty
       {"block_size", spec.block_size},
       {"target_hidden_size", nullptr},
       {"aux_hidden_state_layer_ids", aux_ids},
-      {"mask_token_id", mask_token},
-      // dflow's draft blocks attend bidirectionally in every layer, sliding ones too.
+      {"mask_token_id", spec.mask_token_id},
+      // dflow's draft blocks attend bidirectionally in every layer, sliding
+      // ones too (vLLM's adapter sets dflash_config.causal to its negation).
       {"sliding_window_non_causal", true},
       // The anchor is the known token; the block's other positions are drafted.
       {"sample_from_anchor", false},

@@ -77,6 +77,23 @@ aux = config["aux_hidden_state_layer_ids"]
 expect(aux == [i + 1 for i in zlab["dflash_config"]["target_layer_ids"]], "aux ids %s" % aux)
 expect(all(i < num_verifier_layers for i in aux), "aux ids name the last layer")
 
+# models/dflash/config.py validate_transformer_config builds the layer config
+# with transformers' class for its model_type; it must keep the drafter's shape.
+from transformers import AutoConfig
+
+built = AutoConfig.for_model(model_type=layer_config["model_type"]).__class__(**layer_config)
+for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+            "intermediate_size", "vocab_size", "rms_norm_eps"):
+    expect(getattr(built, key) == layer_config[key], "transformers' Qwen3Config changes " + key)
+
+# vLLM (vllm/transformers_utils/configs/speculators/algos.py update_dflash)
+# maps aux ids back to z-lab's target_layer_ids as i - 1, requires
+# mask_token_id, and makes the blocks causal unless sliding_window_non_causal.
+expect([i - 1 for i in aux] == zlab["dflash_config"]["target_layer_ids"], "vLLM's i - 1 does not give back the ids")
+expect(isinstance(config["mask_token_id"], int), "mask_token_id is required")
+expect(config.get("sliding_window_non_causal") is True, "dflow's blocks are bidirectional")
+expect(config.get("sample_from_anchor") is False, "sample_from_anchor")
+
 # config.py SpeculatorsConfig / VerifierConfig, proposals/greedy.py.
 sc = config["speculators_config"]
 expect(sc.get("algorithm") == "dflash", "algorithm")

@@ -1,5 +1,5 @@
 // `dflow export --format speculators`: the drafter in vllm-project/speculators'
-// DFlash layout, naming its target (dense Qwen3 and Qwen3-MoE) as speculators'
+// DFlash layout, naming its target (dense Qwen3, Qwen3-MoE, gpt-oss) as speculators'
 // and vLLM's loaders read it, checked by tests/tools/check_speculators_export.py
 // (json + safetensors in the venv); the default export stays z-lab's.
 #include "test_paths.hpp"
@@ -84,6 +84,16 @@ TEST_CASE("Cli.Export.speculators_format_names_a_qwen3_moe_target") {
   exports_name_the_target(dir, dir / "target");
   const auto config = nlohmann::json::parse(std::ifstream(dir / "spec" / "config.json"));
   CHECK(config["speculators_config"]["verifier"]["architectures"] == nlohmann::json::array({"Qwen3MoeForCausalLM"}));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Cli.Export.speculators_format_names_a_gpt_oss_target") {
+  const auto dir = testing::fresh_dir("export-spec-gpt-oss");
+  const auto o = run_dflow("make-tiny-target --out " + (dir / "target").string() + " --arch gpt_oss");
+  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+  exports_name_the_target(dir, dir / "target");
+  const auto config = nlohmann::json::parse(std::ifstream(dir / "spec" / "config.json"));
+  CHECK(config["speculators_config"]["verifier"]["architectures"] == nlohmann::json::array({"GptOssForCausalLM"}));
   fs::remove_all(dir);
 }
 
