@@ -9,6 +9,7 @@
 #include "config/errors.hpp"
 #include "data/feature_cache.hpp"
 #include "model/drafter.hpp"
+#include "model/drafter_export_speculators.hpp"
 #include "model/target.hpp"
 #include "tools/cli.hpp"
 #include "tools/thread_option.hpp"
@@ -85,15 +86,70 @@ void add_eval_command(CLI::App& app, Action& action) {
   });
 }
 
+namespace {
+
+// The target a speculators export names: --verifier, else the target the run
+// that wrote the checkpoint trained against (its resolved config's
+// model.target.path). Read from --target, else from the verifier itself when
+// it is a local directory.
+model::SpeculatorsVerifier find_verifier(const fs::path& drafter, const std::string& verifier,
+                                         const std::string& target) {
+  model::SpeculatorsVerifier found;
+  found.name_or_path = verifier;
+  // A checkpoint's drafter (step-N/drafter) sits beside its run's config;
+  // an exported drafter directory records no run.
+  const auto run_config = drafter.parent_path() / "config.yaml";
+  if (found.name_or_path.empty() && drafter.filename() == "drafter" && fs::exists(run_config)) {
+    std::ifstream in(run_config);
+    const std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    found.name_or_path = config::load_config_text(yaml, run_config.string()).model.target.path;
+  }
+  if (found.name_or_path.empty()) {
+    throw std::runtime_error("export --format speculators: '" + drafter.string() +
+                             "' records no target (model.target.path of its run); pass --verifier NAME_OR_PATH");
+  }
+  found.local_dir = !target.empty() ? fs::path(target) : fs::path(found.name_or_path);
+  if (!fs::is_directory(found.local_dir)) {
+    throw std::runtime_error("export --format speculators: verifier '" + found.name_or_path +
+                             "' is not a local directory; pass --target DIR, a local copy of it, to read its "
+                             "config.json, embedding and LM head from");
+  }
+  return found;
+}
+
+}  // namespace
+
 void add_export_command(CLI::App& app, Action& action) {
-  auto* sub = app.add_subcommand("export", "write a checkpoint's drafter in Hugging Face layout (safetensors + "
-                                           "config.json with the DFlash fields)");
-  static std::string checkpoint, out;
+  auto* sub = app.add_subcommand("export", "write a checkpoint's drafter in Hugging Face layout: z-lab's DFlash "
+                                           "layout (default), or speculators' for vLLM (--format speculators)");
+  static std::string checkpoint, out, format = "dflash", verifier, target;
   sub->add_option("CKPT", checkpoint, "checkpoint (step-N) or run directory (its latest)")->required();
   sub->add_option("--out", out, "output directory")->required();
+  sub->add_option("--format", format,
+                  "dflash: z-lab's config.json and weights (the serving engine is told the target); speculators: "
+                  "vllm-project/speculators' layout, naming the target and carrying its embedding and LM head")
+      ->check(CLI::IsMember({"dflash", "speculators"}))
+      ->capture_default_str();
+  sub->add_option("--verifier", verifier,
+                  "speculators: the target's name or path as the serving engine should load it (default: the run's "
+                  "model.target.path)");
+  sub->add_option("--target", target,
+                  "speculators: a local copy of the target to read config.json and the head tensors from (default: "
+                  "--verifier when it is a directory)");
   sub->callback([&action] {
+    if (format != "speculators" && !(verifier.empty() && target.empty())) {
+      throw CLI::ValidationError("--verifier/--target", "need --format speculators");
+    }
     action = [] {
-      auto draft = model::load_pretrained(drafter_dir(checkpoint));  // verifies names and shapes
+      const fs::path dir = drafter_dir(checkpoint);
+      auto draft = model::load_pretrained(dir);  // verifies names and shapes
+      if (format == "speculators") {
+        const auto found = find_verifier(dir, verifier, target);
+        model::save_speculators_pretrained(*draft, found, out);
+        std::cout << "exported drafter to " << out << " (speculators format, verifier " << found.name_or_path
+                  << ")\n";
+        return 0;
+      }
       model::save_pretrained(*draft, out);
       std::cout << "exported drafter to " << out << "\n";
       return 0;
