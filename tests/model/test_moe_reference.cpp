@@ -15,11 +15,12 @@
 #include "model/hf_config.hpp"
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
+#include "hf_reference_fixtures.hpp"
 #include "model_fixtures.hpp"
 #include "tools/run_command.hpp"
 
 using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
+using namespace dflow::model::testing;
 namespace fs = std::filesystem;
 
 namespace {
@@ -29,37 +30,9 @@ const char* const kCheckpoints[] = {"qwen3-moe-norm-topk", "qwen3-moe-sparse-ste
 // The checkpoints and their references, written once per test process.
 const fs::path& moe_checkpoints() {
   static ScratchDir dir("hf-moe");
-  static const bool written = [] {
-    if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
-    const auto o = ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
-                                                     "/tests/model/hf_moe_reference.py " + dir.path().string(),
-                                                 600);
-    INFO(o.output);
-    REQUIRE(o.exit_code == 0);
-    return true;
-  }();
+  static const bool written = (dflow::model::testing::write_with_python("hf_moe_reference.py", dir.path()), true);
   (void)written;
   return dir.path();
-}
-
-nlohmann::json reference_json(const fs::path& checkpoint) { return read_json_file(checkpoint / "reference.json"); }
-
-std::vector<std::vector<int64_t>> id_lists(const nlohmann::json& json) {
-  return json.get<std::vector<std::vector<int64_t>>>();
-}
-
-std::vector<int64_t> every_layer(const TargetModel& target) {
-  std::vector<int64_t> ids;
-  for (int64_t l = 0; l < target.num_layers(); ++l) ids.push_back(l);
-  return ids;
-}
-
-torch::Tensor ids_tensor(const std::vector<int64_t>& row) { return torch::tensor(row, torch::kInt64).unsqueeze(0); }
-
-// ||a - b|| / ||b|| over the whole [S, H] state.
-double relative_error(const torch::Tensor& got, const torch::Tensor& expected) {
-  const torch::Tensor e = expected.to(torch::kFloat64);
-  return (got.to(torch::kFloat64) - e).norm().item<double>() / e.norm().item<double>();
 }
 
 }  // namespace
@@ -159,38 +132,7 @@ TEST_CASE("Model.MoeReference.KVCacheAndPackedDocumentsEqualTheFullForward") {
     const auto layers = every_layer(target);
     const auto rows = id_lists(reference_json(dir)["rows"]);
     const torch::Tensor a = ids_tensor(rows[0]), b = ids_tensor(rows[1]);
-    const int64_t la = a.size(1), lb = b.size(1);
-    const TargetOutput full_a = target.forward(a, layers, true);
-    const TargetOutput full_b = target.forward(b, layers, true);
-
-    // Prefill 5 tokens, then one token per call.
-    KVCache cache = target.new_cache(1, la);
-    std::vector<std::vector<torch::Tensor>> pieces(layers.size());
-    std::vector<torch::Tensor> logits;
-    const auto step = [&](int64_t start, int64_t count) {
-      const TargetOutput out = target.forward_cached(cache, a.narrow(1, start, count), layers, true);
-      for (size_t l = 0; l < layers.size(); ++l) pieces[l].push_back(out.hidden_states[l]);
-      logits.push_back(out.logits);
-    };
-    step(0, 5);
-    for (int64_t t = 5; t < la; ++t) step(t, 1);
-    for (size_t l = 0; l < layers.size(); ++l) {
-      CAPTURE(l);
-      CHECK(torch::allclose(torch::cat(pieces[l], 1), full_a.hidden_states[l], 1e-5, 1e-5));
-    }
-    CHECK(torch::allclose(torch::cat(logits, 1), full_a.logits, 1e-5, 1e-5));
-
-    // Both rows packed as two documents of one row: each as it is alone.
-    PackedDocuments documents{torch::cat({torch::arange(la), torch::arange(lb)}).unsqueeze(0),
-                              torch::cat({torch::zeros({la}, torch::kInt64), torch::ones({lb}, torch::kInt64)})
-                                  .unsqueeze(0)};
-    const TargetOutput packed = target.forward(torch::cat({a, b}, 1), documents, layers, true);
-    for (size_t l = 0; l < layers.size(); ++l) {
-      CAPTURE(l);
-      CHECK(torch::allclose(packed.hidden_states[l].narrow(1, 0, la), full_a.hidden_states[l], 1e-5, 1e-5));
-      CHECK(torch::allclose(packed.hidden_states[l].narrow(1, la, lb), full_b.hidden_states[l], 1e-5, 1e-5));
-    }
-    CHECK(torch::allclose(packed.logits.narrow(1, la, lb), full_b.logits, 1e-5, 1e-5));
+    check_cache_and_packing_equal_full_forward(target, layers, a, b, {5}, 1e-5);
   }
 }
 
