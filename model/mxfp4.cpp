@@ -44,10 +44,17 @@ torch::Tensor mxfp4_dequantize(const torch::Tensor& blocks, const torch::Tensor&
   const torch::Tensor all_scales = stacked ? scales : scales.unsqueeze(0);
   const torch::Tensor all_out = stacked ? out : out.unsqueeze(0);
   for (int64_t i = 0; i < slices; ++i) {
-    const torch::Tensor bytes = all_blocks[i].to(device);                                     // [..., G, 16]
-    const torch::Tensor values = byte_values.index({bytes.to(torch::kInt64)}).flatten(-2);      // [..., G, 32]
-    const torch::Tensor factors = scale_values.index({all_scales[i].to(device).to(torch::kInt64)}).unsqueeze(-1);
-    all_out[i].copy_((values * factors).flatten(-2));
+    // index_select and an in-place product: the same float32 values as an
+    // advanced index and a fresh product, without their extra passes (this
+    // runs per expert per forward when the experts stay resident).
+    const torch::Tensor bytes = all_blocks[i].to(device);  // [..., G, 16]
+    std::vector<int64_t> value_shape = bytes.sizes().vec();
+    value_shape.back() = 32;
+    torch::Tensor values = byte_values.index_select(0, bytes.reshape({-1}).to(torch::kInt64)).view(value_shape);
+    const torch::Tensor factors =
+        scale_values.index_select(0, all_scales[i].to(device).reshape({-1}).to(torch::kInt64));
+    values.mul_(factors.view(all_scales[i].sizes()).unsqueeze(-1));  // [..., G, 32]
+    all_out[i].copy_(values.flatten(-2));
   }
   return out;
 }
