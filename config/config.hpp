@@ -23,6 +23,7 @@ struct RunConfig {
 struct TargetConfig {
   std::string path = "runs/demo/target";  // HF layout: config.json + *.safetensors
   std::string dtype = "float32";          // float32 | bfloat16
+  std::string mxfp4_experts = "resident";  // resident | dequantize (gpt-oss's MXFP4 experts)
 };
 
 struct DrafterConfig {

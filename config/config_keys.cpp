@@ -55,6 +55,11 @@ KeySet<Config> declare() {
                           "must name a Hugging Face checkpoint directory"));
   k.add("model.target.dtype", [](Config& c) -> auto& { return c.model.target.dtype; }, must_match,
         "the target's compute dtype: float32 or bfloat16", one_of(kDtypes));
+  k.add("model.target.mxfp4_experts", [](Config& c) -> auto& { return c.model.target.mxfp4_experts; }, may_change,
+        "a gpt-oss checkpoint's MXFP4 experts: resident (kept packed, each expert dequantized while it computes; "
+        "gpt-oss-120b fits one GPU) or dequantize (once, on load, into model.target.dtype: faster, about 3.8x the "
+        "expert memory in bf16); the outputs are the same bits either way",
+        one_of({"resident", "dequantize"}));
   k.add("model.drafter.num_layers", [](Config& c) -> auto& { return c.model.drafter.num_layers; }, must_match,
         "draft layers", at_least(1, "must be >= 1"));
   k.add("model.drafter.block_size", [](Config& c) -> auto& { return c.model.drafter.block_size; }, must_match,

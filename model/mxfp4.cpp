@@ -36,18 +36,29 @@ torch::Tensor mxfp4_dequantize(const torch::Tensor& blocks, const torch::Tensor&
   const torch::Tensor scale_values =
       torch::ldexp(torch::ones({256}, torch::kFloat32), torch::arange(256, torch::kInt32) - 127).to(device);
   // A slice of the leading axis at a time (one expert, for the experts'
-  // [E, rows, G, 16]), so that the float32 and index temporaries stay small.
-  const int64_t slices = blocks.dim() > 2 ? blocks.size(0) : 1;
-  const torch::Tensor all_blocks = blocks.dim() > 2 ? blocks : blocks.unsqueeze(0);
-  const torch::Tensor all_scales = blocks.dim() > 2 ? scales : scales.unsqueeze(0);
-  const torch::Tensor all_out = blocks.dim() > 2 ? out : out.unsqueeze(0);
+  // [E, rows, G, 16]), so that the float32 and index temporaries stay small;
+  // one expert's [rows, G, 16] in one go.
+  const bool stacked = blocks.dim() > 3;
+  const int64_t slices = stacked ? blocks.size(0) : 1;
+  const torch::Tensor all_blocks = stacked ? blocks : blocks.unsqueeze(0);
+  const torch::Tensor all_scales = stacked ? scales : scales.unsqueeze(0);
+  const torch::Tensor all_out = stacked ? out : out.unsqueeze(0);
   for (int64_t i = 0; i < slices; ++i) {
-    const torch::Tensor bytes = all_blocks[i].to(device);                                     // [..., G, 16]
-    const torch::Tensor values = byte_values.index({bytes.to(torch::kInt64)}).flatten(-2);      // [..., G, 32]
-    const torch::Tensor factors = scale_values.index({all_scales[i].to(device).to(torch::kInt64)}).unsqueeze(-1);
-    all_out[i].copy_((values * factors).flatten(-2));
+    // index_select and an in-place product: the same float32 values as an
+    // advanced index and a fresh product, without their extra passes (this
+    // runs per expert per forward when the experts stay resident).
+    const torch::Tensor bytes = all_blocks[i].to(device);  // [..., G, 16]
+    std::vector<int64_t> value_shape = bytes.sizes().vec();
+    value_shape.back() = 32;
+    torch::Tensor values = byte_values.index_select(0, bytes.reshape({-1}).to(torch::kInt64)).view(value_shape);
+    const torch::Tensor factors =
+        scale_values.index_select(0, all_scales[i].to(device).reshape({-1}).to(torch::kInt64));
+    values.mul_(factors.view(all_scales[i].sizes()).unsqueeze(-1));  // [..., G, 32]
+    all_out[i].copy_(values.flatten(-2));
   }
   return out;
 }
+
+int64_t mxfp4_bytes(int64_t rows, int64_t inputs) { return rows * (inputs / 32) * (16 + 1); }
 
 }  // namespace dflow::model

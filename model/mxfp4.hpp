@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
+
 namespace dflow::model {
 
 // blocks [..., G, 16] uint8 and scales [..., G] uint8 -> [..., G * 32] in
@@ -17,5 +19,9 @@ namespace dflow::model {
 // in the [out, in] orientation the checkpoint's rows have.
 torch::Tensor mxfp4_dequantize(const torch::Tensor& blocks, const torch::Tensor& scales, torch::Device device,
                                torch::Dtype dtype);
+
+// Bytes an [rows, inputs] matrix takes as MXFP4: per 32 inputs 16 bytes of
+// values and one of scale (the blocks' and scales' nbytes together).
+int64_t mxfp4_bytes(int64_t rows, int64_t inputs);
 
 }  // namespace dflow::model

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "model/documents.hpp"
@@ -61,12 +62,22 @@ struct TargetOutput {
   torch::Tensor logits;                      // [B, S, V] when requested, else undefined
 };
 
+// Choices of how a target is held that do not change its outputs.
+struct TargetLoadOptions {
+  // model.target.mxfp4_experts: gpt-oss's MXFP4 experts kept packed (the
+  // default: gpt-oss-120b fits one GPU) or dequantized on load (faster).
+  Mxfp4Experts mxfp4_experts = Mxfp4Experts::resident;
+};
+
+// "resident" or "dequantize" (model.target.mxfp4_experts); throws otherwise.
+Mxfp4Experts parse_mxfp4_experts(const std::string& value);
+
 class TargetModel {
  public:
   // Loads config.json + *.safetensors and converts the weights to `dtype`
   // (float32, bfloat16, float16 or float64) on `device`.
   static TargetModel load(const std::filesystem::path& dir, torch::Device device = torch::kCPU,
-                          torch::Dtype dtype = torch::kFloat32);
+                          torch::Dtype dtype = torch::kFloat32, const TargetLoadOptions& options = {});
 
   const HFConfig& config() const { return config_; }
   torch::Device device() const { return device_; }
@@ -101,6 +112,9 @@ class TargetModel {
   torch::Tensor lm_head(const torch::Tensor& hidden) const;   // [.., H] -> [.., V]
   const torch::Tensor& embedding_weight() const { return embed_tokens_; }  // [V, H]
   const torch::Tensor& lm_head_weight() const { return lm_head_; }         // [V, H]
+  // Bytes the routed experts' projections hold, over all layers (0 for a
+  // dense target): packed MXFP4 or dequantized, as loaded.
+  int64_t expert_projection_bytes() const;
   // The embedding, LM head and final norm as a TargetHead over these very
   // tensors (no copy): a run that loads the whole target holds one head.
   TargetHead head() const;

@@ -38,7 +38,22 @@ std::vector<int64_t> distinct_feature_layer_ids(int64_t num_target_layers, int64
 }
 
 
-TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device device, torch::Dtype dtype) {
+Mxfp4Experts parse_mxfp4_experts(const std::string& value) {
+  if (value == "resident") return Mxfp4Experts::resident;
+  if (value == "dequantize") return Mxfp4Experts::dequantize;
+  throw std::invalid_argument("model.target.mxfp4_experts: '" + value + "' is neither resident nor dequantize");
+}
+
+int64_t TargetModel::expert_projection_bytes() const {
+  int64_t bytes = 0;
+  for (const TargetLayerWeights& layer : layers_) {
+    if (layer.experts.defined()) bytes += layer.experts.projection_bytes();
+  }
+  return bytes;
+}
+
+TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device device, torch::Dtype dtype,
+                              const TargetLoadOptions& options) {
   if (!at::isFloatingType(dtype)) {
     throw std::invalid_argument("TargetModel::load: dtype must be floating point, got " +
                                 std::string(c10::toString(dtype)));
@@ -84,7 +99,7 @@ TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device de
     }
     if (c.attention_sinks) layer.sinks = source.take(attn + "sinks", {c.num_attention_heads});
     if (c.moe.sparse(i)) {
-      layer.experts = c.family == ModelFamily::GptOss ? load_gpt_oss_experts(source, prefix + "mlp.", c)
+      layer.experts = c.family == ModelFamily::GptOss ? load_gpt_oss_experts(source, prefix + "mlp.", c, options.mxfp4_experts)
                                                       : load_qwen3_moe_experts(source, prefix + "mlp.", c);
     } else {
       layer.gate_proj = source.take(prefix + "mlp.gate_proj.weight", {c.intermediate_size, hidden});

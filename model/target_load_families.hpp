@@ -76,7 +76,9 @@ class WeightSource {
 
 // One layer's routed experts; `prefix` is "model.layers.<i>.mlp.".
 ExpertWeights load_qwen3_moe_experts(const WeightSource& source, const std::string& prefix, const HFConfig& config);
-ExpertWeights load_gpt_oss_experts(const WeightSource& source, const std::string& prefix, const HFConfig& config);
+// gpt-oss: MXFP4 projections kept packed or dequantized as `mxfp4` says.
+ExpertWeights load_gpt_oss_experts(const WeightSource& source, const std::string& prefix, const HFConfig& config,
+                                   Mxfp4Experts mxfp4);
 // The router and activation config.moe describes (default options when dense).
 ExpertOptions expert_options(const HFConfig& config);
 

@@ -199,6 +199,7 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
 void RunContext::load_models() {
   const fs::path target_dir = config.model.target.path;
   const torch::Dtype target_dtype = train::parse_dtype(config.model.target.dtype);
+  const model::TargetLoadOptions target_load_options{model::parse_mxfp4_experts(config.model.target.mxfp4_experts)};
   drafter_device = train::resolve_device(config.devices.drafter, options.local_rank);
   drafter_dtype = train::parse_dtype(config.model.drafter.dtype);
   const auto need = whole_target_need(config, options);
@@ -217,7 +218,8 @@ void RunContext::load_models() {
     }
     for (const auto& d : config.devices.target)
       targets.push_back(std::make_unique<model::TargetModel>(
-          model::TargetModel::load(target_dir, train::resolve_device(d, options.local_rank), target_dtype)));
+          model::TargetModel::load(target_dir, train::resolve_device(d, options.local_rank), target_dtype,
+                                   target_load_options)));
     target_head = std::make_shared<const model::TargetHead>(targets.front()->head());
     loaded = log::str("loaded whole on ", targets.size(), " device(s) (", need->who_and_why, ")");
   } else {

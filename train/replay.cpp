@@ -97,7 +97,8 @@ ReplayReport replay_samples(const config::Config& config, const std::filesystem:
 
   auto ckpt = read_checkpoint(checkpoint_dir);
   const torch::Device device = resolve_device(config.devices.drafter);
-  auto target = model::TargetModel::load(config.model.target.path, device, parse_dtype(config.model.target.dtype));
+  auto target = model::TargetModel::load(config.model.target.path, device, parse_dtype(config.model.target.dtype),
+                                         {model::parse_mxfp4_experts(config.model.target.mxfp4_experts)});
   auto spec = model::drafter_spec_from_config(ckpt.drafter_config, (ckpt.dir / "drafter").string());
   model::DFlashDrafter drafter(spec, config.run.seed);
   {
