@@ -40,7 +40,14 @@ ExpertWeights random_experts(const Shapes& s, bool biases, int64_t seed) {
 
 ExpertWeights cast(const ExpertWeights& w, torch::Dtype dtype) {
   const auto c = [&](const torch::Tensor& t) { return t.defined() ? t.to(dtype) : t; };
-  return {c(w.router), c(w.router_bias), c(w.gate_up), c(w.gate_up_bias), c(w.down), c(w.down_bias)};
+  ExpertWeights out;
+  out.router = c(w.router);
+  out.router_bias = c(w.router_bias);
+  out.gate_up = c(w.gate_up);
+  out.gate_up_bias = c(w.gate_up_bias);
+  out.down = c(w.down);
+  out.down_bias = c(w.down_bias);
+  return out;
 }
 
 // The k experts a token picks: torch.topk of that token's values alone (what
