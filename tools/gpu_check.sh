@@ -17,6 +17,8 @@
 #      target head-only: peak RSS and GPU memory against the online run)
 #      (the step's all-reduce); throughput at the qwen3-8b preset with the
 #      recipe in bf16 (bench_gpu throughput) and through the whole graph;
+#      CUDA vs CPU again on tiny Qwen3-MoE and gpt-oss (MXFP4 resident) echo
+#      targets, and the CUDA-only expert unit checks where test_model is built;
 #      the qwen3-30b-a3b preset (Qwen3-MoE) made on the GPU and its target
 #      forward (tokens/s, peak GPU memory: bench_gpu throughput);
 #      the drafter step's compute (bench_drafter_compute, bf16, 512 anchors):
@@ -226,6 +228,29 @@ if run parity 120 "$BENCH" parity --target runs/demo/target; then
   row "packed rows, bf16 attention path" "ok" "$(grep -m1 '^packed rows' "$RESULTS/parity.log" | cut -d: -f3- | cut -c2-)"
 else
   fail "CUDA vs CPU" "$(grep -E 'RESULT.*fail|error' "$RESULTS/parity.log" | tr '\n' ' ' | cut -c1-300)"
+fi
+# The same parity on the mixture-of-experts families: Qwen3-MoE (bf16 takes
+# the grouped-GEMM experts) and gpt-oss with MXFP4 experts kept resident
+# (sink attention, sliding layers, YaRN, each expert dequantized on the GPU
+# while it computes). Echo targets: their experts add little, so a routing
+# choice that bf16 rounds the other way moves the features little.
+for arch in qwen3_moe gpt_oss; do
+  packing=""
+  [ "$arch" = gpt_oss ] && packing="--mxfp4"
+  if run "tiny_$arch" 120 "$DFLOW" make-tiny-target --arch "$arch" $packing --pattern echo --out "$WORK/tiny-$arch" &&
+    run "parity_$arch" 180 "$BENCH" parity --target "$WORK/tiny-$arch"; then
+    row "CUDA vs CPU, $arch target" "ok" "$(grep RESULT "$RESULTS/parity_$arch.log" | awk '{printf "%s %s; ", $2, $5}')"
+  else
+    fail "CUDA vs CPU, $arch target" "$(grep -hE 'RESULT.*fail|error' "$RESULTS/tiny_$arch.log" "$RESULTS/parity_$arch.log" 2>/dev/null | tr '\n' ' ' | cut -c1-300)"
+  fi
+done
+# The CUDA-only unit checks of the expert paths (grouped GEMM against the CPU loop).
+if [ -x "$BUILD/tests/test_model" ] && run moe_cuda_tests 300 "$BUILD/tests/test_model" --no-intro -tc='Model.Moe.*,Model.Mxfp4Resident.*'; then
+  row "Model.Moe.*, Model.Mxfp4Resident.* (CUDA paths)" "ok" "$(grep -m1 'test cases' "$RESULTS/moe_cuda_tests.log" | tr -s ' ')"
+elif [ -x "$BUILD/tests/test_model" ]; then
+  fail "Model.Moe.* on CUDA" "$(grep -m3 -E 'ERROR|FAILED' "$RESULTS/moe_cuda_tests.log" | tr '\n' ' ' | cut -c1-300)"
+else
+  row "Model.Moe.* (CUDA paths)" "skipped" "$BUILD has no tests/test_model (build it there to run the grouped-GEMM check)"
 fi
 # 60 steps on cuda:0 (checkpoints at 30 and 60), then 30 resumed from step 30.
 if run demo_cuda 240 train_demo "$WORK/demo-cuda" cuda:0; then
