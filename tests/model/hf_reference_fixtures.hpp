@@ -13,6 +13,7 @@
 
 #include "model/documents.hpp"
 #include "model/hf_config.hpp"
+#include "model/safetensors.hpp"
 #include "model/target.hpp"
 #include "model_fixtures.hpp"
 #include "test_paths.hpp"
@@ -53,6 +54,40 @@ inline torch::Tensor ids_tensor(const std::vector<int64_t>& row) {
 inline double relative_error(const torch::Tensor& got, const torch::Tensor& expected) {
   const torch::Tensor e = expected.to(torch::kFloat64);
   return (got.to(torch::kFloat64) - e).norm().item<double>() / e.norm().item<double>();
+}
+
+// Every layer's float32 state (the last after the final norm) and the logits
+// of each reference row within 1e-4 of transformers' (reference.safetensors
+// "float32.row<r>.hidden_states.<l + 1>" and ".logits").
+inline void check_float32_states_equal_reference(const std::filesystem::path& dir) {
+  const TargetModel target = TargetModel::load(dir);
+  const SafetensorsFile reference(dir / "reference.safetensors");
+  const auto rows = id_lists(reference_json(dir)["rows"]);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    CAPTURE(r);
+    const TargetOutput out = target.forward(ids_tensor(rows[r]), every_layer(target), /*want_logits=*/true);
+    for (int64_t layer = 0; layer < target.num_layers(); ++layer) {
+      CAPTURE(layer);
+      const torch::Tensor expected =
+          reference.tensor("float32.row" + std::to_string(r) + ".hidden_states." + std::to_string(layer + 1));
+      REQUIRE(expected.abs().max().item<double>() > 0.5);  // O(1) activations, not a vacuous comparison
+      CHECK(torch::allclose(out.hidden_states[static_cast<size_t>(layer)][0], expected, 1e-4, 1e-4));
+    }
+    CHECK(torch::allclose(out.logits[0], reference.tensor("float32.row" + std::to_string(r) + ".logits"), 1e-4, 1e-4));
+  }
+}
+
+// dflow's greedy decoding in float32 equals transformers' float64 argmax
+// decoding of each reference prompt (reference.json "greedy_float64").
+inline void check_greedy_equals_float64_argmax(const std::filesystem::path& dir) {
+  const TargetModel target = TargetModel::load(dir);
+  const nlohmann::json reference = reference_json(dir);
+  const auto prompts = id_lists(reference["prompts"]);
+  const auto expected = id_lists(reference["greedy_float64"]);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    CAPTURE(p);
+    CHECK(target.generate(prompts[p], static_cast<int64_t>(expected[p].size()), 0.0, 0, {}) == expected[p]);
+  }
 }
 
 // The KV cache (calls of `chunks` tokens first, then one token per call) and

@@ -55,22 +55,7 @@ TEST_CASE("Model.MoeReference.HiddenStatesOfEveryLayerEqualTransformersFloat32")
   torch::set_num_threads(1);
   for (const char* name : kCheckpoints) {
     CAPTURE(name);
-    const fs::path dir = moe_checkpoints() / name;
-    const TargetModel target = TargetModel::load(dir);
-    const SafetensorsFile reference(dir / "reference.safetensors");
-    const auto rows = id_lists(reference_json(dir)["rows"]);
-    for (size_t r = 0; r < rows.size(); ++r) {
-      CAPTURE(r);
-      const TargetOutput out = target.forward(ids_tensor(rows[r]), every_layer(target), /*want_logits=*/true);
-      for (int64_t layer = 0; layer < target.num_layers(); ++layer) {
-        CAPTURE(layer);
-        const torch::Tensor expected =
-            reference.tensor("float32.row" + std::to_string(r) + ".hidden_states." + std::to_string(layer + 1));
-        REQUIRE(expected.abs().max().item<double>() > 0.5);  // O(1) activations, not a vacuous comparison
-        CHECK(torch::allclose(out.hidden_states[static_cast<size_t>(layer)][0], expected, 1e-4, 1e-4));
-      }
-      CHECK(torch::allclose(out.logits[0], reference.tensor("float32.row" + std::to_string(r) + ".logits"), 1e-4, 1e-4));
-    }
+    check_float32_states_equal_reference(moe_checkpoints() / name);
   }
 }
 
@@ -111,15 +96,7 @@ TEST_CASE("Model.MoeReference.GreedyDecodingEqualsTransformersFloat64Argmax") {
   torch::set_num_threads(1);
   for (const char* name : kCheckpoints) {
     CAPTURE(name);
-    const fs::path dir = moe_checkpoints() / name;
-    const TargetModel target = TargetModel::load(dir);
-    const nlohmann::json reference = reference_json(dir);
-    const auto prompts = id_lists(reference["prompts"]);
-    const auto expected = id_lists(reference["greedy_float64"]);
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      CAPTURE(p);
-      CHECK(target.generate(prompts[p], static_cast<int64_t>(expected[p].size()), 0.0, 0, {}) == expected[p]);
-    }
+    check_greedy_equals_float64_argmax(moe_checkpoints() / name);
   }
 }
 
