@@ -1,6 +1,10 @@
 #include "model/mxfp4.hpp"
 
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace dflow::model {
 
@@ -9,6 +13,33 @@ namespace {
 // The e2m1 values by nibble (transformers' FP4_VALUES): sign bit 3.
 const float kFp4Values[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
                               -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+struct DequantTables {
+  torch::Tensor byte_values;   // [256, 2] float32: (low nibble's, high nibble's) value of every byte
+  torch::Tensor scale_values;  // [256] float32: 2^(s - 127) by scale byte
+};
+
+// The tables on `device`, made once per device: resident experts dequantize
+// per expert per forward, and two host-to-device copies each time would be
+// thousands per forward on a GPU. Shared by the target replicas' threads.
+const DequantTables& tables_on(torch::Device device) {
+  static std::mutex mutex;
+  // Never destroyed: a CUDA tensor freed after the driver shut down at exit crashes.
+  static auto* const by_device = new std::map<std::pair<int, int>, DequantTables>();
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(static_cast<int>(device.type()), static_cast<int>(device.index()));
+  auto it = by_device->find(key);
+  if (it == by_device->end()) {
+    const torch::Tensor nibble_values = torch::from_blob(const_cast<float*>(kFp4Values), {16}, torch::kFloat32);
+    DequantTables tables;
+    tables.byte_values = torch::stack({nibble_values.repeat({16}), nibble_values.repeat_interleave(16)}, -1).to(device);
+    // As transformers' ldexp computes the factor (inf for 255, where float32 ends).
+    tables.scale_values =
+        torch::ldexp(torch::ones({256}, torch::kFloat32), torch::arange(256, torch::kInt32) - 127).to(device);
+    it = by_device->emplace(key, std::move(tables)).first;
+  }
+  return it->second;
+}
 
 }  // namespace
 
@@ -27,14 +58,9 @@ torch::Tensor mxfp4_dequantize(const torch::Tensor& blocks, const torch::Tensor&
   out_shape.back() *= 32;
   torch::Tensor out = torch::empty(out_shape, torch::TensorOptions().device(device).dtype(dtype));
   if (out.numel() == 0) return out;
-  // Both values of every byte, [256, 2]: (low nibble's, high nibble's).
-  const torch::Tensor nibble_values = torch::from_blob(const_cast<float*>(kFp4Values), {16}, torch::kFloat32);
-  const torch::Tensor byte_values =
-      torch::stack({nibble_values.repeat({16}), nibble_values.repeat_interleave(16)}, -1).to(device);
-  // 2^(s - 127) by scale byte, as transformers' ldexp computes the factor
-  // (inf for 255, where float32 ends).
-  const torch::Tensor scale_values =
-      torch::ldexp(torch::ones({256}, torch::kFloat32), torch::arange(256, torch::kInt32) - 127).to(device);
+  const DequantTables& tables = tables_on(device);
+  const torch::Tensor& byte_values = tables.byte_values;
+  const torch::Tensor& scale_values = tables.scale_values;
   // A slice of the leading axis at a time (one expert, for the experts'
   // [E, rows, G, 16]), so that the float32 and index temporaries stay small;
   // one expert's [rows, G, 16] in one go.
