@@ -7,9 +7,11 @@
 #include <set>
 
 #include "model/safetensors.hpp"
+#include "echo_check.hpp"
 #include "model_fixtures.hpp"
 
 using namespace dflow::model;
+using dflow::model::testing::EchoPermutation;
 using dflow::model::testing::ScratchDir;
 using dflow::model::testing::tiny_target_dir;
 
@@ -203,32 +205,19 @@ TEST_CASE("Model.TinyTarget.EchoTargetContinuesItsPromptThroughAPermutation") {
   CHECK(config.model_type == "qwen3");
   const TargetModel target = TargetModel::load(dir.path());
   const int64_t lag = options.echo_lag, text_vocab = options.vocab_size - 2;
-  std::map<int64_t, int64_t> perm;
+  EchoPermutation perm(lag, text_vocab);
   int64_t checked = 0, agreeing_samples = 0, sampled = 0;
   torch::manual_seed(5);
   for (int64_t p = 0; p < 4; ++p) {
     const torch::Tensor ids = torch::randint(0, text_vocab, {lag + 4 * p}, torch::kInt64);
-    std::vector<int64_t> sequence(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
-    const size_t prompt_length = sequence.size();
-    const std::vector<int64_t> greedy = target.generate(sequence, 120, 0.0, 0, {});
-    const std::vector<int64_t> samples = target.generate(sequence, 120, 1.0, 9, {});
-    sequence.insert(sequence.end(), greedy.begin(), greedy.end());
-    for (size_t t = prompt_length; t < sequence.size(); ++t) {
-      const int64_t source = sequence[t - static_cast<size_t>(lag)];
-      auto [it, fresh] = perm.emplace(source, sequence[t]);
-      CHECK(it->second == sequence[t]);  // the same source always gives the same token
-      CHECK(sequence[t] < text_vocab);  // never eos or mask
-      ++checked;
-    }
+    const std::vector<int64_t> prompt(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    const std::vector<int64_t> greedy = target.generate(prompt, 120, 0.0, 0, {});
+    const std::vector<int64_t> samples = target.generate(prompt, 120, 1.0, 9, {});
+    checked += perm.follow(prompt, greedy);
     for (size_t i = 0; i < samples.size() && i < static_cast<size_t>(lag); ++i, ++sampled)
       agreeing_samples += samples[i] == greedy[i];
   }
   CHECK(checked == 4 * 120);
-  std::set<int64_t> images;
-  for (const auto& [source, image] : perm) images.insert(image);
-  CHECK(images.size() == perm.size());  // injective
-  int64_t fixed_points = 0;
-  for (const auto& [source, image] : perm) fixed_points += source == image;
-  CHECK(fixed_points <= 3);
+  perm.check_is_a_permutation();
   CHECK(agreeing_samples >= sampled * 9 / 10);  // low entropy when sampled
 }

@@ -14,10 +14,12 @@
 #include <sstream>
 
 #include "model/safetensors.hpp"
+#include "echo_check.hpp"
 #include "model_fixtures.hpp"
 #include "tools/run_command.hpp"
 
 using namespace dflow::model;
+using dflow::model::testing::EchoPermutation;
 using dflow::model::testing::ScratchDir;
 
 namespace {
@@ -123,29 +125,11 @@ TEST_CASE("Model.TinyTarget.MoeEchoTargetsContinueThroughAPermutationInTransform
     CAPTURE(dir.string());
     const auto& greedy = report[dir.string()]["greedy"];
     REQUIRE(greedy.size() == prompts.size());
-    std::map<int64_t, int64_t> perm;
+    EchoPermutation perm(lag, text_vocab);
     int64_t checked = 0;
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      std::vector<int64_t> sequence = prompts[p];
-      const size_t prompt_length = sequence.size();
-      for (const auto& id : greedy[p]) sequence.push_back(id.get<int64_t>());
-      for (size_t t = prompt_length; t < sequence.size(); ++t) {
-        const int64_t source = sequence[t - static_cast<size_t>(lag)];
-        auto [it, fresh] = perm.emplace(source, sequence[t]);
-        CHECK(it->second == sequence[t]);  // the same source always gives the same token
-        CHECK(sequence[t] < text_vocab);   // never eos or mask
-        ++checked;
-      }
-    }
+    for (size_t p = 0; p < prompts.size(); ++p) checked += perm.follow(prompts[p], greedy[p].get<std::vector<int64_t>>());
     CHECK(checked == static_cast<int64_t>(prompts.size()) * new_tokens);
-    std::set<int64_t> images;
-    int64_t fixed_points = 0;
-    for (const auto& [source, image] : perm) {
-      images.insert(image);
-      fixed_points += source == image;
-    }
-    CHECK(images.size() == perm.size());  // injective
-    CHECK(fixed_points <= 3);
+    perm.check_is_a_permutation();
     // dflow's own forward of the same checkpoint continues every prompt as transformers does.
     const TargetModel target = TargetModel::load(dir);
     for (size_t p = 0; p < prompts.size(); ++p) {
