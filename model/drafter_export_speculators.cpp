@@ -6,9 +6,9 @@
 // checkpoint (the layout of dflow's default export) into one.
 #include "model/drafter_export_speculators.hpp"
 
-#include <fstream>
 #include <stdexcept>
 
+#include "model/json_file.hpp"
 #include "model/safetensors.hpp"
 #include "model/target_head.hpp"
 
@@ -134,15 +134,7 @@ void save_speculators_pretrained(DFlashDrafterImpl& drafter, const SpeculatorsVe
 
   std::filesystem::create_directories(dir);
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
-  const auto config_path = dir / "config.json";
-  const auto temp_path = dir / "config.json.tmp";
-  {
-    std::ofstream out(temp_path, std::ios::trunc);
-    out << config.dump(2) << "\n";
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write '" + temp_path.string() + "'");
-  }
-  std::filesystem::rename(temp_path, config_path);
+  write_json_atomically(dir / "config.json", config);
 }
 
 }  // namespace dflow::model

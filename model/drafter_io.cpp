@@ -1,36 +1,19 @@
 // save_pretrained / load_pretrained for the DFlash drafter.
-#include <fstream>
 #include <set>
 #include <stdexcept>
 
 #include "model/drafter.hpp"
+#include "model/json_file.hpp"
 #include "model/safetensors.hpp"
 
 namespace dflow::model {
-
-namespace {
-
-void write_text_atomically(const std::filesystem::path& path, const std::string& text) {
-  auto temp_path = path;
-  temp_path += ".tmp";
-  {
-    std::ofstream out(temp_path, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write '" + temp_path.string() + "'");
-  }
-  std::filesystem::rename(temp_path, path);
-}
-
-}  // namespace
 
 void save_pretrained(DFlashDrafterImpl& drafter, const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& item : drafter.named_parameters(/*recurse=*/true)) tensors.emplace_back(item.key(), item.value());
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
-  write_text_atomically(dir / "config.json",
-                        drafter_config_json(drafter.spec(), drafter.fc->weight.scalar_type()).dump(2) + "\n");
+  write_json_atomically(dir / "config.json", drafter_config_json(drafter.spec(), drafter.fc->weight.scalar_type()));
 }
 
 DFlashDrafter load_pretrained(const std::filesystem::path& dir) {

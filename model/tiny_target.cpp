@@ -2,9 +2,9 @@
 
 #include <torch/torch.h>
 
-#include <fstream>
 #include <stdexcept>
 
+#include "model/json_file.hpp"
 #include "model/safetensors.hpp"
 #include "model/safetensors_sharded.hpp"
 #include "model/tiny_target_parts.hpp"
@@ -34,15 +34,7 @@ HFConfig make_tiny_target(const TinyTargetOptions& o) {
     else random_tiny_weights(o, config, [&](std::string name, torch::Tensor t) { tensors.emplace_back(std::move(name), std::move(t)); });
     write_safetensors(o.out_dir / "model.safetensors", tensors, {{"format", "pt"}});
   }
-  const auto config_path = o.out_dir / "config.json";
-  auto temp_path = config_path;
-  temp_path += ".tmp";
-  {
-    std::ofstream out(temp_path);
-    out << config_json.dump(2) << "\n";
-    if (!out) throw std::runtime_error("make_tiny_target: cannot write '" + temp_path.string() + "'");
-  }
-  std::filesystem::rename(temp_path, config_path);
+  write_json_atomically(o.out_dir / "config.json", config_json);
   return config;
 }
 
