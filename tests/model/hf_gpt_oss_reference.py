@@ -37,6 +37,8 @@ from transformers import AutoModelForCausalLM, GptOssConfig, GptOssForCausalLM, 
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 from transformers.utils import logging
 
+from hf_reference_common import greedy_float64, reference_states, rows_and_prompts
+
 SIZES = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
              intermediate_size=32, vocab_size=512, num_local_experts=4, num_experts_per_tok=2,
              max_position_embeddings=131072, sliding_window=4, swiglu_limit=7.0, tie_word_embeddings=False,
@@ -66,30 +68,11 @@ def randomize(model):
         router.bias[TIED_EXPERTS] = router.bias[TIED_EXPERTS[0]].clone()
 
 
-def rows_and_prompts(seed):
-    generator = torch.Generator().manual_seed(seed)
-    rows = [torch.randint(0, SIZES["vocab_size"], (n,), generator=generator).tolist() for n in (13, 9)]
-    prompts = [torch.randint(0, SIZES["vocab_size"], (n,), generator=generator).tolist() for n in (5, 8, 3)]
-    return rows, prompts
-
-
 def load(directory, dtype, **kwargs):
     if "quantization_config" in json.loads((directory / "config.json").read_text()):
         # transformers' own dequantization on load (its MXFP4 kernels need a GPU and Triton).
         kwargs["quantization_config"] = Mxfp4Config(dequantize=True)
     return AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="eager", **kwargs).eval()
-
-
-def greedy_float64(directory, prompts, new_tokens):
-    model = load(directory, torch.float64, experts_implementation="eager")
-    out = []
-    with torch.no_grad():
-        for prompt in prompts:
-            ids = list(prompt)
-            for _ in range(new_tokens):
-                ids.append(int(torch.argmax(model(input_ids=torch.tensor([ids])).logits[0, -1])))
-            out.append(ids[len(prompt):])
-    return out
 
 
 def clamped_shares(model, rows):
@@ -152,20 +135,11 @@ def write_mxfp4(model, directory, generator):
 
 
 def write_references(directory, rows, prompts, new_tokens):
-    tensors = {}
-    for dtype_name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
-        model = load(directory, dtype)
-        with torch.no_grad():
-            for r, row in enumerate(rows):
-                result = model(input_ids=torch.tensor([row]), output_hidden_states=True)
-                for i, hidden in enumerate(result.hidden_states):
-                    tensors[f"{dtype_name}.row{r}.hidden_states.{i}"] = hidden[0].float().contiguous()
-                if dtype == torch.float32:
-                    tensors[f"float32.row{r}.logits"] = result.logits[0].contiguous()
-        if dtype == torch.float32:
-            shares = clamped_shares(model, rows)
+    tensors, float32_model = reference_states(lambda dtype: load(directory, dtype), rows)
+    shares = clamped_shares(float32_model, rows)
+    float64 = load(directory, torch.float64, experts_implementation="eager")
     save_file(tensors, str(directory / "reference.safetensors"))
-    reference = {"rows": rows, "prompts": prompts, "greedy_float64": greedy_float64(directory, prompts, new_tokens),
+    reference = {"rows": rows, "prompts": prompts, "greedy_float64": greedy_float64(float64, prompts, new_tokens),
                  "clamped_shares": shares}
     (directory / "reference.json").write_text(json.dumps(reference))
     return reference
@@ -189,7 +163,7 @@ def main():
     model = GptOssForCausalLM(GptOssConfig(**SIZES)).eval()
     randomize(model)
     model = model.to(torch.bfloat16)
-    rows, prompts = rows_and_prompts(500)
+    rows, prompts = rows_and_prompts(500, SIZES["vocab_size"])
     new_tokens = 16
     model.save_pretrained(out_dir / "gpt-oss-bf16")
     write_mxfp4(model, out_dir / "gpt-oss-mxfp4", generator)

@@ -27,6 +27,8 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 from transformers.utils import logging
 
+from hf_reference_common import greedy_float64, reference_states, rows_and_prompts
+
 SIZES = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=96,
              vocab_size=512, max_position_embeddings=256, rope_theta=10000.0, moe_intermediate_size=32,
              num_experts=8, num_experts_per_tok=2)
@@ -61,27 +63,6 @@ def randomize(model):
                 break
 
 
-def rows_and_prompts(seed):
-    generator = torch.Generator().manual_seed(seed)
-    rows = [torch.randint(0, SIZES["vocab_size"], (n,), generator=generator).tolist() for n in (13, 9)]
-    prompts = [torch.randint(0, SIZES["vocab_size"], (n,), generator=generator).tolist() for n in (5, 8, 3)]
-    return rows, prompts
-
-
-def greedy_float64(directory, prompts, new_tokens):
-    # transformers' default grouped_mm has no float64 kernel: its eager loop over experts.
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float64, experts_implementation="eager").eval()
-    out = []
-    with torch.no_grad():
-        for prompt in prompts:
-            ids = list(prompt)
-            for _ in range(new_tokens):
-                logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
-                ids.append(int(torch.argmax(logits)))
-            out.append(ids[len(prompt):])
-    return out
-
-
 def main():
     out_dir = Path(sys.argv[1])
     logging.disable_progress_bar()
@@ -94,19 +75,14 @@ def main():
         randomize(model)
         directory = out_dir / name
         model.save_pretrained(directory, max_shard_size="100KB" if sharded else "10GB")
-        rows, prompts = rows_and_prompts(300 + seed)
-        tensors = {}
-        for dtype_name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
-            loaded = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype).eval()
-            with torch.no_grad():
-                for r, row in enumerate(rows):
-                    result = loaded(input_ids=torch.tensor([row]), output_hidden_states=True)
-                    for i, hidden in enumerate(result.hidden_states):
-                        tensors[f"{dtype_name}.row{r}.hidden_states.{i}"] = hidden[0].float().contiguous()
-                    if dtype == torch.float32:
-                        tensors[f"float32.row{r}.logits"] = result.logits[0].contiguous()
+        rows, prompts = rows_and_prompts(300 + seed, SIZES["vocab_size"])
+        tensors, _ = reference_states(
+            lambda dtype: AutoModelForCausalLM.from_pretrained(directory, dtype=dtype).eval(), rows)
         save_file(tensors, str(directory / "reference.safetensors"))
-        reference = {"rows": rows, "prompts": prompts, "greedy_float64": greedy_float64(directory, prompts, new_tokens)}
+        # transformers' default grouped_mm has no float64 kernel: its eager loop over experts.
+        float64 = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float64,
+                                                       experts_implementation="eager").eval()
+        reference = {"rows": rows, "prompts": prompts, "greedy_float64": greedy_float64(float64, prompts, new_tokens)}
         (directory / "reference.json").write_text(json.dumps(reference))
         print(name, "sharded" if sharded else "single", "greedy", reference["greedy_float64"])
 
