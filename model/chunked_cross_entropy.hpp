@@ -32,4 +32,41 @@ ChunkedCrossEntropyResult chunked_linear_cross_entropy(const torch::Tensor& hidd
                                                        const torch::Tensor& labels, const torch::Tensor& row_weights,
                                                        int64_t rows_per_chunk, const RowReweight& reweight = {});
 
+// A low-rank addition to the logits that is trained (DSpark's Markov bias):
+// logits = hidden W^T + features B^T, features [P, r] (differentiable),
+// weight B [V, r] (trainable: markov_w2). Its gradients are computed in the
+// same sweep as hidden's.
+struct LogitsBias {
+  torch::Tensor features;
+  torch::Tensor weight;
+};
+
+struct ChunkedDraftLossResult {
+  // sum_i w_i * loss_i, differentiable w.r.t. hidden and the bias's features
+  // and weight (never w.r.t. the LM head or the teacher).
+  torch::Tensor weighted_loss_sum;
+  torch::Tensor predictions;        // [P] int64 argmax of the draft logits (bias included)
+  torch::Tensor row_loss;           // [P] loss_i, detached, in the reduction dtype
+  torch::Tensor row_weighted_loss;  // [P] w_i * loss_i, detached
+  torch::Tensor row_weights;        // [P] the w_i applied (after a reweight)
+  // [P] detached: the analytical acceptance rate sum_v min(p_v, q_v) =
+  // 1 - TV(p, q) at temperature 1, q the draft's distribution, p the
+  // teacher's (one-hot of the label without a teacher: q(label)).
+  torch::Tensor accept_rate;
+};
+
+// The draft slots' loss, chunked as chunked_linear_cross_entropy (one chunk
+// of [rows, V] logits at a time, gradients in the same sweep):
+// - teacher_hidden undefined: cross-entropy on `labels`;
+// - teacher_hidden [P, H] (the target's last hidden state after its final
+//   norm, at the position whose next token row i predicts): the teacher's
+//   logits are teacher_hidden W^T, and loss_i = KL(p_T || q_T) with both
+//   softmaxes at `temperature` (speculators' kl_div at 1).
+// bias may be null. reweight (D-PACE) receives the rows' losses.
+ChunkedDraftLossResult chunked_draft_loss(const torch::Tensor& hidden, const torch::Tensor& lm_head_weight,
+                                          const LogitsBias* bias, const torch::Tensor& labels,
+                                          const torch::Tensor& teacher_hidden, double temperature,
+                                          const torch::Tensor& row_weights, int64_t rows_per_chunk,
+                                          const RowReweight& reweight = {});
+
 }  // namespace dflow::model

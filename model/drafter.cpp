@@ -92,6 +92,11 @@ DFlashDrafterImpl::DFlashDrafterImpl(DrafterSpec spec, uint64_t init_seed) : spe
   fc = register_module("fc", make_linear(spec_.num_features() * spec_.hidden_size, spec_.hidden_size, false));
   hidden_norm = register_module("hidden_norm", RMSNorm(spec_.hidden_size, spec_.rms_norm_eps));
   norm = register_module("norm", RMSNorm(spec_.hidden_size, spec_.rms_norm_eps));
+  if (spec_.heads.markov()) markov_head = register_module("markov_head", MarkovHead(spec_));
+  if (spec_.heads.confidence)
+    confidence_head = register_module(
+        "confidence_head",
+        ConfidenceHead(spec_.hidden_size + (spec_.heads.confidence_with_markov ? spec_.heads.markov_rank : 0)));
 
   torch::NoGradGuard no_grad;
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(init_seed);

@@ -18,6 +18,32 @@
 
 namespace dflow::model {
 
+// DSpark's two small heads over the DFlash backbone (arXiv 2607.05147;
+// vllm-project/speculators `models/dspark`), both off by default (plain DFlash).
+// Semantics: dflow's blocks are DFlash's (speculators' sample_from_anchor =
+// false): slot 0 holds the anchor and is never predicted, slot k >= 1
+// predicts the token at anchor + k, and its Markov bias comes from the token
+// just before it, at anchor + k - 1 (the anchor itself for slot 1). Training
+// uses the data's token there; drafting the token chosen at slot k - 1.
+struct DraftHeads {
+  // Markov head: a low-rank logit bias W2 u from the previous token, with
+  // u = W1[prev] (vanilla), sigmoid(gate([h; W1[prev]])) * W1[prev] (gated),
+  // or tanh(out) of a recurrent state over the block (rnn). 0: no head.
+  int64_t markov_rank = 0;
+  std::string markov_type = "vanilla";  // vanilla | gated | rnn
+  // Confidence head: a linear map of the slot's hidden state (and the
+  // Markov embedding W1[prev] when confidence_with_markov) to the logit of
+  // the slot's acceptance probability.
+  bool confidence = false;
+  bool confidence_with_markov = true;  // needs markov_rank > 0
+
+  bool markov() const { return markov_rank > 0; }
+  bool any() const { return markov() || confidence; }
+  // Throws std::invalid_argument naming the first bad field.
+  void validate() const;
+  bool operator==(const DraftHeads&) const = default;
+};
+
 struct DrafterSpec {
   // Width and attention shape, copied from the target config.
   int64_t hidden_size = 0;
@@ -41,6 +67,7 @@ struct DrafterSpec {
   // p - sliding_window < c < anchor (add_sliding_window); its block whole.
   std::vector<std::string> layer_types;
   int64_t sliding_window = 0;  // > 0 exactly when some layer slides
+  DraftHeads heads;            // DSpark heads (none: plain DFlash)
 
   int64_t num_features() const { return static_cast<int64_t>(target_layer_ids.size()); }
   // sliding_window for a sliding layer, 0 (full attention) otherwise.
@@ -59,6 +86,7 @@ struct DrafterOptions {
   std::optional<int64_t> mask_token_id;       // default: the target config's mask token id
   std::vector<std::string> layer_types;       // empty: all full_attention
   int64_t sliding_window = 0;                 // for the sliding_attention layers
+  DraftHeads heads;                           // DSpark heads (none: plain DFlash)
 };
 
 // Refuses a missing mask token or one outside the target vocabulary.
@@ -120,6 +148,50 @@ class DraftLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DraftLayer);
 
+// The Markov head's recurrent state while drafting one block (rnn only:
+// [K, r]; undefined before the first slot and for the stateless variants).
+struct MarkovState {
+  torch::Tensor state;
+};
+
+// Parameter names are speculators' (markov_head.markov_w1.weight, ...), so
+// the export is a rename-free copy.
+class MarkovHeadImpl : public torch::nn::Module {
+ public:
+  MarkovHeadImpl(const DrafterSpec& spec);
+  // W1 rows of token ids (any shape) -> [..., r].
+  torch::Tensor prev_embeddings(const torch::Tensor& token_ids);
+  // The input of W2 for whole blocks: prev_tokens [K, Bs] (slot k's previous
+  // token), hidden [K, Bs, H] (the backbone's, after its final norm) ->
+  // u [K, Bs, r]; rnn runs its state from slot 0 to Bs - 1.
+  torch::Tensor block_features(const torch::Tensor& prev_tokens, const torch::Tensor& hidden);
+  // One slot while drafting: prev_token [K], hidden [K, H] -> u [K, r],
+  // advancing `state` (rnn). Slot by slot from slot 0 this gives
+  // block_features' rows exactly.
+  torch::Tensor step_features(const torch::Tensor& prev_token, const torch::Tensor& hidden, MarkovState& state);
+  // W2 u: [..., r] -> [..., V].
+  torch::Tensor bias(const torch::Tensor& features) { return markov_w2->forward(features); }
+
+  torch::nn::Embedding markov_w1{nullptr};  // [V, r]
+  torch::nn::Linear markov_w2{nullptr};     // r -> V, no bias
+  torch::nn::Linear gate_proj{nullptr};     // gated: H + r -> r
+  torch::nn::Linear joint_proj{nullptr};    // rnn: 2r + H -> 3r ([gate; candidate; output])
+
+ private:
+  std::string type_;
+  int64_t rank_;
+};
+TORCH_MODULE(MarkovHead);
+
+class ConfidenceHeadImpl : public torch::nn::Module {
+ public:
+  explicit ConfidenceHeadImpl(int64_t input_dim);
+  // features [..., input_dim] -> acceptance logits [...].
+  torch::Tensor forward(const torch::Tensor& features) { return proj->forward(features).squeeze(-1); }
+  torch::nn::Linear proj{nullptr};
+};
+TORCH_MODULE(ConfidenceHead);
+
 class DFlashDrafterImpl : public torch::nn::Module {
  public:
   // Parameters on CPU in float32, initialised from `init_seed`:
@@ -157,10 +229,17 @@ class DFlashDrafterImpl : public torch::nn::Module {
   // The same at explicit positions [T] or [B, T].
   std::vector<ContextKV> context_kv(const torch::Tensor& context, const torch::Tensor& positions);
 
+  // The confidence head's input for slots: hidden [..., H] and, with
+  // confidence_with_markov, prev_embedding [..., r] (W1 of the previous
+  // token) -> acceptance logits [...]. Needs spec().heads.confidence.
+  torch::Tensor confidence_logits(const torch::Tensor& hidden, const torch::Tensor& prev_embedding);
+
   torch::nn::Linear fc{nullptr};
   RMSNorm hidden_norm{nullptr};
   torch::nn::ModuleList layers{nullptr};
   RMSNorm norm{nullptr};
+  MarkovHead markov_head{nullptr};          // null unless spec().heads.markov()
+  ConfidenceHead confidence_head{nullptr};  // null unless spec().heads.confidence
 
  private:
   // The draft layers over context [B, S, H] at `context_positions` ([S] or [B, S]).

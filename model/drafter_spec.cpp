@@ -49,6 +49,21 @@ void DrafterSpec::validate() const {
                      std::to_string(vocab_size) + ")");
   }
   validate_layer_types();
+  try {
+    heads.validate();
+  } catch (const std::invalid_argument& e) {
+    throw spec_error(e.what());
+  }
+}
+
+void DraftHeads::validate() const {
+  if (markov_rank < 0)
+    throw std::invalid_argument("markov_rank must be >= 1 for a Markov head (0: none), got " + std::to_string(markov_rank));
+  if (markov_type != "vanilla" && markov_type != "gated" && markov_type != "rnn")
+    throw std::invalid_argument("markov_type must be vanilla, gated or rnn, got '" + markov_type + "'");
+  if (confidence && confidence_with_markov && !markov())
+    throw std::invalid_argument("a confidence head with the Markov embedding (confidence_with_markov) needs "
+                                "markov_rank >= 1");
 }
 
 void DrafterSpec::validate_layer_types() const {
@@ -96,6 +111,7 @@ DrafterSpec make_drafter_spec(const HFConfig& target, const DrafterOptions& opti
   spec.num_target_layers = target.num_hidden_layers;
   spec.layer_types = options.layer_types;
   spec.sliding_window = options.sliding_window;
+  spec.heads = options.heads;
   if (!options.target_layer_ids.empty()) {
     spec.target_layer_ids = options.target_layer_ids;
   } else {

@@ -203,7 +203,8 @@ ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& emb
                             const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                             const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                             const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
-                            const PackedDocuments* documents) {
+                            const PackedDocuments* documents, const TeacherStates* teacher) {
+  (void)teacher;  // TODO(issue 34): the KL objective and the DSpark heads
   if (documents != nullptr && input_ids.dim() == 2) {
     return packed_rows_end_to_end(drafter, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask,
                                   lengths, anchors, options, *documents);

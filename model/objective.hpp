@@ -30,6 +30,17 @@ enum class PositionWeighting {
   DPace,
 };
 
+// What each trained slot's loss compares the drafter with.
+enum class Distillation {
+  // Cross-entropy on the data's token (DFlash 2025).
+  CrossEntropy,
+  // KL(p || q), p the target's own next-token distribution (its last hidden
+  // state through its final norm and LM head), q the drafter's, both at
+  // kl_temperature: speculators' kl_div at temperature 1. Chunked like the
+  // cross-entropy: no [tokens, vocabulary] float32 matrix is ever held.
+  KL,
+};
+
 struct ObjectiveOptions {
   PositionWeighting weighting = PositionWeighting::Decay;
   double loss_decay_gamma = 0.0;                    // Decay; <= 0: default_loss_decay_gamma(block_size)
@@ -38,6 +49,23 @@ struct ObjectiveOptions {
   int64_t max_attention_scores_per_chunk = 1 << 25;  // B * heads * queries * keys per attention chunk
   int64_t max_logits_per_chunk = 1 << 25;           // rows * vocab of full-vocabulary logits at once
   bool recompute_layers = false;                    // recompute draft-layer activations in backward (same math)
+  Distillation loss = Distillation::CrossEntropy;
+  double kl_temperature = 1.0;                      // KL: both distributions at this temperature (> 0)
+  // Weight of the confidence head's loss (drafters with one; > 0): BCE of
+  // its logit against the slot's analytical acceptance rate 1 - TV(p, q)
+  // (detached), weighed by the same position weights as the main loss.
+  // Without the target's distribution (CrossEntropy and no teacher) p is the
+  // one-hot of the data's token, so the rate is q(label).
+  double confidence_alpha = 1.0;
+};
+
+// The target's own distribution for the KL objective (and the confidence
+// head's acceptance rate): its last hidden state after its final norm,
+// [B, S, H] like the batch's rows, on any device; row position t gives the
+// distribution of the token at t + 1. Through the frozen LM head it is the
+// target's logits.
+struct TeacherStates {
+  torch::Tensor final_hidden;
 };
 
 // One micro-batch laid out as draft blocks, on the drafter's device.
@@ -85,6 +113,17 @@ struct ObjectiveOutput {
   // weighted_ce_sum and weight_sum; per-bucket statistics are built on them.
   std::vector<double> sample_weighted_ce_sum;
   std::vector<double> sample_weight_sum;
+  // The main loss (CE or KL) alone, sum(w * loss), and the confidence
+  // head's sum(w * BCE) (0 without one): loss_sum is main + alpha * BCE,
+  // and weighted_ce_sum / sample_* count both the same way.
+  double main_loss_sum = 0.0;
+  double confidence_loss_sum = 0.0;
+  // Per block slot (like correct_per_position): the analytical acceptance
+  // rate sum(1 - TV) over valid slots, and the confidence head's predicted
+  // sigmoid sum (0 without one). Divided by count_per_position they are the
+  // observed and predicted acceptance per slot.
+  std::vector<double> accept_rate_per_position;
+  std::vector<double> confidence_per_position;
 };
 
 // context_features [B, S, n*H] (the target's fused features), input_ids,
@@ -104,6 +143,6 @@ ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& emb
                             const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                             const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                             const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
-                            const PackedDocuments* documents = nullptr);
+                            const PackedDocuments* documents = nullptr, const TeacherStates* teacher = nullptr);
 
 }  // namespace dflow::model

@@ -44,6 +44,13 @@ torch::Tensor drafter_block_logits(DFlashDrafterImpl& drafter, const TargetModel
 struct SpeculativeResult {
   std::vector<int64_t> tokens;                 // generated tokens (prompt excluded)
   std::vector<int64_t> acceptance_lengths;     // tau = accepted drafts + 1 per cycle, in 1 .. B
+  // The DSpark confidence head's calibration per block slot k (index
+  // 0 .. B-1, slot 0 unused; empty without a confidence head): over the
+  // cycles in which slots 1 .. k-1 were all accepted (slot k was verified on
+  // a correct prefix), how many there were, the sum of the head's predicted
+  // acceptance sigmoid(c_k), and how many of slot k's drafts were accepted.
+  // predicted / verified against accepted / verified is the calibration.
+  std::vector<double> verified_per_position, predicted_accept_per_position, accepted_per_position;
   double mean_acceptance_length() const;
 };
 

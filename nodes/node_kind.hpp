@@ -16,6 +16,7 @@
 #include "config/yaml_reader.hpp"
 #include "data/batching_policy.hpp"
 #include "graph/registry.hpp"
+#include "model/drafter.hpp"
 #include "train/optimizer.hpp"
 
 namespace dflow::nodes {
@@ -50,6 +51,14 @@ struct RunHooks {
   // prepare checks explicit ids against what it has. Throws
   // std::invalid_argument saying what is wrong with the params.
   std::function<std::vector<int64_t>(config::YamlSection& params, int64_t target_layers)> feature_layers = {};
+  // The drafter node: the DSpark heads its params add to the drafter
+  // (model::DraftHeads, none for plain DFlash), applied to the drafter's
+  // shape before it is made. Throws std::invalid_argument naming the key
+  // and the value. At most one node of a pipeline has this hook.
+  std::function<model::DraftHeads(config::YamlSection& params)> drafter_heads = {};
+  // Why the node needs the target's last hidden state with every batch
+  // ("trains with loss: kl"; "" when it does not): RunContext::teacher_because.
+  std::function<std::string(config::YamlSection& params)> teacher = {};
   // A fresh run hands the node the untrained drafter's state (an evaluator's
   // baseline), taken before the first step.
   bool wants_untrained_state = false;

@@ -52,6 +52,34 @@ std::vector<int64_t> drafter_feature_layers(const config::Config& config, const 
   return ids;
 }
 
+// The DSpark heads the drafter node's params add (RunHooks::drafter_heads),
+// none without such a node; and who needs the target's last hidden state
+// (RunHooks::teacher). Bad params are a ConfigError naming the node.
+model::DraftHeads drafter_heads(const config::Config& config, const graph::NodeRegistry& kinds,
+                                std::string* teacher_because) {
+  model::DraftHeads heads;
+  for (size_t i = 0; i < config.pipeline.nodes.size(); ++i) {
+    const auto& n = config.pipeline.nodes[i];
+    const RunHooks* hooks = run_hooks(kinds, n.type);
+    if (!hooks || (!hooks->drafter_heads && !hooks->teacher)) continue;
+    const std::string key = "pipeline.nodes[" + std::to_string(i) + "].params";
+    try {
+      if (hooks->drafter_heads) {
+        config::YamlSection params(n.params, key, config.pipeline.origins);
+        heads = hooks->drafter_heads(params);
+      }
+      if (hooks->teacher && teacher_because->empty()) {
+        config::YamlSection params(n.params, key, config.pipeline.origins);
+        const std::string why = hooks->teacher(params);
+        if (!why.empty()) *teacher_because = "node '" + n.name + "' (" + n.type + ") " + why;
+      }
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(n.mark, key, "node '" + n.name + "' (" + n.type + "): " + e.what());
+    }
+  }
+  return heads;
+}
+
 // Who needs the whole target in-process, and why: the caller's reason
 // (RunOptions::whole_target_because), else the first node whose kind says so
 // (RunHooks::needs_target). Nullopt: the run loads only the target's head.
@@ -241,6 +269,7 @@ void RunContext::load_models() {
   if (config.model.drafter.mask_token_id >= 0) drafter_options.mask_token_id = config.model.drafter.mask_token_id;
   drafter_options.layer_types = config.model.drafter.layer_types;
   drafter_options.sliding_window = config.model.drafter.sliding_window;
+  drafter_options.heads = drafter_heads(config, options.node_kinds(), &teacher_because);
   drafter_spec = model::make_drafter_spec(target_config, drafter_options);
   feature_layer_ids = drafter_spec.target_layer_ids;
   objective.loss_decay_gamma = config.train.loss_decay_gamma;

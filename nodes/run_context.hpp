@@ -123,6 +123,13 @@ class RunContext {
   torch::Device drafter_device{torch::kCPU};
   torch::Dtype drafter_dtype = torch::kFloat32;
   model::ObjectiveOptions objective;
+  // Who needs the target's last hidden state after its final norm with
+  // every batch (FeatureBatch::teacher_hidden), and why: "node 'drafter'
+  // (drafter_step) trains with loss: kl" (RunHooks::teacher); empty when
+  // nobody does. A feature source that cannot give it refuses the run
+  // naming itself and this.
+  std::string teacher_because;
+  bool needs_teacher() const { return !teacher_because.empty(); }
   int64_t pad_token_id = 0;
 
   // Where this invocation starts.
