@@ -44,11 +44,11 @@ struct PaddedBatch {
 struct FeatureBatch {
   PaddedBatch batch;
   torch::Tensor features;  // [B, S, n*H] on the drafter's device
+  int worker = 0;          // target replica that computed it
   // [B, S, H] on the drafter's device: the target's last hidden state after
   // its final norm (model::TeacherStates), set exactly when the run needs it
   // (RunContext::needs_teacher: the kl objective); undefined otherwise.
   torch::Tensor teacher_hidden;
-  int worker = 0;          // target replica that computed it
 };
 
 // "MicroStats": one micro-batch's forward/backward done (gradients accumulated
