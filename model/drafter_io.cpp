@@ -1,4 +1,5 @@
-// save_pretrained / load_pretrained for the DFlash drafter.
+// save_pretrained / load_pretrained for the DFlash drafter (DSpark's heads included:
+// their tensors are parameters like the backbone's, their shape in config.json).
 #include <set>
 #include <stdexcept>
 
@@ -43,7 +44,12 @@ DFlashDrafter load_pretrained(const std::filesystem::path& dir) {
   }
   for (const auto& [name, tensor] : tensors) {
     if (expected_names.count(name) == 0) {
-      throw error("has unexpected tensor '" + name + "' (config.json and weights disagree?)");
+      const bool head = name.rfind("markov_head.", 0) == 0 || name.rfind("confidence_head.", 0) == 0;
+      throw error("has unexpected tensor '" + name + "' (" +
+                  (head ? std::string("a DSpark head's, but config.json's markov_rank / markov_head_type / "
+                                      "enable_confidence_head / confidence_head_with_markov do not give it")
+                        : std::string("config.json and weights disagree?")) +
+                  ")");
     }
   }
   return drafter;

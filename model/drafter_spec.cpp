@@ -165,6 +165,14 @@ nlohmann::json drafter_config_json(const DrafterSpec& spec, torch::Dtype dtype) 
       {"dflash_config", {{"mask_token_id", spec.mask_token_id}, {"target_layer_ids", spec.target_layer_ids}}},
   };
   if (!spec.layer_types.empty()) config["layer_types"] = spec.layer_types;
+  if (spec.heads.any()) {
+    // DSpark's heads under speculators' field names; absent for plain DFlash
+    // (whose config stays what it was, byte for byte).
+    config["markov_rank"] = spec.heads.markov_rank;
+    config["markov_head_type"] = spec.heads.markov_type;
+    config["enable_confidence_head"] = spec.heads.confidence;
+    config["confidence_head_with_markov"] = spec.heads.confidence_with_markov;
+  }
   if (spec.any_sliding()) {
     // Hugging Face's Qwen3Config drops sliding_window unless
     // use_sliding_window is true. The public loaders (z-lab's model.py,
@@ -220,6 +228,33 @@ void read_attention_layout(const nlohmann::json& config, DrafterSpec& spec, cons
   }
 }
 
+// DSpark's heads (drafter_config_json's fields): none when absent.
+DraftHeads read_heads(const nlohmann::json& config, const std::string& source) {
+  auto error = [&](const std::string& key, const std::string& what) {
+    return std::runtime_error("drafter config '" + source + "': '" + key + "' " + what + ", got " + config[key].dump());
+  };
+  DraftHeads heads;
+  auto present = [&](const char* key) { return config.contains(key) && !config[key].is_null(); };
+  if (present("markov_rank")) {
+    if (!config["markov_rank"].is_number_integer()) throw error("markov_rank", "must be an integer");
+    heads.markov_rank = config["markov_rank"].get<int64_t>();
+  }
+  if (present("markov_head_type")) {
+    if (!config["markov_head_type"].is_string()) throw error("markov_head_type", "must be a string");
+    heads.markov_type = config["markov_head_type"].get<std::string>();
+  }
+  if (present("enable_confidence_head")) {
+    if (!config["enable_confidence_head"].is_boolean()) throw error("enable_confidence_head", "must be true or false");
+    heads.confidence = config["enable_confidence_head"].get<bool>();
+  }
+  if (present("confidence_head_with_markov")) {
+    if (!config["confidence_head_with_markov"].is_boolean())
+      throw error("confidence_head_with_markov", "must be true or false");
+    heads.confidence_with_markov = config["confidence_head_with_markov"].get<bool>();
+  }
+  return heads;
+}
+
 }  // namespace
 
 DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::string& source) {
@@ -255,6 +290,7 @@ DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::st
     spec.target_layer_ids = feature_layer_ids(spec.num_target_layers, spec.num_layers);  // the public default
   }
   read_attention_layout(config, spec, source);
+  spec.heads = read_heads(config, source);
   try {
     spec.validate();
   } catch (const std::invalid_argument& e) {

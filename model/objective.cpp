@@ -102,6 +102,41 @@ void check_loss_inputs(const DrafterSpec& spec, const torch::Tensor& embedding_w
   }
 }
 
+// The KL objective and the heads' options, before any work: a KL run needs
+// the target's last hidden state, and D-PACE's weights are built from each
+// slot's cross-entropy on its label, which a KL run does not have.
+void check_objective_options(const DrafterSpec& spec, const ObjectiveOptions& options, const TeacherStates* teacher) {
+  if (options.loss == Distillation::KL) {
+    if (teacher == nullptr || !teacher->final_hidden.defined()) {
+      throw std::invalid_argument("dflash_loss: loss kl needs the target's last hidden state after its final norm "
+                                  "(TeacherStates.final_hidden [B, S, H]); none was given");
+    }
+    if (options.weighting == PositionWeighting::DPace) {
+      throw std::invalid_argument("dflash_loss: loss kl does not combine with D-PACE position weighting (its weights "
+                                  "come from each slot's cross-entropy on its label); use decay weighting with kl");
+    }
+    if (!(options.kl_temperature > 0.0) || !std::isfinite(options.kl_temperature)) {
+      throw std::invalid_argument("dflash_loss: kl_temperature must be > 0, got " +
+                                  std::to_string(options.kl_temperature));
+    }
+  }
+  if (spec.heads.confidence && (!(options.confidence_alpha > 0.0) || !std::isfinite(options.confidence_alpha))) {
+    throw std::invalid_argument("dflash_loss: the drafter has a confidence head, so confidence_alpha (its loss "
+                                "weight) must be > 0, got " + std::to_string(options.confidence_alpha));
+  }
+}
+
+void check_teacher(const TeacherStates& teacher, const torch::Tensor& input_ids, const torch::Tensor& lm_head_weight) {
+  const torch::Tensor& t = teacher.final_hidden;
+  if (t.dim() != 3 || t.size(0) != input_ids.size(0) || t.size(1) != input_ids.size(1) ||
+      t.size(2) != lm_head_weight.size(1)) {
+    throw std::invalid_argument("dflash_loss: the teacher's final hidden states must be [B, S, H] = [" +
+                                std::to_string(input_ids.size(0)) + ", " + std::to_string(input_ids.size(1)) + ", " +
+                                std::to_string(lm_head_weight.size(1)) + "] like the batch and the LM head, got " +
+                                c10::str(t.sizes()));
+  }
+}
+
 // Rows of the frozen target embedding, looked up on its device, on `device`.
 torch::Tensor frozen_embeddings(const torch::Tensor& embedding_weight, const torch::Tensor& token_ids,
                                 torch::Device device) {
@@ -131,7 +166,8 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
                              const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                              const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                              const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
-                             const PackedDocuments* documents, torch::Tensor* block_sums);
+                             const PackedDocuments* documents, const TeacherStates* teacher,
+                             torch::Tensor* block_sums);
 
 // Packed rows: a sample never sees another, so the rows can be laid end to
 // end as one row of B * S tokens. Every kept block then sits in that one row,
@@ -143,7 +179,8 @@ ObjectiveOutput packed_rows_end_to_end(DFlashDrafterImpl& drafter, const torch::
                                        const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                                        const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                                        const torch::Tensor& lengths, const AnchorBatch& anchors,
-                                       ObjectiveOptions options, const PackedDocuments& documents) {
+                                       ObjectiveOptions options, const PackedDocuments& documents,
+                                       const TeacherStates* teacher) {
   const int64_t rows = input_ids.size(0), length = input_ids.size(1), tokens = rows * length;
   if (documents.document_ids.sizes() != input_ids.sizes() || documents.position_ids.sizes() != input_ids.sizes() ||
       anchors.anchor_positions.dim() != 2 || anchors.batch_size() != rows) {
@@ -172,12 +209,19 @@ ObjectiveOutput packed_rows_end_to_end(DFlashDrafterImpl& drafter, const torch::
         1, spec.num_attention_heads, length, spec.block_size, options.max_attention_scores_per_chunk);
   }
   const auto device = lengths.device();
-  torch::Tensor block_sums;  // [2, K]: sum(w * CE) and sum(w) of each kept block
+  // The teacher's rows laid end to end like the context features.
+  TeacherStates flat_teacher;
+  if (teacher != nullptr && teacher->final_hidden.defined()) {
+    check_teacher(*teacher, input_ids, lm_head_weight);
+    flat_teacher.final_hidden = teacher->final_hidden.reshape({1, tokens, teacher->final_hidden.size(2)});
+  }
+  torch::Tensor block_sums;  // [2, K]: sum(w * loss) and sum(w) of each kept block
   ObjectiveOutput out = loss_of_rows(drafter, embedding_weight, lm_head_weight,
                                      context_features.reshape({1, tokens, context_features.size(2)}),
                                      input_ids.reshape({1, tokens}), loss_mask.reshape({1, tokens}),
                                      torch::full({1}, tokens, torch::TensorOptions().dtype(torch::kInt64).device(device)),
-                                     flat_anchors, options, &flat, &block_sums);
+                                     flat_anchors, options, &flat, teacher != nullptr ? &flat_teacher : nullptr,
+                                     &block_sums);
   out.real_tokens = lengths.sum().item<int64_t>();
   // Each kept block belongs to the sample its anchor sits in.
   const torch::Tensor ordinals = sample_ordinals(documents.document_ids, lengths).reshape({tokens});
@@ -204,13 +248,13 @@ ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& emb
                             const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                             const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
                             const PackedDocuments* documents, const TeacherStates* teacher) {
-  (void)teacher;  // TODO(issue 34): the KL objective and the DSpark heads
+  check_objective_options(drafter.spec(), options, teacher);
   if (documents != nullptr && input_ids.dim() == 2) {
     return packed_rows_end_to_end(drafter, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask,
-                                  lengths, anchors, options, *documents);
+                                  lengths, anchors, options, *documents, teacher);
   }
   return loss_of_rows(drafter, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask, lengths,
-                      anchors, options, nullptr, nullptr);
+                      anchors, options, nullptr, teacher, nullptr);
 }
 
 namespace {
@@ -219,7 +263,8 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
                              const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                              const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                              const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
-                             const PackedDocuments* documents, torch::Tensor* block_sums) {
+                             const PackedDocuments* documents, const TeacherStates* teacher,
+                             torch::Tensor* block_sums) {
   const DrafterSpec& spec = drafter.spec();
   check_loss_inputs(spec, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask, lengths, anchors);
   const int64_t batch = input_ids.size(0), length = input_ids.size(1), block_size = spec.block_size;
@@ -281,17 +326,80 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
       return w.reshape({-1}).index_select(0, rows);
     };
   }
-  const ChunkedCrossEntropyResult ce =
-      chunked_linear_cross_entropy(selected, head, labels, weights, rows_per_chunk, reweight);
-  const torch::Tensor applied = reweight ? ce.row_weights : weights;
+
+  // Slot k's previous token, the one at anchor + k - 1 (slot 0's: the anchor,
+  // unused): within the anchor's sample for every slot that has a label.
+  const int64_t blocks_total = batch * anchors.blocks_per_sample();
+  torch::Tensor prev_tokens;  // [B*N, Bs]
+  if (drafter.markov_head) {
+    const torch::Tensor anchor = anchors.anchor_positions.to(device, torch::kInt64).unsqueeze(-1);  // [B, N, 1]
+    const torch::Tensor slot = torch::arange(block_size, torch::TensorOptions().device(device).dtype(torch::kInt64));
+    const torch::Tensor prev_position = (anchor + (slot - 1).clamp_min(0)).clamp(0, length - 1);  // [B, N, Bs]
+    prev_tokens = input_ids.to(device, torch::kInt64)
+                      .gather(1, prev_position.view({batch, draft_slots}))
+                      .view({blocks_total, block_size});
+  }
+  LogitsBias bias;
+  torch::Tensor prev_embedding_rows;  // [P, r]: W1 of each selected slot's previous token
+  if (drafter.markov_head) {
+    const torch::Tensor u = drafter.markov_head->block_features(
+        prev_tokens, hidden.reshape({blocks_total, block_size, spec.hidden_size}));  // [B*N, Bs, r]
+    bias.features = u.reshape({-1, u.size(2)}).index_select(0, rows);
+    bias.weight = drafter.markov_head->markov_w2->weight;
+    if (drafter.confidence_head && spec.heads.confidence_with_markov)
+      prev_embedding_rows = drafter.markov_head->prev_embeddings(prev_tokens.reshape({-1}).index_select(0, rows));
+  }
+  // The KL teacher of slot k: the target's state at anchor + k - 1, which predicts the token at anchor + k.
+  torch::Tensor teacher_rows;
+  if (options.loss == Distillation::KL) {
+    check_teacher(*teacher, input_ids, lm_head_weight);
+    const torch::Tensor& final_hidden = teacher->final_hidden;
+    // Row positions (block_positions are within the sample for packed rows).
+    const torch::Tensor row_position =
+        (anchors.anchor_positions.to(device, torch::kInt64).unsqueeze(-1) +
+         torch::arange(block_size, torch::TensorOptions().device(device).dtype(torch::kInt64)) - 1)
+            .clamp(0, length - 1);  // only slots k >= 1 are used: anchor + k - 1 >= anchor
+    const torch::Tensor flat_index =
+        (row_position + torch::arange(batch, torch::TensorOptions().device(device).dtype(torch::kInt64))
+                                .mul(length)
+                                .view({batch, 1, 1}))
+            .reshape({-1})
+            .index_select(0, rows);
+    teacher_rows = final_hidden.reshape({batch * length, final_hidden.size(2)})
+                       .index_select(0, flat_index.to(final_hidden.device()))
+                       .to(device, head.scalar_type());
+  }
+  const ChunkedDraftLossResult main =
+      chunked_draft_loss(selected, head, drafter.markov_head ? &bias : nullptr, labels, teacher_rows,
+                         options.kl_temperature, weights, rows_per_chunk, reweight);
+  const torch::Tensor applied = reweight ? main.row_weights : weights;
 
   ObjectiveOutput out;
   out.weight_sum = applied.sum().to(torch::kFloat64).item<double>();
-  out.weighted_ce_sum = ce.weighted_ce_sum.detach().to(torch::kFloat64).item<double>();
-  out.loss_sum = ce.weighted_ce_sum;
-  out.loss = ce.weighted_ce_sum / (out.weight_sum > 0.0 ? out.weight_sum : 1.0);
+  out.main_loss_sum = main.weighted_loss_sum.detach().to(torch::kFloat64).item<double>();
+  torch::Tensor row_terms = main.row_weighted_loss;  // [P] each row's share of loss_sum, detached
+  out.loss_sum = main.weighted_loss_sum;
+  out.accept_rate_per_position = sum_per_slot(rows, main.accept_rate, block_size);
+  out.confidence_per_position.assign(static_cast<size_t>(block_size), 0.0);
+  if (drafter.confidence_head) {
+    // BCE of the head's logit against the slot's acceptance rate (detached),
+    // under the main loss's row weights.
+    const torch::Tensor logits = drafter.confidence_logits(selected, prev_embedding_rows);
+    const auto reduction = main.row_loss.scalar_type();
+    const torch::Tensor bce = torch::binary_cross_entropy_with_logits(
+        logits.to(reduction), main.accept_rate.detach().to(reduction), {}, {}, at::Reduction::None);
+    const torch::Tensor weighted_bce = bce * applied.to(reduction);
+    const torch::Tensor confidence_sum = weighted_bce.sum();
+    out.confidence_loss_sum = confidence_sum.detach().to(torch::kFloat64).item<double>();
+    out.loss_sum = out.loss_sum + options.confidence_alpha * confidence_sum;
+    row_terms = row_terms + options.confidence_alpha * weighted_bce.detach();
+    out.confidence_per_position = sum_per_slot(rows, torch::sigmoid(logits.detach().to(reduction)), block_size);
+  }
+  out.weighted_ce_sum = drafter.confidence_head ? out.loss_sum.detach().to(torch::kFloat64).item<double>()
+                                                : out.main_loss_sum;
+  out.loss = out.loss_sum / (out.weight_sum > 0.0 ? out.weight_sum : 1.0);
 
-  out.correct_per_position = sum_per_slot(rows, ce.predictions.eq(labels), block_size);
+  out.correct_per_position = sum_per_slot(rows, main.predictions.eq(labels), block_size);
   out.count_per_position = sum_per_slot(rows, torch::ones_like(labels), block_size);
   out.num_anchors = anchors.num_anchors();
   out.real_tokens = lengths.sum().item<int64_t>();
@@ -300,8 +408,8 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   // Per block, then per row (a row is a sample unless the caller packed it).
   const torch::Tensor block_of_row = rows.floor_divide(block_size);
   const auto sum_options = torch::TensorOptions().dtype(torch::kFloat64).device(rows.device());
-  torch::Tensor sums = torch::zeros({2, batch * anchors.blocks_per_sample()}, sum_options);
-  sums[0].index_add_(0, block_of_row, ce.row_weighted_ce.to(torch::kFloat64));
+  torch::Tensor sums = torch::zeros({2, blocks_total}, sum_options);
+  sums[0].index_add_(0, block_of_row, row_terms.to(torch::kFloat64));
   sums[1].index_add_(0, block_of_row, applied.to(torch::kFloat64));
   sums = sums.cpu();
   if (block_sums != nullptr) *block_sums = sums;
