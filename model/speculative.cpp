@@ -30,9 +30,9 @@ void DrafterContextCache::append(DFlashDrafterImpl& drafter, const torch::Tensor
 
 namespace {
 
-// Final hidden states of slots 1 .. B-1 of one draft pass, [1, B-1, H] on the target's device.
-torch::Tensor draft_slot_hidden(DFlashDrafterImpl& drafter, const TargetModel& target, const DrafterContextCache& cache,
-                                int64_t bonus_token) {
+// Final hidden states of all B slots of one draft pass, [1, B, H] on the drafter's device.
+torch::Tensor draft_block_hidden(DFlashDrafterImpl& drafter, const TargetModel& target, const DrafterContextCache& cache,
+                                 int64_t bonus_token) {
   torch::NoGradGuard no_grad;
   const DrafterSpec& spec = drafter.spec();
   if (cache.length() == 0) throw std::invalid_argument("drafter_generate_block: the context cache is empty");
@@ -46,9 +46,7 @@ torch::Tensor draft_slot_hidden(DFlashDrafterImpl& drafter, const TargetModel& t
   const torch::Tensor anchor = torch::full({1, 1}, start, torch::kInt64);
   BlockAttentionPlan plan = plan_block_attention(anchor, torch::ones({1, 1}, torch::kBool), start, block_size, 0, device);
   if (spec.any_sliding()) add_sliding_window(plan, anchor, spec.sliding_window);  // as in training
-  const torch::Tensor hidden =
-      drafter.forward_with_context_kv(cache.per_layer(), target.embed(block_tokens).to(device), positions, plan);
-  return hidden.narrow(1, 1, block_size - 1).to(target.device());
+  return drafter.forward_with_context_kv(cache.per_layer(), target.embed(block_tokens).to(device), positions, plan);
 }
 
 std::vector<int64_t> to_vector(const torch::Tensor& ids) {
@@ -122,18 +120,86 @@ Verdict verify_sampled(const std::vector<int64_t>& block, const torch::Tensor& d
   return v;
 }
 
+// One block of drafts. Without a Markov head: the B-1 slots in parallel
+// (argmax, or one draw per row of softmax(logits / T)). With one (DSpark):
+// still one backbone pass, then slot by slot, slot k's logits are the
+// backbone's plus the bias W2 u_k from the token chosen at slot k - 1 (the
+// bonus for slot 1); the Markov state is advanced through slot 0 first
+// (previous token: the bonus), as block_features does in training.
+struct DraftBlock {
+  std::vector<int64_t> drafts;       // slots 1 .. B-1
+  torch::Tensor logits;              // [B-1, V] float32 on the CPU, the distribution drafted from (bias included)
+  torch::Tensor probabilities;       // sampling: softmax(logits / T) [B-1, V] float64, each draft's q
+  std::vector<double> confidence;    // with a confidence head: sigmoid(c_k) per slot 1 .. B-1
+};
+
+DraftBlock draft_block(DFlashDrafterImpl& drafter, const TargetModel& target, const DrafterContextCache& cache,
+                       int64_t bonus_token, Sampler* sampler, bool want_logits) {
+  torch::NoGradGuard no_grad;
+  const DrafterSpec& spec = drafter.spec();
+  const int64_t slots = spec.block_size - 1;
+  const torch::Tensor hidden = draft_block_hidden(drafter, target, cache, bonus_token)[0];  // [B, H], drafter's device
+  const torch::Tensor slot_hidden = hidden.narrow(0, 1, slots);
+  const torch::Tensor backbone_logits = target.lm_head(slot_hidden.to(target.device()).unsqueeze(0))[0];  // [B-1, V]
+  DraftBlock out;
+  std::vector<int64_t> previous;  // slot k's previous token, k = 1 .. B-1
+  if (!drafter.markov_head) {
+    if (want_logits || sampler) out.logits = backbone_logits.to(torch::kCPU, torch::kFloat32);
+    if (sampler) {
+      out.probabilities = sampler->probabilities(out.logits);
+      out.drafts = sampler->draw_rows(out.probabilities);
+    } else {
+      out.drafts = to_vector(backbone_logits.argmax(-1));
+    }
+    previous.push_back(bonus_token);
+    previous.insert(previous.end(), out.drafts.begin(), out.drafts.end() - 1);
+  } else {
+    MarkovHeadImpl& markov = *drafter.markov_head;
+    const torch::Device head_device = markov.markov_w2->weight.device();
+    auto token = [&](int64_t id) { return torch::full({1}, id, torch::TensorOptions().device(head_device).dtype(torch::kInt64)); };
+    MarkovState state;
+    markov.step_features(token(bonus_token), hidden.narrow(0, 0, 1), state);  // slot 0: advances the rnn state only
+    std::vector<torch::Tensor> rows, probability_rows;
+    int64_t prev = bonus_token;
+    for (int64_t k = 1; k <= slots; ++k) {
+      previous.push_back(prev);
+      const torch::Tensor u = markov.step_features(token(prev), hidden.narrow(0, k, 1), state);  // [1, r]
+      const torch::Tensor logits =
+          backbone_logits[k - 1].to(torch::kFloat32) + markov.bias(u)[0].to(backbone_logits.device(), torch::kFloat32);
+      if (sampler) {
+        const torch::Tensor q = sampler->probabilities(logits);
+        prev = sampler->draw(q);
+        probability_rows.push_back(q);
+      } else {
+        prev = logits.argmax().item<int64_t>();
+      }
+      out.drafts.push_back(prev);
+      rows.push_back(logits.to(torch::kCPU));
+    }
+    out.logits = torch::stack(rows);
+    if (sampler) out.probabilities = torch::stack(probability_rows);
+  }
+  if (drafter.confidence_head) {
+    torch::Tensor prev_embedding;
+    if (spec.heads.confidence_with_markov)
+      prev_embedding = drafter.markov_head->prev_embeddings(torch::tensor(previous, torch::kInt64));
+    const torch::Tensor c = torch::sigmoid(drafter.confidence_logits(slot_hidden, prev_embedding));
+    const torch::Tensor cpu = c.to(torch::kCPU, torch::kFloat64).contiguous();
+    out.confidence.assign(cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<int64_t> drafter_generate_block(DFlashDrafterImpl& drafter, const TargetModel& target,
                                             const DrafterContextCache& cache, int64_t bonus_token) {
-  torch::NoGradGuard no_grad;
-  return to_vector(target.lm_head(draft_slot_hidden(drafter, target, cache, bonus_token)).argmax(-1)[0]);
+  return draft_block(drafter, target, cache, bonus_token, nullptr, false).drafts;
 }
 
 torch::Tensor drafter_block_logits(DFlashDrafterImpl& drafter, const TargetModel& target,
                                    const DrafterContextCache& cache, int64_t bonus_token) {
-  torch::NoGradGuard no_grad;
-  return target.lm_head(draft_slot_hidden(drafter, target, cache, bonus_token))[0].to(torch::kCPU, torch::kFloat32);
+  return draft_block(drafter, target, cache, bonus_token, nullptr, true).logits;
 }
 
 double SpeculativeResult::mean_acceptance_length() const {
@@ -168,19 +234,17 @@ SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetM
   const torch::Tensor last_logits = prefill.logits[0][prompt_length - 1];
   int64_t bonus = sampling ? sampler.draw(sampler.probabilities(last_logits)) : last_logits.argmax().item<int64_t>();
   result.tokens.push_back(bonus);
+  if (drafter.confidence_head) {
+    for (auto* v : {&result.verified_per_position, &result.predicted_accept_per_position, &result.accepted_per_position})
+      v->assign(static_cast<size_t>(block_size), 0.0);
+  }
 
   while (static_cast<int64_t>(result.tokens.size()) < max_new_tokens && !is_eos(result.tokens.back())) {
     const int64_t start = target_cache.length();  // position of the bonus token
     std::vector<int64_t> block = {bonus};
-    torch::Tensor draft_probabilities;  // [B-1, V], sampling only
-    std::vector<int64_t> drafts;
-    if (sampling) {
-      draft_probabilities = sampler.probabilities(drafter_block_logits(drafter, target, draft_cache, bonus));
-      drafts = sampler.draw_rows(draft_probabilities);
-    } else {
-      drafts = drafter_generate_block(drafter, target, draft_cache, bonus);
-    }
-    block.insert(block.end(), drafts.begin(), drafts.end());
+    DraftBlock drafted = draft_block(drafter, target, draft_cache, bonus, sampling ? &sampler : nullptr, false);
+    const torch::Tensor& draft_probabilities = drafted.probabilities;  // [B-1, V], sampling only: each draft's q
+    block.insert(block.end(), drafted.drafts.begin(), drafted.drafts.end());
 
     // Verify the whole block in one target pass.
     const TargetOutput verify = target.forward_cached(
@@ -193,6 +257,15 @@ SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetM
     target_cache.truncate(start + accepted + 1);
     draft_cache.append(drafter, features_of(verify).narrow(1, 0, accepted + 1));
     result.acceptance_lengths.push_back(accepted + 1);
+    if (!drafted.confidence.empty()) {
+      // Slot k was verified on a correct prefix when slots 1 .. k-1 were accepted.
+      for (int64_t k = 1; k <= accepted + 1 && k < block_size; ++k) {
+        const auto i = static_cast<size_t>(k);
+        result.verified_per_position[i] += 1;
+        result.predicted_accept_per_position[i] += drafted.confidence[i - 1];
+        if (k <= accepted) result.accepted_per_position[i] += 1;
+      }
+    }
     for (int64_t i = 1; i <= accepted + 1; ++i) {
       const int64_t token = i <= accepted ? block[static_cast<size_t>(i)] : verdict.next;
       if (static_cast<int64_t>(result.tokens.size()) >= max_new_tokens) break;

@@ -114,6 +114,7 @@ class EvalTau final : public graph::FunctionBody {
     record["acceptance_by_position"] = report.acceptance_by_position;
     record["cycles"] = report.cycles;
     record["generated_tokens"] = report.generated_tokens;
+    if (!report.confidence_calibration.empty()) record["confidence_calibration"] = report.calibration_json();
     record["best"] = improved;
     record["best_tau"] = best_tau_;
     record["time"] = {

@@ -8,6 +8,7 @@
 #include "config/log.hpp"
 #include "report/analysis.hpp"
 #include "report/compare_render.hpp"
+#include "report/eval_calibration.hpp"
 #include "report/summary_table.hpp"
 
 namespace dflow::report {
@@ -30,6 +31,8 @@ int report_command(const std::filesystem::path& run_dir, const std::filesystem::
   const Analysis analysis = analyze(run, options.analysis);
   out << bottleneck_summary(analysis);
   if (const auto* telemetry = run.last_telemetry()) out << "\n" << summary_table(*telemetry);
+  if (const nlohmann::json calibration = latest_calibration(run); !calibration.is_null())
+    out << "\n" << calibration_text(calibration);
   log::info("report", log::str("wrote ", target.string(), " (", run.steps.size(), " step records, ", html.size() / 1024, " KiB)"));
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "report/assets.hpp"
+#include "report/eval_calibration.hpp"
 #include "report/page_data.hpp"
 #include "report/pipeline_svg.hpp"
 #include "report/summary_table.hpp"
@@ -65,6 +66,7 @@ Page make_page(const RunData& run, const ReportOptions& options) {
     page.records.push_back(std::move(slim[i]));
   page.events = all_events(run);
   page.warnings = run.warnings;
+  page.calibration = latest_calibration(run);
   return page;
 }
 
@@ -93,6 +95,7 @@ std::string render_page(const Page& page, const ReportOptions& options) {
          "(capacity dashed red); share of that time the producer was blocked (orange) and the consumer starved (grey), "
          "right axis.</p><div class=\"events-legend\" id=\"legend-edges\"></div>"
       << "<div class=\"grid small\" id=\"edge-plots\"></div></section>\n"
+      << calibration_html(page.calibration)
       << "<section class=\"panel\"><h2>Where time went</h2><pre id=\"table\"></pre></section>\n"
       << "<footer id=\"footer\"></footer>\n"
       << "<script type=\"application/json\" id=\"dflow-data\">" << script_json(data) << "</script>\n"

@@ -39,6 +39,7 @@ struct Page {
   std::vector<std::string> warnings;
   int64_t cursor = 0;             // live: records already in the page (records.json?since=cursor)
   int64_t graph_version = 0;      // live: the page reloads when the server's graph changes
+  nlohmann::json calibration;     // latest_calibration (report/eval_calibration.hpp); null without one
 };
 
 Page make_page(const RunData& run, const ReportOptions& options);

@@ -76,6 +76,7 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
   r.lossless_checked = options.compare_with_target && options.temperature <= 0;
   r.tau_histogram.assign(static_cast<size_t>(block), 0);
   r.acceptance_by_position.assign(static_cast<size_t>(block - 1), 0.0);
+  std::vector<double> verified, predicted, accepted;  // summed over prompts, per slot 0 .. B-1
   int64_t target_tokens = 0, prompts_with_cycles = 0;
   double target_s = 0, tau_sum = 0;
   model::SpeculativeOptions spec_options;
@@ -100,6 +101,16 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
     if (static_cast<int64_t>(r.outputs.size()) < options.keep_outputs) {
       r.outputs.push_back({prompt, spec.tokens, spec.acceptance_lengths});
     }
+    if (!spec.verified_per_position.empty()) {
+      if (verified.empty()) {
+        for (auto* v : {&verified, &predicted, &accepted}) v->assign(static_cast<size_t>(block), 0.0);
+      }
+      for (size_t k = 0; k < verified.size() && k < spec.verified_per_position.size(); ++k) {
+        verified[k] += spec.verified_per_position[k];
+        predicted[k] += spec.predicted_accept_per_position[k];
+        accepted[k] += spec.accepted_per_position[k];
+      }
+    }
     if (r.lossless_checked && spec.tokens != reference) ++r.mismatched_prompts;
     // A prompt whose answer ended at the bonus token had no drafting cycle.
     if (!spec.acceptance_lengths.empty()) tau_sum += spec.mean_acceptance_length(), ++prompts_with_cycles;
@@ -110,6 +121,18 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
     }
     ++r.prompts;
   }
+  if (drafter.confidence_head) {
+    if (verified.empty()) for (auto* v : {&verified, &predicted, &accepted}) v->assign(static_cast<size_t>(block), 0.0);
+    for (int64_t k = 1; k < block; ++k) {
+      const auto i = static_cast<size_t>(k);
+      ConfidenceCalibration c;
+      c.position = k;
+      c.verified = static_cast<int64_t>(verified[i]);
+      c.predicted = verified[i] > 0 ? predicted[i] / verified[i] : 0.0;
+      c.observed = verified[i] > 0 ? accepted[i] / verified[i] : 0.0;
+      r.confidence_calibration.push_back(c);
+    }
+  }
   r.mean_tau = prompts_with_cycles ? tau_sum / static_cast<double>(prompts_with_cycles) : 0;
   for (auto& a : r.acceptance_by_position) a = r.cycles ? a / static_cast<double>(r.cycles) : 0;
   r.speculative_tokens_per_s = r.speculative_s > 0 ? r.generated_tokens / r.speculative_s : 0;
@@ -117,8 +140,16 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
   return r;
 }
 
+nlohmann::json EvalReport::calibration_json() const {
+  if (confidence_calibration.empty()) return nullptr;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& c : confidence_calibration)
+    rows.push_back({{"position", c.position}, {"verified", c.verified}, {"predicted", c.predicted}, {"observed", c.observed}});
+  return rows;
+}
+
 nlohmann::json EvalReport::to_json() const {
-  return {{"prompts", prompts},
+  nlohmann::json j = {{"prompts", prompts},
           {"mean_tau", mean_tau},
           {"tau_histogram", tau_histogram},
           {"acceptance_by_position", acceptance_by_position},
@@ -129,6 +160,8 @@ nlohmann::json EvalReport::to_json() const {
           {"speculative_tokens_per_s", speculative_tokens_per_s},
           {"target_tokens_per_s", target_tokens_per_s},
           {"speedup", target_tokens_per_s > 0 ? speculative_tokens_per_s / target_tokens_per_s : 0.0}};
+  if (!confidence_calibration.empty()) j["confidence_calibration"] = calibration_json();
+  return j;
 }
 
 std::string EvalReport::summary() const {
@@ -151,6 +184,12 @@ std::string EvalReport::summary() const {
   else
     out << (mismatched_prompts == 0 ? "yes, every output equals target-only greedy decoding"
                                     : std::to_string(mismatched_prompts) + " prompts DIFFER");
+  if (!confidence_calibration.empty()) {
+    out << "\nconfidence head calibration (position: predicted / observed acceptance, verified cycles):";
+    for (const auto& c : confidence_calibration)
+      out << "\n  k=" << c.position << ": " << std::setprecision(3) << c.predicted << " / " << c.observed << " ("
+          << c.verified << ")";
+  }
   return out.str();
 }
 

@@ -30,6 +30,17 @@ struct EvalOutput {
   std::vector<int64_t> acceptance_lengths;
 };
 
+// The DSpark confidence head's calibration at block slot k, over every
+// cycle of every prompt in which slots 1 .. k-1 were accepted (slot k was
+// verified on a correct prefix): how many such cycles, the head's mean
+// predicted acceptance sigmoid(c_k), and the share of them that accepted slot k.
+struct ConfidenceCalibration {
+  int64_t position = 0;   // k = 1 .. B-1
+  int64_t verified = 0;
+  double predicted = 0;   // mean prediction over the verified cycles
+  double observed = 0;    // accepted / verified
+};
+
 struct EvalReport {
   int64_t prompts = 0;
   double mean_tau = 0;                     // mean over prompts of each prompt's mean tau
@@ -44,8 +55,12 @@ struct EvalReport {
   double speculative_tokens_per_s = 0;
   double target_tokens_per_s = 0;
   std::vector<EvalOutput> outputs;         // the first options.keep_outputs prompts
+  std::vector<ConfidenceCalibration> confidence_calibration;  // slots 1 .. B-1; empty without a confidence head
   nlohmann::json to_json() const;
   std::string summary() const;
+  // [{"position", "verified", "predicted", "observed"}] (the eval record's
+  // "confidence_calibration"); null without a confidence head.
+  nlohmann::json calibration_json() const;
 };
 
 // Prompts from JSONL: {"prompt_ids": [...]} or a training sample

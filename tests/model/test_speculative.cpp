@@ -5,6 +5,9 @@
 // sampling keeps the target's distribution.
 #include <doctest/doctest.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -26,7 +29,117 @@ DFlashDrafter tiny_drafter(const TargetModel& target) {
   return DFlashDrafter(make_drafter_spec(target.config(), options), 17);
 }
 
+// A drafter with DSpark heads whose Markov bias is large enough to change
+// the drafts (the default init's bias is tiny).
+DFlashDrafter heads_drafter(const TargetModel& target, const std::string& markov_type, bool confidence_with_markov = true,
+                            int64_t num_target_features = 2) {
+  DrafterOptions options;
+  options.num_layers = 1;
+  options.block_size = 4;
+  options.num_target_features = num_target_features;
+  options.heads.markov_rank = 8;
+  options.heads.markov_type = markov_type;
+  options.heads.confidence = true;
+  options.heads.confidence_with_markov = confidence_with_markov;
+  DFlashDrafter drafter(make_drafter_spec(target.config(), options), 23);
+  torch::NoGradGuard no_grad;
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(9);
+  for (auto& item : drafter->markov_head->named_parameters()) item.value().normal_(0.0, 1.0, generator);
+  for (auto& item : drafter->confidence_head->named_parameters()) item.value().normal_(0.0, 0.3, generator);
+  return drafter;
+}
+
+// Calibration counts against the cycles' acceptance lengths: slot k was
+// verified in the cycles with tau >= k (slots 1 .. k-1 accepted) and
+// accepted in those with tau >= k + 1.
+void check_calibration(const SpeculativeResult& result, int64_t block_size) {
+  REQUIRE(result.verified_per_position.size() == static_cast<size_t>(block_size));
+  REQUIRE(result.predicted_accept_per_position.size() == static_cast<size_t>(block_size));
+  REQUIRE(result.accepted_per_position.size() == static_cast<size_t>(block_size));
+  CHECK(result.verified_per_position[0] == 0);
+  for (int64_t k = 1; k < block_size; ++k) {
+    const auto i = static_cast<size_t>(k);
+    const auto verified = std::count_if(result.acceptance_lengths.begin(), result.acceptance_lengths.end(),
+                                        [&](int64_t tau) { return tau >= k; });
+    const auto accepted = std::count_if(result.acceptance_lengths.begin(), result.acceptance_lengths.end(),
+                                        [&](int64_t tau) { return tau >= k + 1; });
+    CAPTURE(k);
+    CHECK(result.verified_per_position[i] == static_cast<double>(verified));
+    CHECK(result.accepted_per_position[i] == static_cast<double>(accepted));
+    CHECK(result.predicted_accept_per_position[i] >= 0.0);
+    CHECK(result.predicted_accept_per_position[i] <= result.verified_per_position[i]);
+    if (verified > 0) CHECK(result.predicted_accept_per_position[i] > 0.0);
+  }
+}
+
 }  // namespace
+
+TEST_CASE("Model.Speculative.DsparkGreedyEqualsTargetGreedyAndCountsCalibration") {
+  torch::set_num_threads(1);
+  const TargetModel target = TargetModel::load(tiny_target_dir());
+  for (const std::string type : {"vanilla", "gated", "rnn"}) {
+    for (const bool with_markov : {true, false}) {
+      CAPTURE(type);
+      CAPTURE(with_markov);
+      DFlashDrafter drafter = heads_drafter(target, type, with_markov);
+      torch::manual_seed(12);
+      int64_t cycles = 0;
+      for (int64_t i = 0; i < 4; ++i) {
+        const torch::Tensor ids = torch::randint(0, 510, {3 + 5 * i}, torch::kInt64);
+        const std::vector<int64_t> prompt(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+        CAPTURE(i);
+        const SpeculativeResult result = speculative_generate(*drafter, target, prompt, 30, {});
+        CHECK(result.tokens == target.generate(prompt, 30, 0.0, 0, {}));
+        check_calibration(result, 4);
+        cycles += static_cast<int64_t>(result.acceptance_lengths.size());
+      }
+      CHECK(cycles > 0);
+    }
+  }
+  // A plain drafter reports no calibration.
+  DFlashDrafter plain = tiny_drafter(target);
+  const SpeculativeResult result = speculative_generate(*plain, target, {10, 20, 30}, 12, {});
+  CHECK(result.verified_per_position.empty());
+  CHECK(result.predicted_accept_per_position.empty());
+  CHECK(result.accepted_per_position.empty());
+}
+
+TEST_CASE("Model.Speculative.DsparkBlockLogitsAreBackbonePlusTheChainsBias") {
+  // One backbone pass (the training path over the same block), then slot k's
+  // logits = backbone + W2 u_k with u from block_features over the chain
+  // [anchor, anchor, draft_1, .., draft_{B-2}] (slot 0's previous token is the anchor).
+  torch::set_num_threads(1);
+  const TargetModel target = TargetModel::load(tiny_target_dir());
+  for (const std::string type : {"vanilla", "gated", "rnn"}) {
+    CAPTURE(type);
+    DFlashDrafter drafter = heads_drafter(target, type);
+    torch::manual_seed(3);
+    const torch::Tensor ids = torch::randint(0, 500, {1, 9}, torch::kInt64);
+    const torch::Tensor features = target.context_features(ids, drafter->spec().target_layer_ids);
+    DrafterContextCache cache;
+    cache.append(*drafter, features);
+    const int64_t anchor = 33;
+    const torch::Tensor logits = drafter_block_logits(*drafter, target, cache, anchor);  // [3, V]
+    const std::vector<int64_t> drafts = drafter_generate_block(*drafter, target, cache, anchor);
+    REQUIRE(logits.sizes() == torch::IntArrayRef({3, target.config().vocab_size}));
+    CHECK(torch::equal(torch::tensor(drafts), logits.argmax(-1)));
+
+    torch::NoGradGuard no_grad;
+    const int64_t mask = drafter->spec().mask_token_id;
+    const torch::Tensor block = torch::tensor({anchor, mask, mask, mask}).unsqueeze(0);
+    const auto plan = plan_block_attention(torch::full({1, 1}, 9, torch::kInt64), torch::ones({1, 1}, torch::kBool), 9,
+                                           4, 0, torch::kCPU);
+    const torch::Tensor hidden =
+        drafter->forward(features, target.embed(block), (torch::arange(4, torch::kInt64) + 9).unsqueeze(0), plan);
+    const torch::Tensor backbone = target.lm_head(hidden.narrow(1, 1, 3))[0];
+    const torch::Tensor chain = torch::tensor({anchor, anchor, drafts[0], drafts[1]}).unsqueeze(0);
+    const torch::Tensor bias = drafter->markov_head->bias(drafter->markov_head->block_features(chain, hidden))[0];
+    const torch::Tensor expected = backbone + bias.narrow(0, 1, 3);
+    CHECK(torch::allclose(logits, expected, 1e-5, 1e-5));
+    // The bias decides: without it the drafts would differ somewhere.
+    CHECK_FALSE(torch::equal(backbone.argmax(-1), logits.argmax(-1)));
+  }
+}
 
 TEST_CASE("Model.Speculative.OutputEqualsTargetGreedyDecoding") {
   torch::set_num_threads(1);
@@ -90,7 +203,20 @@ double chi_square_critical(int64_t df) {
 
 }  // namespace
 
-TEST_CASE("Model.Speculative.SamplingKeepsTheTargetDistribution") {
+namespace {
+void check_sampling_keeps_the_target_distribution(const std::string& markov_type);
+}
+
+TEST_CASE("Model.Speculative.SamplingKeepsTheTargetDistribution") { check_sampling_keeps_the_target_distribution(""); }
+
+TEST_CASE("Model.Speculative.DsparkSamplingKeepsTheTargetDistribution") {
+  // The drafts come from q including the Markov bias of the token sampled
+  // at the slot before; acceptance must use that q.
+  check_sampling_keeps_the_target_distribution("rnn");
+}
+
+namespace {
+void check_sampling_keeps_the_target_distribution(const std::string& markov_type) {
   // Exact marginals of the 2nd and 3rd sampled tokens (the first two drafted
   // positions) on a target small enough to enumerate, against the tokens of
   // 3000 seeded speculative runs with an untrained drafter, whose
@@ -111,7 +237,8 @@ TEST_CASE("Model.Speculative.SamplingKeepsTheTargetDistribution") {
   DrafterOptions drafter_options;
   drafter_options.block_size = 4;
   drafter_options.num_target_features = 1;
-  DFlashDrafter drafter(make_drafter_spec(target.config(), drafter_options), 5);
+  DFlashDrafter drafter = markov_type.empty() ? DFlashDrafter(make_drafter_spec(target.config(), drafter_options), 5)
+                                              : heads_drafter(target, markov_type, true, 1);
   const double temperature = 3.0;
   const std::vector<int64_t> prompt = {3, 7, 1, 9, 12};
   const int64_t vocab = target.config().vocab_size, prompt_length = static_cast<int64_t>(prompt.size());
@@ -166,6 +293,7 @@ TEST_CASE("Model.Speculative.SamplingKeepsTheTargetDistribution") {
   options.temperature = -1;
   CHECK_THROWS_WITH(speculative_generate(*drafter, target, prompt, options), doctest::Contains("temperature must be >= 0"));
 }
+}  // namespace
 
 TEST_CASE("Model.Speculative.ContextCacheEqualsFullRecomputation") {
   torch::set_num_threads(1);
