@@ -86,7 +86,7 @@ TEST_CASE("DSpark.Params.a_resume_keeps_the_heads_and_the_loss") {
   resume.resume = "latest";
   const std::string saved =
       "drafter_step {objective: decay, alpha: 0.5, head: dspark, markov_rank: 16, markov_head: vanilla, "
-      "confidence_head: true, confidence_with_markov: true, confidence_alpha: 1, loss: kl, kl_temperature: 1}";
+      "confidence_head: true, confidence_with_markov: true, confidence_alpha: 1.0, loss: kl, kl_temperature: 1.0}";
   for (const std::string& changed : {std::string("{}"), std::string("{head: dspark, markov_rank: 32, loss: kl}"),
                                      std::string("{head: dspark, markov_rank: 16}")}) {
     CAPTURE(changed);
