@@ -164,10 +164,11 @@ uint64_t tokens_hash(std::span<const int32_t> input_ids) { return xxhash64(input
 
 std::string FeatureCacheManifest::to_json() const {
   nlohmann::ordered_json j;
-  j["version"] = version;
+  j["version"] = last_layer ? 2 : version;
   j["target"] = {{"config", target_config}, {"weights", target_weights}, {"tokenizer", tokenizer},
                  {"dtype", target_dtype}, {"path", target_path}};
   j["layer_ids"] = layer_ids;
+  if (last_layer) j["last_layer"] = true;
   j["hidden_size"] = hidden_size;
   j["dtype"] = data::to_string(dtype);
   j["dataset"] = {{"fingerprint", dataset_fingerprint}, {"samples", dataset_samples}};
@@ -192,10 +193,10 @@ FeatureCacheManifest FeatureCacheManifest::from_json(const std::string& text, co
       return v.get<int64_t>();
     };
     const int64_t version = integer(j, "version");
-    m.version = version == 1 ? 1 : 0;
-    if (m.version != 1)
+    m.version = version == 1 || version == 2 ? static_cast<int>(version) : 0;
+    if (m.version == 0)
       throw DataError(file.string() + ": feature cache format version " + std::to_string(version) +
-                      ", this dflow reads version 1");
+                      ", this dflow reads versions 1 and 2");
     const auto& target = get(j, "target");
     m.target_config = get(target, "config").get<std::string>();
     m.target_weights = get(target, "weights").get<std::string>();
@@ -207,6 +208,12 @@ FeatureCacheManifest FeatureCacheManifest::from_json(const std::string& text, co
     for (const auto& id : layers) {
       if (!id.is_number_integer()) throw DataError(file.string() + ": 'layer_ids' holds " + id.dump() + ", not a layer number");
       m.layer_ids.push_back(id.get<int64_t>());
+    }
+    if (j.contains("last_layer")) {
+      field = "last_layer";
+      if (!j.at("last_layer").is_boolean())
+        throw DataError(file.string() + ": 'last_layer' must be true or false, got " + j.at("last_layer").dump());
+      m.last_layer = j.at("last_layer").get<bool>();
     }
     m.hidden_size = integer(j, "hidden_size");
     m.dtype = parse_feature_dtype(get(j, "dtype").get<std::string>());
@@ -239,6 +246,9 @@ std::vector<std::string> manifest_differences(const FeatureCacheManifest& cache,
   check("target dtype", cache.target_dtype, wanted.target_dtype);
   check("layer ids", list_ids(cache.layer_ids), list_ids(wanted.layer_ids));
   check("hidden size", std::to_string(cache.hidden_size), std::to_string(wanted.hidden_size));
+  if (wanted.last_layer && !cache.last_layer)
+    out.push_back("the target's last hidden state, layer N-1 (after its final norm): this run needs it "
+                  "(loss: kl), the cache lacks it and holds only the feature layers " + list_ids(cache.layer_ids));
   return out;
 }
 

@@ -54,6 +54,11 @@ struct FeatureCacheManifest {
   std::string tokenizer;           // xxh64 of tokenizer.json ("none" without one)
   std::string target_dtype;        // the dtype the target computed in
   std::vector<int64_t> layer_ids;  // the fused layers, in order
+  // Whether each row also holds the target's last hidden state after its
+  // final norm (dflow layer N - 1), after the layer_ids' features: what a
+  // run with loss: kl reads as its teacher. Such a manifest is version 2
+  // (a reader of version 1 would take the rows for wider features).
+  bool last_layer = false;
   int64_t hidden_size = 0;
   FeatureDtype dtype = FeatureDtype::bfloat16;  // how rows are stored
   // What it was filled from (informational: samples are checked by their tokens).
@@ -62,7 +67,7 @@ struct FeatureCacheManifest {
   int64_t dataset_samples = 0;
   std::string source;  // "cache-features", "train (hybrid fill)", "regenerate"
 
-  int64_t width() const { return hidden_size * static_cast<int64_t>(layer_ids.size()); }
+  int64_t width() const { return hidden_size * static_cast<int64_t>(layer_ids.size() + (last_layer ? 1 : 0)); }
   std::string to_json() const;
   // Throws DataError naming the file and field.
   static FeatureCacheManifest from_json(const std::string& text, const fs::path& file);
@@ -70,7 +75,8 @@ struct FeatureCacheManifest {
 
 // What makes a cache of `cache` unusable for a run that wants `wanted`, one
 // line per field ("layer ids: cache [1, 1, 1], this run [1, 2, 3]"); empty
-// when usable.
+// when usable. A cache with the last layer serves a run that does not want
+// it (the extra columns are not read); the reverse is a difference.
 std::vector<std::string> manifest_differences(const FeatureCacheManifest& cache, const FeatureCacheManifest& wanted);
 
 // Writes dir/manifest.json when absent (atomically; several ranks may race

@@ -136,6 +136,15 @@ FillReport fill_feature_cache(const config::Config& training, const FillOptions&
   job.tag = world > 1 ? "rank " + std::to_string(rank) + ": " : "";
   job.progress_every_s = fill.progress_every_s;
 
+  // The last layer (the teacher of loss: kl): when the config's drafter
+  // trains with kl (run.needs_teacher() already), when asked, or when the
+  // cache there stores it (its records must all be alike).
+  if (!run.needs_teacher()) {
+    if (fill.last_layer)
+      run.teacher_because = "cache-features --with-last-layer stores the target's last hidden state";
+    else if (fs::exists(fs::path(params.dir) / "manifest.json") && data::read_manifest(params.dir).last_layer)
+      run.teacher_because = "the feature cache " + params.dir + " stores the target's last hidden state";
+  }
   data::create_or_check_manifest(params.dir, run_feature_manifest(run, job.dtype, "cache-features"));
   data::FeatureCacheReader cache(params.dir);
   check_cached_samples(run, cache, /*tokens=*/true);  // the samples found cached are skipped, never read

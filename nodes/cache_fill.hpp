@@ -31,6 +31,10 @@ struct FillOptions {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  // Store the target's last hidden state after its final norm too (what
+  // loss: kl reads), also when the config's drafter trains with ce; a config
+  // whose drafter trains with loss: kl, or a cache that already has it, does so anyway.
+  bool last_layer = false;
   double progress_every_s = 5.0;
   report::LiveServer* live = nullptr;  // --serve: the capture's records are published to it
   // Bytes free on the cache's disk (a test's stand-in; default: the file system's).

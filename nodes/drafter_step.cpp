@@ -16,6 +16,8 @@
 // the model token, which this node holds, so the run stays deterministic.
 #include <algorithm>
 #include <cmath>
+#include <sstream>
+#include <stdexcept>
 
 #include "config/errors.hpp"
 #include "nodes/drafter_memory_fit.hpp"
@@ -31,12 +33,36 @@ namespace dflow::nodes {
 
 namespace {
 
-// params: the objective's position weighting, activation recomputation.
+// params: the objective's position weighting, activation recomputation,
+// the DSpark heads and the distillation loss.
 struct ObjectiveParams {
   std::string objective = "decay";
   double alpha = 0.5;
   bool recompute = false;
+  // DSpark heads (README "DSpark heads and distillation"): head: dspark turns
+  // them on with speculators' defaults; the other keys need head: dspark.
+  std::string head = "dflash";
+  int64_t markov_rank = 256;
+  std::string markov_head = "vanilla";
+  bool confidence_head = true;
+  bool confidence_with_markov = true;
+  double confidence_alpha = 1.0;
+  std::string loss = "ce";
+  double kl_temperature = 1.0;
 };
+
+// The keys that only a DSpark drafter takes.
+const std::vector<std::string>& head_keys() {
+  static const std::vector<std::string> keys{"markov_rank", "markov_head", "confidence_head", "confidence_with_markov",
+                                             "confidence_alpha"};
+  return keys;
+}
+
+std::string number_text(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
 
 const config::KeySet<ObjectiveParams>& objective_keys() {
   using config::OnResume;
@@ -51,12 +77,94 @@ const config::KeySet<ObjectiveParams>& objective_keys() {
     k.add("recompute", [](ObjectiveParams& p) -> auto& { return p.recompute; }, OnResume::may_change,
           "recompute each draft layer's activations in backward: same gradients, activation memory of about one "
           "layer instead of all, a slower backward");
+    k.add("head", [](ObjectiveParams& p) -> auto& { return p.head; }, OnResume::must_match,
+          "dflash (the backbone alone) or dspark (adds the Markov and confidence heads, speculators' defaults)",
+          config::one_of({"dflash", "dspark"}));
+    k.add("markov_rank", [](ObjectiveParams& p) -> auto& { return p.markov_rank; }, OnResume::must_match,
+          "dspark: rank of the Markov head's low-rank logit bias (256)",
+          [](const int64_t& r) -> std::optional<std::string> {
+            if (r >= 1) return std::nullopt;
+            return "must be >= 1 (the Markov head's rank), got " + std::to_string(r);
+          });
+    k.add("markov_head", [](ObjectiveParams& p) -> auto& { return p.markov_head; }, OnResume::must_match,
+          "dspark: the Markov head's variant: vanilla, gated or rnn", config::one_of({"vanilla", "gated", "rnn"}));
+    k.add("confidence_head", [](ObjectiveParams& p) -> auto& { return p.confidence_head; }, OnResume::must_match,
+          "dspark: a confidence head predicting each slot's acceptance (true)");
+    k.add("confidence_with_markov", [](ObjectiveParams& p) -> auto& { return p.confidence_with_markov; },
+          OnResume::must_match, "dspark: the confidence head also reads the Markov embedding of the previous token (true)");
+    k.add("confidence_alpha", [](ObjectiveParams& p) -> auto& { return p.confidence_alpha; }, OnResume::must_match,
+          "dspark: weight of the confidence head's BCE in the loss (1.0; > 0)",
+          [](const double& a) -> std::optional<std::string> {
+            if (a > 0.0 && std::isfinite(a)) return std::nullopt;
+            return "must be > 0: a confidence head without its loss weight, got " + number_text(a);
+          });
+    k.add("loss", [](ObjectiveParams& p) -> auto& { return p.loss; }, OnResume::must_match,
+          "ce (cross-entropy on the data's tokens) or kl (distillation on the target's own distribution)",
+          config::one_of({"ce", "kl"}));
+    k.add("kl_temperature", [](ObjectiveParams& p) -> auto& { return p.kl_temperature; }, OnResume::must_match,
+          "kl: both distributions at this temperature (1.0; > 0)",
+          [](const double& t) -> std::optional<std::string> {
+            if (t > 0.0 && std::isfinite(t)) return std::nullopt;
+            return "must be > 0, got " + number_text(t);
+          });
     return k;
   }();
   return keys;
 }
 
-ObjectiveParams read_objective_params(config::YamlSection& params) { return read_params(objective_keys(), params); }
+// Reads and checks the params across keys; throws ConfigError naming the
+// key (pipeline.nodes[i].params.<key>), the value and what is wrong.
+ObjectiveParams read_objective_params(config::YamlSection& params) {
+  std::vector<std::string> given;
+  for (const auto& key : head_keys())
+    if (params.has(key)) given.push_back(key);
+  const bool temperature_given = params.has("kl_temperature");
+  ObjectiveParams p = read_params(objective_keys(), params);
+  const std::string node = "drafter_step: ";
+  if (p.head == "dflash" && !given.empty())
+    throw params.error(given.front(), node + given.front() + " is a DSpark head's param, and head is dflash (no heads): "
+                                             "set head: dspark, or leave " + given.front() + " out");
+  if (p.head == "dspark" && !p.confidence_head && params.has("confidence_alpha"))
+    throw params.error("confidence_alpha", node + "confidence_alpha " + number_text(p.confidence_alpha) +
+                                               " weighs the confidence head's loss, but confidence_head is false");
+  if (p.loss == "ce" && temperature_given)
+    throw params.error("kl_temperature", node + "kl_temperature " + number_text(p.kl_temperature) +
+                                             " needs loss: kl (loss is ce)");
+  if (p.loss == "kl" && p.objective == "dpace")
+    throw params.error("loss", node + "loss: kl with objective: dpace: D-PACE reweights by the cross-entropy's "
+                                      "acceptance estimate; train kl with objective: decay");
+  return p;
+}
+
+// What a resume must keep: the keys declared must_match, the heads' and the
+// loss's only when they differ from plain DFlash with cross-entropy (so a
+// DFlash run's signature is what it always was).
+std::string objective_resume_text(const ObjectiveParams& p) {
+  ObjectiveParams shown = p;
+  const bool plain = p.head == "dflash" && p.loss == "ce";
+  std::string out;
+  for (const auto& k : objective_keys().keys()) {
+    if (k.on_resume != config::OnResume::must_match) continue;
+    const bool base = k.name() == "objective" || k.name() == "alpha";
+    if (!base && plain) continue;
+    if (p.head == "dflash" && std::find(head_keys().begin(), head_keys().end(), k.name()) != head_keys().end()) continue;
+    if (p.head == "dspark" && !p.confidence_head && (k.name() == "confidence_alpha" || k.name() == "confidence_with_markov"))
+      continue;
+    if (p.loss == "ce" && k.name() == "kl_temperature") continue;
+    out += (out.empty() ? "{" : ", ") + k.name() + ": " + objective_keys().value_text(k, shown);
+  }
+  return out.empty() ? out : out + "}";
+}
+
+model::DraftHeads heads_of(const ObjectiveParams& p) {
+  model::DraftHeads heads;
+  if (p.head != "dspark") return heads;
+  heads.markov_rank = p.markov_rank;
+  heads.markov_type = p.markov_head;
+  heads.confidence = p.confidence_head;
+  heads.confidence_with_markov = p.confidence_head && p.confidence_with_markov;
+  return heads;
+}
 
 class DrafterStep final : public graph::FunctionBody {
  public:
@@ -68,6 +176,11 @@ class DrafterStep final : public graph::FunctionBody {
       objective_.dpace_alpha = chosen.alpha;
     }
     objective_.recompute_layers = chosen.recompute;
+    if (chosen.loss == "kl") {
+      objective_.loss = model::Distillation::KL;
+      objective_.kl_temperature = chosen.kl_temperature;
+    }
+    if (chosen.head == "dspark" && chosen.confidence_head) objective_.confidence_alpha = chosen.confidence_alpha;
     log_memory_fit(run_, objective_, name_);
     const auto& head = *run_.target_head;
     // Frozen [V, H], in the drafter's compute dtype: a bf16 drafter runs the
@@ -87,6 +200,10 @@ class DrafterStep final : public graph::FunctionBody {
 
  private:
   StepTotals step(TrainableState& state, const FeatureBatch& received) {
+    if (objective_.loss == model::Distillation::KL && received.batch.plan.rows() > 0 &&
+        !received.teacher_hidden.defined())
+      throw std::runtime_error("node '" + name_ + "' (drafter_step) trains with loss: kl, but its batch came without "
+                               "the target's last hidden state: the feature source feeding it cannot give it");
     const FeatureBatch features = without_samples(run_, received, state.quarantined);
     const auto& batch = features.batch;
     const auto& position = batch.position;
@@ -113,9 +230,11 @@ class DrafterStep final : public graph::FunctionBody {
     const auto device = run_.drafter_device;
     const model::PackedDocuments documents{batch.packed() ? batch.position_ids.to(device) : torch::Tensor(),
                                            batch.document_ids};
+    const model::TeacherStates teacher{features.teacher_hidden};
     auto result = model::dflash_loss(*state.drafter, embedding_, lm_head_, features.features,
                                      batch.input_ids.to(device), batch.loss_mask.to(device), batch.lengths.to(device),
-                                     anchors, objective_, batch.packed() ? &documents : nullptr);
+                                     anchors, objective_, batch.packed() ? &documents : nullptr,
+                                     teacher.final_hidden.defined() ? &teacher : nullptr);
     torch::Tensor weighted_ce = result.loss_sum;  // sum(w * CE), differentiable
     double weighted_ce_sum = result.weighted_ce_sum;
     if (auto* f = run_.fault("spike", name_, position.global_step)) {
@@ -129,6 +248,10 @@ class DrafterStep final : public graph::FunctionBody {
     if (result.weight_sum > 0) weighted_ce.backward();
 
     s.weighted_ce_sum = weighted_ce_sum;
+    s.main_loss_sum = result.main_loss_sum;
+    s.confidence_loss_sum = result.confidence_loss_sum;
+    add_per_position(s.accept_rate_per_position, result.accept_rate_per_position);
+    add_per_position(s.confidence_per_position, result.confidence_per_position);
     s.weight_sum = result.weight_sum;
     s.correct_per_position = result.correct_per_position;
     s.count_per_position = result.count_per_position;
@@ -168,6 +291,10 @@ class DrafterStep final : public graph::FunctionBody {
     return s;
   }
 
+  static void add_per_position(std::vector<double>& into, const std::vector<double>& from) {
+    for (size_t k = 0; k < from.size() && k < into.size(); ++k) into[k] += from[k];
+  }
+
   const RunContext& run_;
   StateHome& home_;
   std::string name_;
@@ -181,7 +308,9 @@ void register_drafter_step(graph::NodeRegistry& registry) {
   graph::NodeSpec spec;
   spec.type = "drafter_step";
   spec.description = "DFlash forward + backward of one micro-batch; needs the model token; params: objective "
-                     "(decay | dpace), alpha (dpace), recompute (activations in backward)";
+                     "(decay | dpace), alpha (dpace), recompute (activations in backward), head (dflash | dspark: "
+                     "markov_rank, markov_head, confidence_head, confidence_with_markov, confidence_alpha), loss "
+                     "(ce | kl), kl_temperature";
   spec.check_params = [](config::YamlSection& params) { read_objective_params(params); };
   spec.inputs = {{"batch", "FeatureBatch"}, {"token", "ModelToken"}};
   spec.outputs = {{"out", "MicroStats"}};
@@ -190,7 +319,11 @@ void register_drafter_step(graph::NodeRegistry& registry) {
   };
   RunHooks hooks;
   hooks.resume_signature = [](config::YamlSection& params) {
-    return resume_text(objective_keys(), read_objective_params(params));
+    return objective_resume_text(read_objective_params(params));
+  };
+  hooks.drafter_heads = [](config::YamlSection& params) { return heads_of(read_objective_params(params)); };
+  hooks.teacher = [](config::YamlSection& params) -> std::string {
+    return read_objective_params(params).loss == "kl" ? "trains with loss: kl" : "";
   };
   add_node_kind(registry, std::move(spec), std::move(hooks));
 }

@@ -31,6 +31,8 @@ FeatureBatch without_samples(const RunContext& run, const FeatureBatch& in, cons
   out.batch.loss_mask = in.batch.loss_mask.index_select(0, rows);
   out.batch.lengths = in.batch.lengths.index_select(0, rows);
   out.features = in.features.index_select(0, rows.to(in.features.device()));
+  if (in.teacher_hidden.defined())
+    out.teacher_hidden = in.teacher_hidden.index_select(0, rows.to(in.teacher_hidden.device()));
   return out;
 }
 

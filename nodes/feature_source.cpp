@@ -32,17 +32,46 @@ PaddedBatch collate_padded(const RunContext& run, const data::PlannedBatch& plan
 }
 
 torch::Tensor target_features(const RunContext& run, const model::TargetModel& target, const PaddedBatch& batch) {
+  return target_features(run, target, batch, run.needs_teacher());
+}
+
+torch::Tensor target_features(const RunContext& run, const model::TargetModel& target, const PaddedBatch& batch,
+                              bool last_layer) {
   torch::NoGradGuard no_grad;
+  std::vector<int64_t> layers = run.feature_layer_ids;
+  // Layer N - 1 is the final norm's output (TargetModel::forward): the
+  // teacher comes from the same forward as the features.
+  if (last_layer) layers.push_back(target.num_layers() - 1);
   if (batch.input_ids.size(0) == 0) {  // every row quarantined: nothing to run
-    const int64_t width = static_cast<int64_t>(run.feature_layer_ids.size()) * target.config().hidden_size;
+    const int64_t width = static_cast<int64_t>(layers.size()) * target.config().hidden_size;
     return torch::zeros({0, batch.input_ids.size(1), width},
                         torch::TensorOptions().device(target.device()).dtype(target.dtype()));
   }
   // From pinned host memory when the target is on CUDA (pad_bucket pins it).
   auto ids = batch.input_ids.to(target.device(), train::copy_may_be_non_blocking(target.device()));
   // Packed rows: each sample attends only to itself, at its own positions.
-  return batch.packed() ? target.context_features(ids, batch.documents(), run.feature_layer_ids)
-                        : target.context_features(ids, run.feature_layer_ids);
+  return batch.packed() ? target.context_features(ids, batch.documents(), layers)
+                        : target.context_features(ids, layers);
+}
+
+FeatureBatch drafter_batch(const RunContext& run, PaddedBatch batch, const torch::Tensor& rows, int worker) {
+  FeatureBatch out{std::move(batch), torch::Tensor(), worker, torch::Tensor()};
+  if (!rows.defined()) return out;
+  const int64_t hidden = run.target_config.hidden_size;
+  const int64_t width = static_cast<int64_t>(run.feature_layer_ids.size()) * hidden;
+  const bool has_last = rows.size(-1) == width + hidden;
+  if (!has_last && rows.size(-1) != width)
+    throw std::logic_error("drafter_batch: rows of width " + std::to_string(rows.size(-1)) + " for " +
+                           std::to_string(run.feature_layer_ids.size()) + " feature layers of " + std::to_string(hidden));
+  if (run.needs_teacher() && !has_last)
+    throw std::logic_error("drafter_batch: the run needs the target's last hidden state and the rows lack it");
+  if (!has_last) {
+    out.features = for_drafter(run, rows).contiguous();
+    return out;
+  }
+  out.features = for_drafter(run, rows.narrow(-1, 0, width)).contiguous();
+  if (run.needs_teacher()) out.teacher_hidden = for_drafter(run, rows.narrow(-1, width, hidden)).contiguous();
+  return out;
 }
 
 torch::Tensor for_drafter(const RunContext& run, const torch::Tensor& features) {

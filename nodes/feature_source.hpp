@@ -25,9 +25,21 @@ PaddedBatch collate_padded(const RunContext& run, const data::PlannedBatch& plan
 
 // The target's fused features of `batch` ([B, S, n*H]) on its device and
 // in its dtype (what a cache stores); an empty batch gives [0, S, n*H].
+// With `last_layer` (default: run.needs_teacher()) the same forward also
+// gives the target's last hidden state after its final norm (dflow layer
+// N - 1), appended: [B, S, (n+1)*H], as a cache with the last layer stores it.
 torch::Tensor target_features(const RunContext& run, const model::TargetModel& target, const PaddedBatch& batch);
+torch::Tensor target_features(const RunContext& run, const model::TargetModel& target, const PaddedBatch& batch,
+                              bool last_layer);
 // On the drafter's device in its dtype: what the drafter reads.
 torch::Tensor for_drafter(const RunContext& run, const torch::Tensor& features);
+
+// The drafter's FeatureBatch from rows [B, S, W] that hold the n feature
+// layers and, when W is (n+1)*H, the last layer after them: the features on
+// the drafter's device in its dtype, and, when the run needs it
+// (run.needs_teacher()), teacher_hidden [B, S, H] likewise. A run that needs
+// the teacher from rows without it is a logic error (the sources refuse first).
+FeatureBatch drafter_batch(const RunContext& run, PaddedBatch batch, const torch::Tensor& rows, int worker);
 
 // A sample's tokens within a batch: row `row`, positions [first, first + length).
 struct SamplePlace {

@@ -88,8 +88,12 @@ PreparedCache prepare_cache(const RunContext& run, const config::NodeDecl& node)
     if (!differences.empty()) {
       std::string list;
       for (const auto& d : differences) list += "\n  " + d;
+      const bool lacks_teacher = run.needs_teacher() && !cache.last_layer;
       throw refuse("the feature cache " + p.dir + " was made for another target or other layers:" + list +
-                   "\n  fill another directory for this run (dflow cache-features)");
+                   (lacks_teacher ? "\n  " + run.teacher_because + ": rebuild the cache with the last layer into "
+                                    "another directory (dflow cache-features CONFIG --dir NEW_DIR with this config "
+                                    "stores it, as does --with-last-layer), or set fill: true on a new dir"
+                                  : std::string("\n  fill another directory for this run (dflow cache-features)")));
     }
     check_cached_samples(run, *source->reader);
     const auto ids = all_samples(run);
@@ -147,7 +151,7 @@ class FeaturesCached final : public graph::FunctionBody {
   void process(graph::Inputs& in, graph::Emitter& out) override {
     auto message = in[0];
     auto& batch = graph::payload<PaddedBatch>(message);
-    torch::Tensor features;  // [B, S, n*H] on the drafter's device
+    torch::Tensor features;  // [B, S, W] on the drafter's device: the cache's rows (the last layer too when it has it)
     with_batch_context(batch.plan, batch.position, [&] {
       inject_node_faults(run_, name_, batch.position.global_step);
       if (batch.plan.rows() == 0) return;  // a rank's empty share of a short step
@@ -155,7 +159,7 @@ class FeaturesCached final : public graph::FunctionBody {
       features = cached_features(run_, *source_->reader, batch, source_->params.verify);
       ++read_batches_;
     });
-    FeatureBatch result{std::move(batch), std::move(features), replica_};
+    FeatureBatch result = drafter_batch(run_, std::move(batch), features, replica_);
     out.emit(graph::make_message(message.seq, message.cost, std::move(result)));
   }
 
@@ -176,7 +180,8 @@ class FeaturesCached final : public graph::FunctionBody {
     source_->writers->publish_holding(missing);
     if (reader.refresh() > 0) missing = reader.missing(batch.plan.sample_ids);
     if (missing.empty()) return false;
-    const auto raw = target_features(run_, *target_, batch);
+    // As the cache's records are: with the last layer when it stores it.
+    const auto raw = target_features(run_, *target_, batch, reader.manifest().last_layer);
     const std::set<int64_t> wanted(missing.begin(), missing.end());
     EncodedRecords written;
     source_->writers->with(replica_, [&](data::FeatureCacheWriter& writer) {
@@ -220,6 +225,7 @@ data::FeatureCacheManifest run_feature_manifest(const RunContext& run, data::Fea
   // From config.json and the files, never the loaded weights: a head-only run fingerprints as a whole one.
   auto m = train::feature_manifest_for(run.config.model.target.path, run.target_config, run.target_head->dtype(),
                                        run.feature_layer_ids);
+  m.last_layer = run.needs_teacher();  // loss: kl reads the target's last hidden state from the cache
   m.dtype = dtype;
   char fingerprint[17];
   std::snprintf(fingerprint, sizeof fingerprint, "%016llx", static_cast<unsigned long long>(run.dataset.fingerprint()));

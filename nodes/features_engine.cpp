@@ -14,6 +14,8 @@
 #include "config/log.hpp"
 #include "data/data_error.hpp"
 #include "graph/telemetry.hpp"
+#include "model/gpt_oss_layers.hpp"
+#include "model/layers.hpp"
 #include "nodes/exclude_samples.hpp"
 #include "nodes/feature_source.hpp"
 #include "nodes/messages.hpp"
@@ -80,7 +82,16 @@ std::string safetensors_name(const std::string& dtype) {
 struct EngineSource {
   EngineFeaturesParams params;
   std::vector<int64_t> slots;  // hidden_states slot of each drafter feature layer
+  int64_t last_slot = -1;      // the slot of engine id N (before the final norm) when the run needs the teacher
 };
+
+// The target's final norm as its RMSNorm computes it (model/target.cpp):
+// gpt-oss scales before the cast back, the other families after.
+torch::Tensor target_final_norm(const model::HeadConfig& config, const torch::Tensor& x, const torch::Tensor& weight) {
+  return config.runnable() && config.family == model::ModelFamily::GptOss
+             ? model::rms_norm_scaled_wide(x, weight, config.rms_norm_eps)
+             : model::rms_norm(x, weight, config.rms_norm_eps);
+}
 using PreparedEngine = std::shared_ptr<const EngineSource>;
 
 PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& node) {
@@ -96,6 +107,20 @@ PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& nod
                       "node '" + node.name + "' (features.engine): engine_layer_ids " + ids_text(p.engine_layer_ids) +
                           " do not hold the drafter's feature layers " + ids_text(run.feature_layer_ids) +
                           " (model.drafter.target_layer_ids, dflow numbering): " + e.what());
+  }
+  if (run.needs_teacher()) {
+    const int64_t n = run.drafter_spec.num_target_layers;
+    const auto at = std::find(p.engine_layer_ids.begin(), p.engine_layer_ids.end(), static_cast<int>(n));
+    if (at == p.engine_layer_ids.end())
+      throw ConfigError(node.mark, key + ".params.engine_layer_ids",
+                        "node '" + node.name + "' (features.engine): engine_layer_ids " + ids_text(p.engine_layer_ids) +
+                            " have no slot of engine id " + std::to_string(n) + " (the " + std::to_string(n) +
+                            "-layer target's last layer, before its final norm), and " + run.teacher_because +
+                            ", which needs the target's last hidden state: extract with the last layer appended (" +
+                            std::to_string(n) + ") and list it here");
+    if (!run.target_head->final_norm_weight().defined())
+      throw std::logic_error("features.engine: the run needs the teacher but the target's final norm is not loaded");
+    source->last_slot = at - p.engine_layer_ids.begin();
   }
   if (!fs::is_directory(p.dir))
     throw ConfigError(node.mark, key + ".params.dir",
@@ -129,26 +154,34 @@ class FeaturesEngine final : public graph::FunctionBody {
     auto message = in[0];
     auto& batch = graph::payload<PaddedBatch>(message);
     torch::Tensor features;  // [B, S, n*H] on the drafter's device
+    torch::Tensor teacher;   // [B, S, H] likewise, when the run needs it
     data::SampleSet mismatched;
     with_batch_context(batch.plan, batch.position, [&] {
       inject_node_faults(run_, name_, batch.position.global_step);
       if (batch.plan.rows() == 0) return;  // a rank's empty share of a short step
-      features = read_batch(batch, mismatched);
+      features = read_batch(batch, mismatched, teacher);
       if (meter_) meter_->set_ready_ahead(ready_ahead(batch.plan));
     });
-    FeatureBatch result{std::move(batch), std::move(features), replica_};
+    FeatureBatch result{std::move(batch), std::move(features), replica_, std::move(teacher)};
     if (!mismatched.empty()) result = without_samples(run_, result, mismatched);
     out.emit(graph::make_message(message.seq, message.cost, std::move(result)));
   }
 
  private:
-  torch::Tensor read_batch(const PaddedBatch& batch, data::SampleSet& mismatched) {
+  torch::Tensor read_batch(const PaddedBatch& batch, data::SampleSet& mismatched, torch::Tensor& teacher) {
     const auto& p = source_->params;
     const int64_t hidden = run_.drafter_spec.hidden_size, layers = static_cast<int64_t>(source_->slots.size());
     const bool host_drafter = run_.drafter_device.is_cpu();
     auto options = torch::TensorOptions().dtype(host_drafter ? run_.drafter_dtype : torch::kFloat32)
                        .pinned_memory(!host_drafter && run_.drafter_device.is_cuda());
     auto features = torch::zeros({batch.input_ids.size(0), batch.input_ids.size(1), layers * hidden}, options);
+    // The last layer before the final norm, in the target's dtype (the
+    // norm runs as the target's would), on the host first.
+    const auto& head = *run_.target_head;
+    torch::Tensor last;
+    if (source_->last_slot >= 0)
+      last = torch::zeros({batch.input_ids.size(0), batch.input_ids.size(1), hidden},
+                          torch::TensorOptions().dtype(head.dtype()).pinned_memory(run_.drafter_device.is_cuda()));
     const auto slots = torch::tensor(source_->slots, torch::kInt64);
     double waited_s = 0;
     for (const auto& place : sample_places(batch.plan, run_.dataset.lengths())) {
@@ -168,8 +201,14 @@ class FeaturesEngine final : public graph::FunctionBody {
       auto all = torch::from_blob(sample.hidden_bytes.data(), {sample.positions, sample.slots, sample.hidden_size},
                                   torch::TensorOptions().dtype(file_dtype(sample.dtype_name)));
       features[place.row].narrow(0, place.first, place.length).copy_(all.index_select(1, slots).reshape({place.length, -1}));
+      if (last.defined()) last[place.row].narrow(0, place.first, place.length).copy_(all.select(1, source_->last_slot));
     }
     if (meter_) meter_->on_outside_wait(waited_s);
+    if (last.defined()) {
+      // Padding rows stay zero through the norm (0 * rsqrt(eps) = 0).
+      const auto normed = target_final_norm(head.config(), last.to(head.device()), head.final_norm_weight());
+      teacher = normed.to(run_.drafter_device, run_.drafter_dtype).contiguous();
+    }
     return host_drafter ? features : for_drafter(run_, features);
   }
 

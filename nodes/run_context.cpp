@@ -80,6 +80,31 @@ model::DraftHeads drafter_heads(const config::Config& config, const graph::NodeR
   return heads;
 }
 
+// The feature sources that give the target's last hidden state with every
+// batch (FeatureBatch::teacher_hidden) when the run needs it.
+bool gives_teacher(const std::string& type) {
+  return type == "target_forward" || type == "features.cached" || type == "features.engine" ||
+         type == "target_forward.capture";
+}
+
+// A run that needs the teacher (loss: kl) is refused before anything loads
+// when a node that makes FeatureBatches cannot give it, naming that node.
+void check_teacher_sources(const config::Config& config, const graph::NodeRegistry& kinds, const std::string& because) {
+  if (because.empty()) return;
+  for (size_t i = 0; i < config.pipeline.nodes.size(); ++i) {
+    const auto& n = config.pipeline.nodes[i];
+    const graph::NodeSpec* spec = kinds.find(n.type);
+    if (!spec || gives_teacher(n.type)) continue;
+    const bool source = std::any_of(spec->outputs.begin(), spec->outputs.end(),
+                                    [](const graph::PortSpec& p) { return p.type == "FeatureBatch"; });
+    if (!source) continue;
+    throw ConfigError(n.mark, "pipeline.nodes[" + std::to_string(i) + "]",
+                      "node '" + n.name + "' (" + n.type + ") makes the drafter's features but cannot give the "
+                      "target's last hidden state, and " + because +
+                      " (loss: kl needs it): use target_forward, features.cached or features.engine, or loss: ce");
+  }
+}
+
 // Who needs the whole target in-process, and why: the caller's reason
 // (RunOptions::whole_target_because), else the first node whose kind says so
 // (RunHooks::needs_target). Nullopt: the run loads only the target's head.
@@ -231,6 +256,11 @@ void RunContext::load_models() {
   drafter_device = train::resolve_device(config.devices.drafter, options.local_rank);
   drafter_dtype = train::parse_dtype(config.model.drafter.dtype);
   const auto need = whole_target_need(config, options);
+  // The drafter node's heads and who needs the teacher, before the target
+  // loads: a head-only run then loads the final norm too (features.engine
+  // applies it to the files' last layer).
+  const model::DraftHeads heads = drafter_heads(config, options.node_kinds(), &teacher_because);
+  check_teacher_sources(config, options.node_kinds(), teacher_because);
   std::string loaded;  // for the log line
   if (need) {
     // Refused before anything large loads, naming who needs the target.
@@ -252,7 +282,8 @@ void RunContext::load_models() {
     loaded = log::str("loaded whole on ", targets.size(), " device(s) (", need->who_and_why, ")");
   } else {
     // The features come from elsewhere: the drafter needs only these, on its own device.
-    target_head = std::make_shared<const model::TargetHead>(model::TargetHead::load(target_dir, drafter_device, target_dtype));
+    target_head = std::make_shared<const model::TargetHead>(
+        model::TargetHead::load(target_dir, drafter_device, target_dtype, /*with_final_norm=*/needs_teacher()));
     loaded = "head only (no node runs the target)";
   }
   target_config = target_head->config();
@@ -269,7 +300,7 @@ void RunContext::load_models() {
   if (config.model.drafter.mask_token_id >= 0) drafter_options.mask_token_id = config.model.drafter.mask_token_id;
   drafter_options.layer_types = config.model.drafter.layer_types;
   drafter_options.sliding_window = config.model.drafter.sliding_window;
-  drafter_options.heads = drafter_heads(config, options.node_kinds(), &teacher_because);
+  drafter_options.heads = heads;
   drafter_spec = model::make_drafter_spec(target_config, drafter_options);
   feature_layer_ids = drafter_spec.target_layer_ids;
   objective.loss_decay_gamma = config.train.loss_decay_gamma;

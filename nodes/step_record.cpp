@@ -28,6 +28,17 @@ StepRecord make_step_record(const RunContext& run, const StepPosition& p, const 
   for (size_t k = 1; k < s.count_per_position.size(); ++k)
     r.accuracy_per_position.push_back(s.count_per_position[k] > 0 ? s.correct_per_position[k] / s.count_per_position[k]
                                                                  : 0.0);
+  const bool confidence = run.drafter_spec.heads.confidence;
+  if (confidence) {
+    r.main_loss = s.weight_sum > 0 ? s.main_loss_sum / s.weight_sum : 0.0;
+    r.confidence_loss = s.weight_sum > 0 ? s.confidence_loss_sum / s.weight_sum : 0.0;
+  }
+  auto per_slot = [&](const std::vector<double>& sums, std::vector<double>& out) {
+    for (size_t k = 1; k < s.count_per_position.size() && k < sums.size(); ++k)
+      out.push_back(s.count_per_position[k] > 0 ? sums[k] / s.count_per_position[k] : 0.0);
+  };
+  if (confidence || run.needs_teacher()) per_slot(s.accept_rate_per_position, r.accept_rate_per_position);
+  if (confidence) per_slot(s.confidence_per_position, r.confidence_per_position);
   r.micro_batches = s.micro_batches;
   r.anchors = s.anchors;
   r.real_tokens = s.real_tokens;
@@ -81,6 +92,10 @@ nlohmann::json StepRecord::to_json() const {
   r["loss"] = json_number(loss);
   r["loss_weight"] = loss_weight;
   r["accuracy_per_position"] = accuracy_per_position;
+  if (main_loss) r["main_loss"] = json_number(*main_loss);
+  if (confidence_loss) r["confidence_loss"] = json_number(*confidence_loss);
+  if (!accept_rate_per_position.empty()) r["accept_rate_per_position"] = accept_rate_per_position;
+  if (!confidence_per_position.empty()) r["confidence_per_position"] = confidence_per_position;
   r["grad_norm"] = json_number(grad_norm);
   r["lr"] = lr;
   r["micro_batches"] = micro_batches;

@@ -23,6 +23,8 @@ StepTotals StepTotals::zeros(int64_t block_size, size_t buckets) {
   StepTotals t;
   t.correct_per_position.assign(static_cast<size_t>(block_size), 0.0);
   t.count_per_position.assign(static_cast<size_t>(block_size), 0.0);
+  t.accept_rate_per_position.assign(static_cast<size_t>(block_size), 0.0);
+  t.confidence_per_position.assign(static_cast<size_t>(block_size), 0.0);
   t.batches_per_bucket.assign(buckets, 0);
   t.bucket_ce_sum.assign(buckets, 0.0);
   t.bucket_weight_sum.assign(buckets, 0.0);

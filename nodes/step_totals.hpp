@@ -20,6 +20,14 @@ struct StepTotals {
   int64_t excluded_samples = 0;               // planned samples dropped because they are quarantined
   std::vector<double> correct_per_position;   // [block_size] per block slot k
   std::vector<double> count_per_position;     // [block_size]
+  // The objective's parts (model::ObjectiveOutput): the main loss alone
+  // (CE or KL) and the confidence head's BCE, both sum(w * .); per slot the
+  // analytical acceptance rate and the confidence head's prediction, summed
+  // over the count_per_position slots.
+  double main_loss_sum = 0;
+  double confidence_loss_sum = 0;
+  std::vector<double> accept_rate_per_position;  // [block_size]
+  std::vector<double> confidence_per_position;   // [block_size]
   // Per bucket index (token_budget batching): the bucket's batches, its share
   // of the loss numerator and denominator, and its real tokens.
   std::vector<int64_t> batches_per_bucket;    // [buckets]
@@ -37,7 +45,8 @@ struct StepTotals {
       &StepTotals::real_tokens,      &StepTotals::padded_tokens,      &StepTotals::micro_batches,
       &StepTotals::excluded_samples, &StepTotals::correct_per_position, &StepTotals::count_per_position,
       &StepTotals::batches_per_bucket, &StepTotals::bucket_ce_sum,    &StepTotals::bucket_weight_sum,
-      &StepTotals::bucket_real_tokens};
+      &StepTotals::bucket_real_tokens, &StepTotals::main_loss_sum,   &StepTotals::confidence_loss_sum,
+      &StepTotals::accept_rate_per_position, &StepTotals::confidence_per_position};
 
   // Zero sums with per-position and per-bucket vectors of their full size.
   static StepTotals zeros(int64_t block_size, size_t buckets);

@@ -1,6 +1,8 @@
 // target_forward: one replica per target device. The frozen target runs the
 // whole padded batch under no-grad and returns the fused features of the
-// DFlash layers, delivered on the drafter's device.
+// DFlash layers, delivered on the drafter's device; when the run needs the
+// teacher (loss: kl) the same forward also returns the target's last hidden
+// state after its final norm (FeatureBatch::teacher_hidden).
 #include "config/log.hpp"
 #include "nodes/capture_nodes.hpp"
 #include "nodes/feature_source.hpp"
@@ -21,16 +23,18 @@ class TargetForward final : public graph::FunctionBody {
   void process(graph::Inputs& in, graph::Emitter& out) override {
     auto message = in[0];
     auto& batch = graph::payload<PaddedBatch>(message);
-    torch::Tensor features;  // [B, S, n*H]
+    torch::Tensor features;  // [B, S, n*H], and the last layer after them when the run needs it
     auto compute = [&] {
       inject_node_faults(run_, name_, batch.position.global_step);
       if (batch.plan.rows() == 0) return;  // a rank's empty share of a short step: nothing to compute
       features = target_features(run_, target_, batch);
-      if (!for_cache_) features = for_drafter(run_, features);
     };
     if (for_cache_) naming_capture_batch(batch.plan, compute);  // a capture has batches, not steps
     else with_batch_context(batch.plan, batch.position, compute);
-    FeatureBatch result{std::move(batch), std::move(features), replica_};
+    // For the drafter: the features, and the teacher split off the same
+    // forward's last layer (one forward, no second pass).
+    FeatureBatch result = for_cache_ ? FeatureBatch{std::move(batch), std::move(features), replica_}
+                                     : drafter_batch(run_, std::move(batch), features, replica_);
     out.emit(graph::make_message(message.seq, message.cost, std::move(result)));
   }
 

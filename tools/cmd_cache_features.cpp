@@ -26,6 +26,7 @@ namespace {
 struct CacheOptions {
   std::string file, dir, dtype, serve;
   int shard_mb = 0;
+  bool with_last_layer = false;
 };
 
 int cache_features(const CacheOptions& cli, const Common& common) {
@@ -38,6 +39,7 @@ int cache_features(const CacheOptions& cli, const Common& common) {
   if (!cli.dir.empty()) fill.params.dir = cli.dir;
   if (!cli.dtype.empty()) fill.params.dtype = cli.dtype;
   if (cli.shard_mb > 0) fill.params.shard_mb = cli.shard_mb;
+  fill.last_layer = cli.with_last_layer;
   try {
     if (auto env = train::read_launch_env())
       fill.rank = env->rank, fill.world_size = env->world_size, fill.local_rank = env->local_rank;
@@ -82,6 +84,9 @@ void add_cache_features_command(CLI::App& app, Common& common, Action& action) {
   sub->add_option("--dtype", options.dtype,
                   "float32 (exact) | bfloat16 | float8_e4m3 (default: the node's params.dtype, else bfloat16)");
   sub->add_option("--shard-mb", options.shard_mb, "shard size in MiB (default: the node's params.shard_mb, 256)");
+  sub->add_flag("--with-last-layer", options.with_last_layer,
+               "also store the target's last hidden state after its final norm (what loss: kl reads; automatic when "
+               "the config's drafter trains with loss: kl)");
   sub->add_option("--serve", options.serve,
                   "live view of the capture at HOST:PORT (loopback only): /, /metrics (Prometheus), /graph.json");
   add_common_options(*sub, common);

@@ -1,0 +1,158 @@
+// The drafter node's DSpark heads and distillation params: each bad value is
+// refused naming the key and the value; a resume that changes the heads or
+// the loss is refused like any decisive key, and one that keeps them loads
+// the heads' parameters; a kl run gets the target's last hidden state online
+// and from a cache that stores it (the same records), and a cache without it
+// is refused naming what it lacks.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <functional>
+
+#include "config/errors.hpp"
+#include "data/feature_cache.hpp"
+#include "nodes/cache_fill.hpp"
+#include "nodes/trainer.hpp"
+#include "train_fixture.hpp"
+
+using namespace dflow;
+using testing::fresh_dir;
+using testing::small_run_config;
+using testing::step_records;
+using testing::stopped_after;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<std::string> kShort{"train.epochs=1", "eval.every_steps=0"};
+
+config::Config with_drafter(config::Config config, const std::string& params) {
+  for (auto& n : config.pipeline.nodes)
+    if (n.name == "drafter") n.params = YAML::Load(params);
+  return config;
+}
+
+config::Config cached(config::Config config, const fs::path& dir) {
+  for (auto& n : config.pipeline.nodes)
+    if (n.name == "target") {
+      n.type = "features.cached";
+      n.params = YAML::Load("{dir: " + dir.string() + "}");
+    }
+  return config;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("DSpark.Params.bad_values_are_refused_naming_the_key_and_the_value") {
+  const auto dir = fresh_dir("dspark-bad");
+  struct Case {
+    std::string params;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases{
+      {"{head: dspark, markov_rank: 0}", {"params.markov_rank", "must be >= 1", "got 0"}},
+      {"{head: dspark, markov_head: lstm}", {"params.markov_head", "'lstm' is not one of: vanilla, gated, rnn"}},
+      {"{head: dspark, confidence_alpha: 0}", {"params.confidence_alpha", "a confidence head without its loss weight", "got 0"}},
+      {"{head: dspark, confidence_alpha: -1}", {"params.confidence_alpha", "got -1"}},
+      {"{head: dspark, confidence_head: false, confidence_alpha: 0.5}", {"params.confidence_alpha", "confidence_head is false"}},
+      {"{markov_rank: 64}", {"params.markov_rank", "drafter_step", "head is dflash", "set head: dspark"}},
+      {"{head: dspark2}", {"params.head", "'dspark2' is not one of: dflash, dspark"}},
+      {"{loss: kld}", {"params.loss", "'kld' is not one of: ce, kl"}},
+      {"{loss: kl, kl_temperature: 0}", {"params.kl_temperature", "must be > 0, got 0"}},
+      {"{kl_temperature: 2}", {"params.kl_temperature", "needs loss: kl"}},
+      {"{loss: kl, objective: dpace}", {"params.loss", "loss: kl with objective: dpace"}},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.params);
+    const std::string e = error_of([&] { nodes::run_training(with_drafter(small_run_config(dir, kShort), c.params), {}); });
+    for (const auto& s : c.says) CHECK_MESSAGE(e.find(s) != std::string::npos, e);
+  }
+}
+
+TEST_CASE("DSpark.Params.a_resume_keeps_the_heads_and_the_loss") {
+  const auto split = fresh_dir("dspark-resume");
+  const std::string dspark = "{head: dspark, markov_rank: 16, loss: kl}";
+  nodes::run_training(stopped_after(with_drafter(small_run_config(split, kShort), dspark), 2), {});
+  nodes::RunOptions resume;
+  resume.resume = "latest";
+  const std::string saved =
+      "drafter_step {objective: decay, alpha: 0.5, head: dspark, markov_rank: 16, markov_head: vanilla, "
+      "confidence_head: true, confidence_with_markov: true, confidence_alpha: 1.0, loss: kl, kl_temperature: 1.0}";
+  for (const std::string& changed : {std::string("{}"), std::string("{head: dspark, markov_rank: 32, loss: kl}"),
+                                     std::string("{head: dspark, markov_rank: 16}")}) {
+    CAPTURE(changed);
+    const std::string e = error_of(
+        [&] { nodes::run_training(stopped_after(with_drafter(small_run_config(split, kShort), changed), 4), resume); });
+    CHECK_MESSAGE(e.find("pipeline.nodes.drafter: " + saved + " -> drafter_step") != std::string::npos, e);
+  }
+  // The same params (markov_rank's default spelled out or not): the
+  // checkpoint's heads load and training goes on.
+  nodes::run_training(stopped_after(with_drafter(small_run_config(split, kShort), dspark), 4), resume);
+  const auto records = step_records(split);
+  REQUIRE(records.size() == 4);
+  for (const auto& r : records) {
+    CHECK(r.contains("confidence_loss"));
+    CHECK(r["confidence_per_position"].size() == r["accuracy_per_position"].size());
+  }
+}
+
+TEST_CASE("DSpark.Teacher.kl_trains_online_and_from_a_cache_with_the_last_layer_alike") {
+  const auto online_dir = fresh_dir("kl-online"), cached_dir = fresh_dir("kl-cached"), cache = fresh_dir("kl-cache");
+  const auto kl = with_drafter(small_run_config(online_dir, kShort), "{loss: kl}");
+  nodes::run_training(stopped_after(kl, 3), {});
+  const auto online = step_records(online_dir);
+  REQUIRE(online.size() == 3);
+  for (const auto& r : online) CHECK(std::isfinite(r["loss"].get<double>()));
+
+  // cache-features from the kl config stores the last layer by itself.
+  nodes::FillOptions fill;
+  fill.params.dir = cache.string();
+  fill.params.dtype = "float32";
+  const auto report = nodes::fill_feature_cache(kl, fill);
+  CHECK(report.cached_samples == report.dataset_samples);
+  const auto manifest = data::read_manifest(cache);
+  CHECK(manifest.last_layer);
+  CHECK(manifest.width() == manifest.hidden_size * static_cast<int64_t>(manifest.layer_ids.size() + 1));
+  nodes::run_training(stopped_after(cached(with_drafter(small_run_config(cached_dir, kShort), "{loss: kl}"), cache), 3),
+                      {});
+  CHECK(step_records(cached_dir) == online);  // float32 cache: the same features and teacher
+
+  // The same cache serves a ce run (the last layer is not read).
+  const auto ce_dir = fresh_dir("kl-cache-ce");
+  nodes::run_training(stopped_after(cached(small_run_config(ce_dir, kShort), cache), 1), {});
+  CHECK(step_records(ce_dir).size() == 1);
+}
+
+TEST_CASE("DSpark.Teacher.a_cache_without_the_last_layer_is_refused_for_kl") {
+  const auto dir = fresh_dir("kl-refused"), cache = fresh_dir("kl-ce-cache");
+  nodes::FillOptions fill;
+  fill.params.dir = cache.string();
+  fill.params.dtype = "bfloat16";
+  nodes::fill_feature_cache(small_run_config(dir, kShort), fill);
+  CHECK_FALSE(data::read_manifest(cache).last_layer);
+  const std::string e = error_of([&] {
+    nodes::run_training(cached(with_drafter(small_run_config(dir, kShort), "{loss: kl}"), cache), {});
+  });
+  CHECK_MESSAGE(e.find("node 'target' (features.cached)") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("the feature cache " + cache.string()) != std::string::npos, e);
+  CHECK_MESSAGE(e.find("the target's last hidden state, layer N-1") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("the cache lacks it and holds only the feature layers [") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("trains with loss: kl") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("dflow cache-features") != std::string::npos, e);
+
+  // --with-last-layer into another directory adds it for a ce config.
+  const auto cache2 = fresh_dir("kl-ce-cache-last");
+  fill.params.dir = cache2.string();
+  fill.last_layer = true;
+  nodes::fill_feature_cache(small_run_config(dir, kShort), fill);
+  CHECK(data::read_manifest(cache2).last_layer);
+}
