@@ -41,11 +41,10 @@ class ChunkedDraftLoss : public torch::autograd::Function<ChunkedDraftLoss> {
                                const torch::Tensor& features, const torch::Tensor& bias_weight,
                                const torch::Tensor& labels, const torch::Tensor& teacher,
                                const torch::Tensor& row_weights, double temperature, int64_t rows_per_chunk,
-                               bool grad_hidden, bool grad_features, bool grad_bias_weight,
-                               const RowReweight& reweight) {
+                               bool kl, bool with_bias, bool grad_hidden, bool grad_features,
+                               bool grad_bias_weight, const RowReweight& reweight) {
     const auto red = reduction_dtype(hidden.scalar_type());
     const int64_t rows = hidden.size(0);
-    const bool kl = teacher.defined(), with_bias = features.defined();
     const Wanted wanted{grad_hidden, grad_features, grad_bias_weight};
     torch::Tensor total = torch::zeros({}, hidden.options().dtype(red));
     torch::Tensor predictions = torch::empty({rows}, labels.options());
@@ -163,7 +162,7 @@ class ChunkedDraftLoss : public torch::autograd::Function<ChunkedDraftLoss> {
     };
     const torch::Tensor none;
     return {scaled("unit_grad_hidden"), none, scaled("unit_grad_features"), scaled("unit_grad_bias_weight"),
-            none, none, none, none, none, none, none, none, none};
+            none, none, none, none, none, none, none, none, none, none, none};
   }
 };
 
@@ -220,9 +219,13 @@ ChunkedDraftLossResult chunked_draft_loss(const torch::Tensor& hidden, const tor
   const bool grad_hidden = grad_mode && hidden.requires_grad();
   const bool grad_features = grad_mode && features.defined() && features.requires_grad();
   const bool grad_bias_weight = grad_mode && bias_weight.defined() && bias_weight.requires_grad();
+  // autograd::Function takes no undefined tensor: absent ones travel as empty placeholders.
+  const torch::Tensor placeholder = torch::empty({0}, hidden.options());
+  const bool kl = teacher.defined(), with_bias = features.defined();
   const variable_list outputs = ChunkedDraftLoss::apply(
-      hidden, lm_head_weight, features, bias_weight, labels.to(torch::kInt64), teacher, row_weights,
-      teacher.defined() ? temperature : 1.0, rows_per_chunk, grad_hidden, grad_features, grad_bias_weight, reweight);
+      hidden, lm_head_weight, with_bias ? features : placeholder, with_bias ? bias_weight : placeholder,
+      labels.to(torch::kInt64), kl ? teacher : placeholder, row_weights, kl ? temperature : 1.0, rows_per_chunk, kl,
+      with_bias, grad_hidden, grad_features, grad_bias_weight, reweight);
   return {outputs[0], outputs[1], outputs[2], outputs[3], outputs[4], outputs[5]};
 }
 

@@ -1,0 +1,148 @@
+// DSpark's objective: chunked_draft_loss (CE and KL, Markov bias, acceptance
+// rate) against a naive float64 full-softmax reference; dflash_loss with
+// the heads; the heads' config round trip.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "model/chunked_cross_entropy.hpp"
+#include "model/drafter.hpp"
+#include "model/objective.hpp"
+#include "objective_rig.hpp"
+
+using namespace dflow::model;
+using namespace dflow::model::testing;
+
+namespace {
+
+struct Naive {
+  torch::Tensor sum, rows, accept;
+};
+
+// Full [P, V] float64 logits: CE on labels, or KL(p_T || q_T), and 1 - TV at T = 1.
+Naive naive(const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& f, const torch::Tensor& b,
+            const torch::Tensor& labels, const torch::Tensor& teacher, double t, const torch::Tensor& weights) {
+  const torch::Tensor z = at::linear(h, w) + at::linear(f, b);
+  Naive out;
+  if (teacher.defined()) {
+    const torch::Tensor zt = at::linear(teacher, w);
+    const torch::Tensor lq = torch::log_softmax(z / t, 1), lp = torch::log_softmax(zt / t, 1);
+    out.rows = (lp.exp() * (lp - lq)).sum(1);
+    out.accept = torch::minimum(torch::softmax(z, 1), torch::softmax(zt, 1)).sum(1);
+  } else {
+    const torch::Tensor lq = torch::log_softmax(z, 1);
+    out.rows = -lq.gather(1, labels.unsqueeze(1)).squeeze(1);
+    out.accept = (-out.rows).exp();
+  }
+  out.sum = (out.rows * weights).sum();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Model.DsparkObjective.ChunkedDraftLossEqualsNaiveReference") {
+  torch::set_num_threads(1);
+  torch::manual_seed(3);
+  const int64_t P = 11, H = 8, V = 23, r = 4;
+  const torch::Tensor w = torch::randn({V, H}, torch::kFloat64);
+  const torch::Tensor teacher = torch::randn({P, H}, torch::kFloat64);
+  const torch::Tensor labels = torch::randint(0, V, {P}, torch::kInt64);
+  const torch::Tensor weights = torch::rand({P}, torch::kFloat64);
+  for (const bool kl : {false, true}) {
+    for (const double t : {1.0, 2.0}) {
+      for (const int64_t chunk : {int64_t{1}, int64_t{4}, int64_t{100}}) {
+        CAPTURE(kl);
+        CAPTURE(t);
+        CAPTURE(chunk);
+        const torch::Tensor h = torch::randn({P, H}, torch::kFloat64).requires_grad_(true);
+        const torch::Tensor f = torch::randn({P, r}, torch::kFloat64).requires_grad_(true);
+        const torch::Tensor b = torch::randn({V, r}, torch::kFloat64).requires_grad_(true);
+        LogitsBias bias{f, b};
+        const auto got = chunked_draft_loss(h, w, &bias, labels, kl ? teacher : torch::Tensor(), t, weights, chunk);
+        got.weighted_loss_sum.backward();
+        const auto gh = h.grad().clone(), gf = f.grad().clone(), gb = b.grad().clone();
+        h.mutable_grad().zero_();
+        f.mutable_grad().zero_();
+        b.mutable_grad().zero_();
+        const Naive ref = naive(h, w, f, b, labels, kl ? teacher : torch::Tensor(), t, weights);
+        ref.sum.backward();
+        CHECK(got.weighted_loss_sum.item<double>() == doctest::Approx(ref.sum.item<double>()).epsilon(1e-12));
+        CHECK(torch::allclose(got.row_loss, ref.rows, 1e-10, 1e-12));
+        CHECK(torch::allclose(got.accept_rate, ref.accept.detach(), 1e-10, 1e-12));
+        CHECK(torch::allclose(gh, h.grad(), 1e-10, 1e-12));
+        CHECK(torch::allclose(gf, f.grad(), 1e-10, 1e-12));
+        CHECK(torch::allclose(gb, b.grad(), 1e-10, 1e-12));
+      }
+    }
+  }
+}
+
+TEST_CASE("Model.DsparkObjective.HeadsGetGradientsAndPlainCeIsUnchanged") {
+  Rig plain;
+  const AnchorBatch anchors = fixed_anchors();
+  const ObjectiveOutput base = plain.loss(anchors);
+  CHECK(base.weighted_ce_sum == base.main_loss_sum);
+  CHECK(base.confidence_loss_sum == 0.0);
+
+  for (const char* type : {"vanilla", "gated", "rnn"}) {
+    CAPTURE(type);
+    Rig rig;
+    DrafterSpec spec = rig.spec;
+    spec.heads.markov_rank = 3;
+    spec.heads.markov_type = type;
+    spec.heads.confidence = true;
+    rig.drafter = DFlashDrafter(spec, 8);
+    ObjectiveOptions options;
+    options.loss_decay_gamma = 2.0;
+    ObjectiveOutput out = dflash_loss(*rig.drafter, rig.embedding, rig.lm_head, rig.features, rig.batch.input_ids,
+                                      rig.batch.loss_mask, rig.batch.lengths, anchors, options);
+    out.loss.backward();
+    for (const char* name : {"markov_head.markov_w1.weight", "markov_head.markov_w2.weight",
+                             "confidence_head.proj.weight", "confidence_head.proj.bias"}) {
+      CAPTURE(name);
+      CHECK(rig.drafter->named_parameters()[name].grad().abs().sum().item<double>() > 0.0);
+    }
+    CHECK(out.weighted_ce_sum ==
+          doctest::Approx(out.main_loss_sum + options.confidence_alpha * out.confidence_loss_sum).epsilon(1e-6));
+    double accept = 0, count = 0;
+    for (size_t k = 0; k < out.accept_rate_per_position.size(); ++k) {
+      accept += out.accept_rate_per_position[k];
+      count += out.count_per_position[k];
+    }
+    CHECK(accept > 0.0);
+    CHECK(accept <= count);
+
+    // KL needs a teacher; KL and D-PACE do not combine.
+    options.loss = Distillation::KL;
+    CHECK_THROWS_WITH_AS(dflash_loss(*rig.drafter, rig.embedding, rig.lm_head, rig.features, rig.batch.input_ids,
+                                     rig.batch.loss_mask, rig.batch.lengths, anchors, options),
+                         doctest::Contains("needs the target's last hidden state"), std::invalid_argument);
+    TeacherStates teacher{torch::randn({2, 12, spec.hidden_size})};
+    const ObjectiveOutput kl = dflash_loss(*rig.drafter, rig.embedding, rig.lm_head, rig.features, rig.batch.input_ids,
+                                           rig.batch.loss_mask, rig.batch.lengths, anchors, options, nullptr, &teacher);
+    CHECK(std::isfinite(kl.main_loss_sum));
+    CHECK(kl.main_loss_sum >= 0.0);
+    options.weighting = PositionWeighting::DPace;
+    CHECK_THROWS_WITH_AS(dflash_loss(*rig.drafter, rig.embedding, rig.lm_head, rig.features, rig.batch.input_ids,
+                                     rig.batch.loss_mask, rig.batch.lengths, anchors, options, nullptr, &teacher),
+                         doctest::Contains("D-PACE"), std::invalid_argument);
+  }
+}
+
+TEST_CASE("Model.DsparkObjective.HeadsSurviveSaveAndLoad") {
+  DrafterSpec spec = small_drafter_spec(1, 4, 2);
+  spec.heads.markov_rank = 5;
+  spec.heads.markov_type = "rnn";
+  spec.heads.confidence = true;
+  DFlashDrafter drafter(spec, 3);
+  const auto dir = std::filesystem::temp_directory_path() / ("dspark_heads_" + std::to_string(::getpid()));
+  save_pretrained(*drafter, dir);
+  const DFlashDrafter loaded = load_pretrained(dir);
+  CHECK(loaded->spec().heads == spec.heads);
+  const auto expected = drafter->named_parameters();
+  for (const auto& item : loaded->named_parameters()) CHECK(torch::equal(item.value(), expected[item.key()]));
+  CHECK(loaded->named_parameters().size() == expected.size());
+  // Plain DFlash writes no head fields.
+  CHECK_FALSE(drafter_config_json(small_drafter_spec(1, 4, 2), torch::kFloat32).contains("markov_rank"));
+  std::filesystem::remove_all(dir);
+}
