@@ -197,3 +197,55 @@ TEST_CASE("Eval.Thread.evaluations_run_while_training_goes_on") {
   }
   CHECK(checked >= 3);  // the baseline and two more
 }
+
+TEST_CASE("Eval.Record.confidence_calibration_only_with_a_confidence_head") {
+  // dflow eval's record (EvalReport::to_json, also what eval.tau writes):
+  // per block position k, the cycles that verified slot k on a correct
+  // prefix, the head's mean predicted acceptance and the observed share;
+  // absent for a plain DFlash drafter. Greedy stays lossless with the heads.
+  torch::set_num_threads(1);
+  const auto target = model::TargetModel::load(testing::assets_dir() / "target");
+  const auto prompts = train::read_prompts(testing::assets_dir() / "heldout.jsonl");
+  train::EvalOptions options;
+  options.max_new_tokens = 24;
+  options.max_prompts = 3;
+  model::DrafterOptions drafter_options;
+  drafter_options.block_size = 4;
+  for (const bool heads : {false, true}) {
+    CAPTURE(heads);
+    if (heads) {
+      drafter_options.heads.markov_rank = 4;
+      drafter_options.heads.markov_type = "rnn";
+      drafter_options.heads.confidence = true;
+    }
+    model::DFlashDrafter drafter(model::make_drafter_spec(target.config(), drafter_options), 3);
+    const auto report = train::evaluate_drafter(*drafter, target, prompts, options);
+    CHECK(report.mismatched_prompts == 0);
+    const nlohmann::json j = report.to_json();
+    if (!heads) {
+      CHECK_FALSE(j.contains("confidence_calibration"));
+      CHECK(report.summary().find("calibration") == std::string::npos);
+      continue;
+    }
+    REQUIRE(j.contains("confidence_calibration"));
+    const auto& rows = j["confidence_calibration"];
+    REQUIRE(rows.size() == 3);  // positions 1 .. B-1
+    // Every cycle verifies slot 1; slot k+1 is verified exactly when slot k was accepted.
+    CHECK(rows[0]["verified"].get<int64_t>() == report.cycles);
+    for (size_t k = 0; k < rows.size(); ++k) {
+      CAPTURE(k);
+      CHECK(rows[k]["position"] == static_cast<int64_t>(k + 1));
+      const double predicted = rows[k]["predicted"].get<double>(), observed = rows[k]["observed"].get<double>();
+      CHECK(predicted >= 0.0);
+      CHECK(predicted <= 1.0);
+      CHECK(observed >= 0.0);
+      CHECK(observed <= 1.0);
+      CHECK(observed * static_cast<double>(rows[k]["verified"].get<int64_t>()) ==
+            doctest::Approx(report.acceptance_by_position[k] * static_cast<double>(report.cycles)));
+      if (k + 1 < rows.size())
+        CHECK(rows[k + 1]["verified"].get<int64_t>() ==
+              static_cast<int64_t>(std::llround(observed * rows[k]["verified"].get<double>())));
+    }
+    CHECK(report.summary().find("confidence head calibration") != std::string::npos);
+  }
+}

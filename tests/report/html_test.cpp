@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "browser.hpp"
 #include "fixture.hpp"
@@ -136,4 +137,34 @@ TEST_CASE("Report.Html.CallCountsAreWholeNumbers") {
   CHECK(dom.find("\u00b7 61 calls") != std::string::npos);
   CHECK_FALSE(std::regex_search(dom, std::regex("[0-9]\\.[0-9]+ calls")));
   CHECK_FALSE(std::regex_search(dom, std::regex("[0-9]\\.[0-9]+ batches")));
+}
+
+TEST_CASE("Report.Html.ConfidenceCalibrationOfTheNewestEvalIsATableAndText") {
+  const fs::path dir = test::fresh_dir("html-calibration");
+  std::ofstream out(dir / "metrics.jsonl");
+  for (int s = 1; s <= 4; ++s) out << nlohmann::json{{"kind", "step"}, {"global_step", s}, {"loss", 2.0 / s}}.dump() << "\n";
+  auto rows = [](double observed) {
+    return nlohmann::json::array({{{"position", 1}, {"verified", 40}, {"predicted", 0.625}, {"observed", observed}},
+                                  {{"position", 2}, {"verified", 12}, {"predicted", 0.25}, {"observed", 0.5}}});
+  };
+  out << nlohmann::json{{"kind", "eval"}, {"node", "eval"}, {"global_step", 2}, {"mean_tau", 1.5},
+                        {"confidence_calibration", rows(0.1)}}.dump() << "\n";
+  out << nlohmann::json{{"kind", "eval"}, {"node", "eval"}, {"global_step", 4}, {"mean_tau", 1.75},
+                        {"confidence_calibration", rows(0.3)}}.dump() << "\n";
+  out.close();
+  const std::string html = render_html(load_run(dir));
+  CHECK(count(html, "<h2>Confidence head calibration</h2>") == 1);
+  CHECK(count(html, "<tr><td>1</td><td>40</td><td>0.625</td><td>0.300</td></tr>") == 1);  // the newest record
+  CHECK(count(html, "<tr><td>2</td><td>12</td><td>0.250</td><td>0.500</td></tr>") == 1);
+  CHECK(count(html, "0.100") == 0);
+  std::ostringstream text;
+  report_command(dir, dir / "report.html", text);
+  CHECK(text.str().find("confidence head calibration (eval, step 4)") != std::string::npos);
+  CHECK(text.str().find("k=1 40 0.625 0.300") != std::string::npos);
+
+  // A run whose evals carry no calibration (a drafter without a confidence head) has no such section.
+  const fs::path plain = test::fresh_dir("html-no-calibration");
+  std::ofstream(plain / "metrics.jsonl") << nlohmann::json{{"kind", "step"}, {"global_step", 1}, {"loss", 1.0}}.dump() << "\n"
+                                         << nlohmann::json{{"kind", "eval"}, {"global_step", 1}, {"mean_tau", 1.2}}.dump() << "\n";
+  CHECK(count(render_html(load_run(plain)), "Confidence head calibration") == 0);
 }
