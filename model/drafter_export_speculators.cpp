@@ -117,6 +117,15 @@ void save_speculators_pretrained(DFlashDrafterImpl& drafter, const SpeculatorsVe
   if (!std::filesystem::exists(verifier.local_dir / "config.json")) {
     throw refusal(verifier.local_dir.string(), "has no config.json (pass --target DIR, a local copy of the verifier)");
   }
+  if (drafter.spec().heads.any()) {
+    // The dspark layout (speculators' DSpark config) is not written yet; a
+    // DFlash config over the heads' tensors would load as another model.
+    throw std::runtime_error("export --format speculators: the drafter has DSpark heads (markov_rank " +
+                             std::to_string(drafter.spec().heads.markov_rank) + ", confidence head " +
+                             (drafter.spec().heads.confidence ? "on" : "off") + "), which this export cannot write "
+                             "yet (speculators' dspark layout); nothing was written to " + dir.string() +
+                             "; --format dflash keeps the heads in dflow's own layout");
+  }
   const torch::Dtype dtype = drafter.fc->weight.scalar_type();
   const HeadConfig head_config = load_head_config(verifier.local_dir);
   const nlohmann::json config = speculators_config_json(drafter.spec(), dtype, head_config, verifier.name_or_path);
