@@ -3,7 +3,12 @@
 // (DFlashSpeculatorConfig), src/speculators/config.py (SpeculatorsConfig,
 // VerifierConfig), src/speculators/proposals/greedy.py, and how
 // src/speculators/convert/dflash/converter.py turns a z-lab DFlash
-// checkpoint (the layout of dflow's default export) into one.
+// checkpoint (the layout of dflow's default export) into one. A drafter
+// with DSpark heads is written as speculators' DSpark model:
+// src/speculators/models/dspark/config.py (DSparkSpeculatorConfig, a
+// DFlashSpeculatorConfig with the heads' fields), core.py (DSparkDraftModel:
+// markov_head, confidence_head) and model_definitions.py (MarkovHead,
+// ConfidenceHead: the tensor names dflow's drafter already registers).
 #include "model/drafter_export_speculators.hpp"
 
 #include <stdexcept>
@@ -83,11 +88,21 @@ nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dty
 
   nlohmann::json layer_config = drafter_config_json(spec, dtype);
   for (const char* key : kNonTransformerKeys) layer_config.erase(key);
+  // The heads' fields are the speculator config's own, not the layers'.
+  for (const char* key : {"markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov"})
+    layer_config.erase(key);
   const nlohmann::json dtype_name = layer_config["torch_dtype"];
 
-  return {
-      {"architectures", nlohmann::json::array({"DFlashSpeculator"})},
-      {"speculators_model_type", "dflash"},
+  // DSpark (dspark/core.py _build_base_config_kwargs("dspark", ...)) is
+  // DFlash's config with its own names and the heads' fields; dflow keeps
+  // DFlash's blocks (sample_from_anchor false: the anchor is the known
+  // token, block_size - 1 slots are drafted), which speculators' DSpark
+  // takes as an explicit choice, and its default proposal length follows.
+  const DraftHeads& heads = spec.heads;
+  const bool dspark = heads.any();
+  nlohmann::json config = {
+      {"architectures", nlohmann::json::array({dspark ? "DSparkSpeculator" : "DFlashSpeculator"})},
+      {"speculators_model_type", dspark ? "dspark" : "dflash"},
       {"speculators_version", kSpeculatorsVersion},
       {"transformer_layer_config", layer_config},
       {"draft_vocab_size", spec.vocab_size},
@@ -101,7 +116,7 @@ nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dty
       // The anchor is the known token; the block's other positions are drafted.
       {"sample_from_anchor", false},
       {"speculators_config",
-       {{"algorithm", "dflash"},
+       {{"algorithm", dspark ? "dspark" : "dflash"},
         {"proposal_methods", nlohmann::json::array({nlohmann::json{{"proposal_type", "greedy"},
                                                                    {"speculative_tokens", spec.block_size - 1},
                                                                    {"verifier_accept_k", 1},
@@ -110,6 +125,16 @@ nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dty
         {"verifier", {{"name_or_path", verifier_name_or_path}, {"architectures", verifier.architectures}}}}},
       {"torch_dtype", dtype_name},
   };
+  if (dspark) {
+    // markov_rank 0 is speculators' "no Markov head"; its confidence head
+    // then reads the hidden state alone (DraftHeads::validate holds
+    // confidence_with_markov to a Markov head, as DSparkDraftModel does).
+    config["markov_rank"] = heads.markov_rank;
+    config["markov_head_type"] = heads.markov_type;
+    config["enable_confidence_head"] = heads.confidence;
+    config["confidence_head_with_markov"] = heads.confidence && heads.confidence_with_markov;
+  }
+  return config;
 }
 
 void save_speculators_pretrained(DFlashDrafterImpl& drafter, const SpeculatorsVerifier& verifier,
@@ -117,22 +142,14 @@ void save_speculators_pretrained(DFlashDrafterImpl& drafter, const SpeculatorsVe
   if (!std::filesystem::exists(verifier.local_dir / "config.json")) {
     throw refusal(verifier.local_dir.string(), "has no config.json (pass --target DIR, a local copy of the verifier)");
   }
-  if (drafter.spec().heads.any()) {
-    // The dspark layout (speculators' DSpark config) is not written yet; a
-    // DFlash config over the heads' tensors would load as another model.
-    throw std::runtime_error("export --format speculators: the drafter has DSpark heads (markov_rank " +
-                             std::to_string(drafter.spec().heads.markov_rank) + ", confidence head " +
-                             (drafter.spec().heads.confidence ? "on" : "off") + "), which this export cannot write "
-                             "yet (speculators' dspark layout); nothing was written to " + dir.string() +
-                             "; --format dflash keeps the heads in dflow's own layout");
-  }
   const torch::Dtype dtype = drafter.fc->weight.scalar_type();
   const HeadConfig head_config = load_head_config(verifier.local_dir);
   const nlohmann::json config = speculators_config_json(drafter.spec(), dtype, head_config, verifier.name_or_path);
 
-  // DFlashDraftModel's state dict as its save_pretrained writes it: the draft
-  // body under the same names as z-lab's, plus the verifier's embedding and
-  // LM head (verifier_lm_head and verifier_norm are in its
+  // DFlashDraftModel's (DSparkDraftModel's) state dict as its
+  // save_pretrained writes it: the draft body under the same names as
+  // z-lab's, the heads as markov_head.* / confidence_head.*, plus the
+  // verifier's embedding and LM head (verifier_lm_head and verifier_norm are in its
   // _keys_to_ignore_on_save and reloaded from the verifier; t2d/d2t exist
   // only for a smaller draft vocabulary).
   const TargetHead head = TargetHead::load(verifier.local_dir, torch::kCPU, dtype);

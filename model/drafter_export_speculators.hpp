@@ -2,8 +2,10 @@
 // serves as a speculators checkpoint: config.json names the verifier (the
 // target) in speculators_config.verifier, and the weights carry the target's
 // embedding and LM head beside the draft layers, as speculators'
-// DFlashDraftModel.save_pretrained writes them. dflow's default export stays
-// z-lab's layout (model::save_pretrained), which names no target.
+// DFlashDraftModel.save_pretrained writes them; a drafter with DSpark heads
+// in its DSpark layout (DSparkSpeculatorConfig, DSparkDraftModel), which
+// vLLM's dspark method serves. dflow's default export stays z-lab's layout
+// (model::save_pretrained), which names no target.
 #pragma once
 
 #include <filesystem>

@@ -127,7 +127,8 @@ void add_export_command(CLI::App& app, Action& action) {
   sub->add_option("--out", out, "output directory")->required();
   sub->add_option("--format", format,
                   "dflash: z-lab's config.json and weights (the serving engine is told the target); speculators: "
-                  "vllm-project/speculators' layout, naming the target and carrying its embedding and LM head")
+                  "vllm-project/speculators' layout (DFlash, or DSpark for a drafter with DSpark heads), naming the "
+                  "target and carrying its embedding and LM head")
       ->check(CLI::IsMember({"dflash", "speculators"}))
       ->capture_default_str();
   sub->add_option("--verifier", verifier,
@@ -146,12 +147,17 @@ void add_export_command(CLI::App& app, Action& action) {
       if (format == "speculators") {
         const auto found = find_verifier(dir, verifier, target);
         model::save_speculators_pretrained(*draft, found, out);
-        std::cout << "exported drafter to " << out << " (speculators format, verifier " << found.name_or_path
-                  << ")\n";
+        std::cout << "exported drafter to " << out << " (speculators format, "
+                  << (draft->spec().heads.any() ? "dspark" : "dflash") << ", verifier " << found.name_or_path << ")\n";
         return 0;
       }
       model::save_pretrained(*draft, out);
       std::cout << "exported drafter to " << out << "\n";
+      // z-lab's layout has no DSpark heads: their fields and tensors are
+      // dflow's own there (dflow eval reads them back; serving engines do not).
+      if (draft->spec().heads.any())
+        std::cout << "note: the drafter has DSpark heads, which z-lab's DFlash layout does not carry for serving "
+                     "engines; export --format speculators for vLLM's dspark method\n";
       return 0;
     };
   });

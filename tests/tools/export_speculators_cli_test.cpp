@@ -13,6 +13,7 @@
 
 #include "../nodes/train_fixture.hpp"
 #include "config/config.hpp"
+#include "model/safetensors.hpp"
 #include "run_command.hpp"
 
 using namespace dflow;
@@ -57,7 +58,7 @@ void exports_name_the_target(const fs::path& dir, const fs::path& target) {
   // Without --verifier the run's own target (model.target.path) is named.
   o = run_dflow("export " + run.string() + " --out " + (dir / "spec").string() + " --format speculators");
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
-  CHECK_MESSAGE(o.output.find("speculators format, verifier " + target.string()) != std::string::npos, o.output);
+  CHECK_MESSAGE(o.output.find("speculators format, dflash, verifier " + target.string()) != std::string::npos, o.output);
   o = check_export(dir / "spec", dir / "dflash", target, target.string());
   CHECK_MESSAGE(o.exit_code == 0, o.output);
   CHECK_MESSAGE(o.output.find("ok") != std::string::npos, o.output);
@@ -94,6 +95,43 @@ TEST_CASE("Cli.Export.speculators_format_names_a_gpt_oss_target") {
   exports_name_the_target(dir, dir / "target");
   const auto config = nlohmann::json::parse(std::ifstream(dir / "spec" / "config.json"));
   CHECK(config["speculators_config"]["verifier"]["architectures"] == nlohmann::json::array({"GptOssForCausalLM"}));
+  fs::remove_all(dir);
+}
+
+// A drafter with DSpark heads exports as speculators' DSpark model (its
+// logits against DSparkDraftModel's: tests/model/test_speculators_reference.cpp).
+TEST_CASE("Cli.Export.speculators_format_writes_dspark_for_a_drafter_with_heads") {
+  const auto dir = testing::fresh_dir("export-spec-dspark");
+  const auto target = testing::assets_dir() / "target";
+  auto layers = kServableLayers;
+  layers.push_back("pipeline.nodes.drafter.params={head: dspark, markov_rank: 8, markov_head: gated}");
+  const auto run = trained_run(dir, target, layers);
+  auto o = run_dflow("export " + run.string() + " --out " + (dir / "spec").string() + " --format speculators");
+  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+  CHECK_MESSAGE(o.output.find("speculators format, dspark, verifier") != std::string::npos, o.output);
+  const auto config = nlohmann::json::parse(std::ifstream(dir / "spec" / "config.json"));
+  CHECK(config["architectures"] == nlohmann::json::array({"DSparkSpeculator"}));
+  CHECK(config["speculators_model_type"] == "dspark");
+  CHECK(config["speculators_config"]["algorithm"] == "dspark");
+  CHECK(config["markov_rank"] == 8);
+  CHECK(config["markov_head_type"] == "gated");
+  CHECK(config["enable_confidence_head"] == true);
+  CHECK(config["confidence_head_with_markov"] == true);
+  // dflow's blocks: the anchor is known, block_size - 1 tokens are proposed.
+  CHECK(config["sample_from_anchor"] == false);
+  CHECK(config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == config["block_size"].get<int>() - 1);
+  CHECK_FALSE(config["transformer_layer_config"].contains("markov_rank"));
+  const model::SafetensorsFile weights(dir / "spec" / "model.safetensors");
+  for (const std::string name : {"markov_head.markov_w1.weight", "markov_head.markov_w2.weight",
+                                 "markov_head.gate_proj.weight", "confidence_head.proj.weight", "fc.weight",
+                                 "embed_tokens.weight", "lm_head.weight"}) {
+    CAPTURE(name);
+    CHECK(weights.contains(name));
+  }
+  // z-lab's layout cannot serve the heads: it says so and points at the format that can.
+  o = run_dflow("export " + run.string() + " --out " + (dir / "dflash").string());
+  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+  CHECK_MESSAGE(o.output.find("export --format speculators for vLLM's dspark method") != std::string::npos, o.output);
   fs::remove_all(dir);
 }
 
