@@ -6,7 +6,14 @@
 namespace dflow::train {
 
 bool is_hidden_matrix(const std::string& name, const torch::Tensor& param) {
-  return param.dim() == 2 && name.find("embed") == std::string::npos && name.find("lm_head") == std::string::npos;
+  // DSpark's Markov head is an embedding (markov_w1: a row per previous
+  // token) and a projection onto the vocabulary (markov_w2), and its
+  // confidence head a one-logit output (confidence_head.proj: [1, n]), none
+  // a hidden matrix: orthogonalising a lookup table's update would move
+  // every row, and a single row's would only normalise it.
+  for (const char* not_hidden : {"embed", "lm_head", "markov_w1", "markov_w2", "confidence_head"})
+    if (name.find(not_hidden) != std::string::npos) return false;
+  return param.dim() == 2;
 }
 
 torch::Tensor newton_schulz_orthogonalise(const torch::Tensor& update, const MuonOptions& options) {

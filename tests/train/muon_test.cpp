@@ -154,6 +154,18 @@ TEST_CASE("Muon.state_restores_exactly") {
   CHECK_THROWS_WITH(third.load_state_tensors(saved, 3), doctest::Contains("missing 'muon_momentum.layers.0.mlp.down_proj.weight'"));
 }
 
+TEST_CASE("Muon.embeddings_and_vocabulary_projections_go_to_adamw") {
+  const auto m = torch::ones({8, 4});
+  CHECK(dflow::train::is_hidden_matrix("layers.0.self_attn.q_proj.weight", m));
+  CHECK(dflow::train::is_hidden_matrix("markov_head.gate_proj.weight", m));
+  for (const char* name : {"embed_tokens.weight", "lm_head.weight", "markov_head.markov_w1.weight",
+                           "markov_head.markov_w2.weight", "confidence_head.proj.weight"}) {
+    CAPTURE(name);
+    CHECK_FALSE(dflow::train::is_hidden_matrix(name, m));
+  }
+  CHECK_FALSE(dflow::train::is_hidden_matrix("fc.bias", torch::ones({4})));
+}
+
 TEST_CASE("Muon.a_model_without_hidden_matrices_is_refused") {
   std::vector<std::pair<std::string, torch::Tensor>> params{{"norm.weight", torch::ones({4}).set_requires_grad(true)},
                                                             {"embed_tokens.weight", torch::ones({5, 4}).set_requires_grad(true)}};
