@@ -11,6 +11,8 @@
 // samples; rollback restores the last good snapshot the trainable state
 // keeps (train/rollback_keeper.hpp) on a cliff, before the token goes back
 // to drafter_step.
+#include <sys/resource.h>
+
 #include <cmath>
 
 #include "config/log.hpp"
@@ -242,6 +244,11 @@ class OptimizerStep final : public graph::FunctionBody {
     t.step_s = std::chrono::duration<double>(now - since).count();
     t.elapsed_s = std::chrono::duration<double>(now - run_.started_at).count();
     t.tokens_per_s = t.step_s > 0 ? step.totals.real_tokens / t.step_s : 0.0;
+    rusage usage{};
+    if (getrusage(RUSAGE_SELF, &usage) == 0) {
+      auto seconds = [](const timeval& v) { return static_cast<double>(v.tv_sec) + 1e-6 * static_cast<double>(v.tv_usec); };
+      t.cpu_s = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+    }
     const int64_t done = state.progress.completed_steps;
     const int64_t done_here = done - run_.start.completed_steps;
     t.eta_s = done_here > 0 ? t.elapsed_s / done_here * static_cast<double>(run_.stop_step - done) : 0.0;

@@ -129,7 +129,7 @@ nlohmann::json StepRecord::to_json() const {
   }
   if (!guard.evidence.empty()) r["guard"].update(guard.evidence);
   r["time"] = {{"step_s", time.step_s}, {"elapsed_s", time.elapsed_s}, {"tokens_per_s", time.tokens_per_s},
-               {"eta_s", time.eta_s}};
+               {"eta_s", time.eta_s}, {"cpu_s", time.cpu_s}};
   if (!time.rank_step_s.empty()) {
     r["time"]["rank_step_s"] = time.rank_step_s;
     r["time"]["slowest_rank"] = time.slowest_rank;

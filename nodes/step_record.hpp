@@ -36,6 +36,9 @@ struct GuardRecord {
 
 struct StepTiming {
   double step_s = 0, elapsed_s = 0, tokens_per_s = 0, eta_s = 0;
+  // CPU time (user + system, all threads) this process has used so far:
+  // what a step costs on a shared CPU, where wall time depends on the load.
+  double cpu_s = 0;
   std::vector<double> rank_step_s;  // several ranks: each rank's work since its previous all-reduce
   int64_t slowest_rank = 0;
   double allreduce_s = 0;
