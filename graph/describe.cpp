@@ -64,7 +64,14 @@ void resolve_node(NodeDesc& node, const config::NodeDecl& decl, size_t index, co
   node.input_connected.assign(node.inputs.size(), 0);
   node.output_connected.assign(node.outputs.size(), 0);
   config::YamlSection params(decl.params, node.key_path + ".params", node.origins);
-  if (node.spec->check_params) node.spec->check_params(params);
+  if (node.spec->check_params) {
+    try {
+      node.spec->check_params(params);
+    } catch (const ConfigError& e) {
+      // The key path names the node by its index; say which node that is.
+      throw ConfigError(std::string(e.what()) + " (node '" + node.name + "', " + decl.type + ")");
+    }
+  }
   params.finish();  // refuses keys the node kind did not read, with a suggestion
 }
 

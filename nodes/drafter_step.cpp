@@ -113,25 +113,25 @@ const config::KeySet<ObjectiveParams>& objective_keys() {
 }
 
 // Reads and checks the params across keys; throws ConfigError naming the
-// key (pipeline.nodes[i].params.<key>), the value and what is wrong.
+// key (pipeline.nodes[i].params.<key>), the value and what is wrong (the
+// graph's description adds the node's name and kind).
 ObjectiveParams read_objective_params(config::YamlSection& params) {
   std::vector<std::string> given;
   for (const auto& key : head_keys())
     if (params.has(key)) given.push_back(key);
   const bool temperature_given = params.has("kl_temperature");
   ObjectiveParams p = read_params(objective_keys(), params);
-  const std::string node = "drafter_step: ";
   if (p.head == "dflash" && !given.empty())
-    throw params.error(given.front(), node + given.front() + " is a DSpark head's param, and head is dflash (no heads): "
+    throw params.error(given.front(), given.front() + " is a DSpark head's param, and head is dflash (no heads): "
                                              "set head: dspark, or leave " + given.front() + " out");
   if (p.head == "dspark" && !p.confidence_head && params.has("confidence_alpha"))
-    throw params.error("confidence_alpha", node + "confidence_alpha " + number_text(p.confidence_alpha) +
+    throw params.error("confidence_alpha", "confidence_alpha " + number_text(p.confidence_alpha) +
                                                " weighs the confidence head's loss, but confidence_head is false");
   if (p.loss == "ce" && temperature_given)
-    throw params.error("kl_temperature", node + "kl_temperature " + number_text(p.kl_temperature) +
+    throw params.error("kl_temperature", "kl_temperature " + number_text(p.kl_temperature) +
                                              " needs loss: kl (loss is ce)");
   if (p.loss == "kl" && p.objective == "dpace")
-    throw params.error("loss", node + "loss: kl with objective: dpace: D-PACE reweights by the cross-entropy's "
+    throw params.error("loss", "loss: kl with objective: dpace: D-PACE reweights by the cross-entropy's "
                                       "acceptance estimate; train kl with objective: decay");
   return p;
 }

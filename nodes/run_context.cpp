@@ -5,6 +5,7 @@
 #include "config/errors.hpp"
 #include "config/log.hpp"
 #include "data/feature_cache.hpp"
+#include "graph/description.hpp"
 #include "nodes/node_kind.hpp"
 #include "nodes/registry.hpp"
 #include "text/dataset_tokenizer.hpp"
@@ -124,6 +125,14 @@ std::optional<WholeTargetNeed> whole_target_need(const config::Config& config, c
   return std::nullopt;
 }
 
+// The node params as the graph checks them (each kind's check_params, then
+// the structure), before any hook reads them: a bad value is refused the way
+// `dflow train` refuses it, naming the node, and before anything loads.
+config::Config described(config::Config config, const graph::NodeRegistry& kinds) {
+  (void)graph::describe(config.pipeline, kinds);
+  return config;
+}
+
 }  // namespace
 
 std::string Batching::signature() const {
@@ -212,7 +221,7 @@ std::optional<train::LoadedCheckpoint> open_resume_checkpoint(const config::Conf
 }
 
 RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedCheckpoint* resume)
-    : config(without_nodes_that_are_off(std::move(cfg), opts.node_kinds())),
+    : config(without_nodes_that_are_off(described(std::move(cfg), opts.node_kinds()), opts.node_kinds())),
       config_yaml(config::to_yaml(config)),
       options(std::move(opts)),
       out_dir(config.run.out_dir),

@@ -17,10 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "error_of.hpp"
 #include "data/checksum.hpp"
 #include "data/data_error.hpp"
 #include "data/feature_cache.hpp"
 #include "data_fixtures.hpp"
+
+using dflow::testing::error_of;
 
 namespace {
 
@@ -61,15 +64,6 @@ std::vector<fs::path> files(const fs::path& dir, const std::string& ext) {
     if (e.path().string().size() > ext.size() && e.path().string().ends_with(ext)) out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

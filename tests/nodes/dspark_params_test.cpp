@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 
+#include "error_of.hpp"
 #include "config/errors.hpp"
 #include "data/feature_cache.hpp"
 #include "nodes/cache_fill.hpp"
@@ -21,6 +22,8 @@ using testing::small_run_config;
 using testing::step_records;
 using testing::stopped_after;
 namespace fs = std::filesystem;
+
+using dflow::testing::error_of;
 
 namespace {
 
@@ -41,15 +44,6 @@ config::Config cached(config::Config config, const fs::path& dir) {
   return config;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("DSpark.Params.bad_values_are_refused_naming_the_key_and_the_value") {
@@ -59,12 +53,12 @@ TEST_CASE("DSpark.Params.bad_values_are_refused_naming_the_key_and_the_value") {
     std::vector<std::string> says;
   };
   const std::vector<Case> cases{
-      {"{head: dspark, markov_rank: 0}", {"params.markov_rank", "must be >= 1", "got 0"}},
+      {"{head: dspark, markov_rank: 0}", {"params.markov_rank", "must be >= 1", "got 0", "(node 'drafter', drafter_step)"}},
       {"{head: dspark, markov_head: lstm}", {"params.markov_head", "'lstm' is not one of: vanilla, gated, rnn"}},
       {"{head: dspark, confidence_alpha: 0}", {"params.confidence_alpha", "a confidence head without its loss weight", "got 0"}},
       {"{head: dspark, confidence_alpha: -1}", {"params.confidence_alpha", "got -1"}},
       {"{head: dspark, confidence_head: false, confidence_alpha: 0.5}", {"params.confidence_alpha", "confidence_head is false"}},
-      {"{markov_rank: 64}", {"params.markov_rank", "drafter_step", "head is dflash", "set head: dspark"}},
+      {"{markov_rank: 64}", {"params.markov_rank", "(node 'drafter', drafter_step)", "head is dflash", "set head: dspark"}},
       {"{head: dspark2}", {"params.head", "'dspark2' is not one of: dflash, dspark"}},
       {"{loss: kld}", {"params.loss", "'kld' is not one of: ce, kl"}},
       {"{loss: kl, kl_temperature: 0}", {"params.kl_temperature", "must be > 0, got 0"}},

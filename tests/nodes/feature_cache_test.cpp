@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 
+#include "error_of.hpp"
 #include "config/errors.hpp"
 #include "data/checksum.hpp"
 #include "data/data_error.hpp"
@@ -28,6 +29,8 @@ using testing::small_run_config;
 using testing::step_records;
 using testing::stopped_after;
 namespace fs = std::filesystem;
+
+using dflow::testing::error_of;
 
 namespace {
 
@@ -52,15 +55,6 @@ nodes::FillReport fill(const config::Config& config, const fs::path& dir, const 
 std::string error_of(const config::Config& config) {
   try {
     nodes::run_training(config, {});
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::string error_of_call(const std::function<void()>& f) {
-  try {
-    f();
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -345,7 +339,7 @@ TEST_CASE("FeatureCache.start_up_checks_the_index_alone_and_each_record_is_check
     }
     REQUIRE(with_tampered);
     const auto bad = nodes::collate_padded(run, *with_tampered, {}, 0, false);
-    const auto e = error_of_call([&] { nodes::cached_features(run, reader, bad, true); });
+    const auto e = error_of([&] { nodes::cached_features(run, reader, bad, true); });
     CHECK_MESSAGE(e.find("other-000000.bin: sample " + std::to_string(ids.front()) + " holds the features of other tokens") !=
                       std::string::npos, e);
     if (with_good) {
