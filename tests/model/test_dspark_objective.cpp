@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "model/chunked_cross_entropy.hpp"
+#include "model/cpu_memory_counter.hpp"
 #include "model/drafter.hpp"
 #include "model/objective.hpp"
 #include "objective_rig.hpp"
@@ -145,4 +146,37 @@ TEST_CASE("Model.DsparkObjective.HeadsSurviveSaveAndLoad") {
   // Plain DFlash writes no head fields.
   CHECK_FALSE(drafter_config_json(small_drafter_spec(1, 4, 2), torch::kFloat32).contains("markov_rank"));
   std::filesystem::remove_all(dir);
+}
+
+// The kl loss holds what the fused cross-entropy holds: a chunk of logits at a
+// time (the teacher's chunk besides the draft's), never the [rows, V]
+// float32 matrix, at Qwen3's vocabulary (151936). Peak bytes of the CPU
+// allocator over the loss and its backward, inputs allocated before.
+TEST_CASE("Model.DsparkObjective.KlHoldsChunksNotTheFullLogits") {
+  torch::set_num_threads(1);
+  torch::manual_seed(5);
+  const int64_t P = 512, H = 64, V = 151936, rows_per_chunk = 32;
+  const torch::Tensor w = torch::randn({V, H}) * 0.05;
+  const torch::Tensor teacher = torch::randn({P, H});
+  const torch::Tensor labels = torch::randint(0, V, {P}, torch::kInt64);
+  const torch::Tensor weights = torch::ones({P});
+  auto peak = [&](bool kl) {
+    const torch::Tensor h = torch::randn({P, H}).requires_grad_(true);
+    CpuMemoryCounter counter;
+    const auto r = chunked_draft_loss(h, w, nullptr, labels, kl ? teacher : torch::Tensor(), 1.0, weights,
+                                      rows_per_chunk);
+    r.weighted_loss_sum.backward();
+    return counter.peak_bytes();
+  };
+  const int64_t ce = peak(false), kl = peak(true);
+  const int64_t full = P * V * 4, chunk = rows_per_chunk * V * 4;
+  CAPTURE(ce);
+  CAPTURE(kl);
+  CAPTURE(chunk);
+  // Both stay within a few chunks of logits (their temporaries), far below
+  // the full matrix; kl holds at most the teacher's chunk and its softmax more.
+  CHECK(ce <= 4 * chunk);
+  CHECK(kl <= 6 * chunk);
+  CHECK(kl <= ce + 2 * chunk);
+  CHECK(kl * 4 < full);
 }
