@@ -4,7 +4,9 @@
 // bound; the same run without the fault raises no alarm and names the drafter.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
+#include <string>
 
 #include "nodes/trainer.hpp"
 #include "report/analysis.hpp"
@@ -58,10 +60,15 @@ TEST_CASE("Backpressure.SlowedTargetRaisesTheDrainAlarmAndIsNamedTheBottleneck")
     CHECK(a["global_step"].get<int64_t>() >= slow.step - 8);
     CHECK(a["trend_items_per_step"].get<double>() < 0);
     CHECK(a["projected_empty_step"].is_number_integer());
-    const std::string edge = a["edge"];
-    CHECK_MESSAGE((edge.rfind("target.out", 0) == 0 || edge.rfind("reorder.out", 0) == 0), edge);
-    CHECK(edges.insert(edge).second);  // once per edge
+    CHECK(edges.insert(a["edge"].get<std::string>()).second);  // once per edge
   }
+  // The edges behind the target drain. An edge before it may drain too once
+  // the delay is over and the target eats its backlog faster than a loader
+  // on a busy machine refills it: that is a true alarm, not this one's test.
+  const bool behind_the_target = std::any_of(edges.begin(), edges.end(), [](const std::string& edge) {
+    return edge.rfind("target.out", 0) == 0 || edge.rfind("reorder.out", 0) == 0;
+  });
+  CHECK_MESSAGE(behind_the_target, "alarmed edges: " << nlohmann::json(edges).dump());
   CHECK(result.alarms.size() == alarms.size());
 
   // The console summary and the report both name the target.
