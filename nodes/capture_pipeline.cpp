@@ -61,7 +61,10 @@ config::PipelineConfig capture_pipeline(const config::PipelineConfig& training) 
     config::NodeDecl kept_node = node;
     if (&node == source) {
       kept_node.type = "target_forward.capture";
-      kept_node.params = YAML::Node();  // a features.cached node's dir and dtype go to the writer
+      // A features.cached node's dir and dtype go to the writer. reset(), not
+      // `= YAML::Node()`: a copied yaml-cpp node shares its data, and
+      // assigning to it would empty the training config's params too.
+      kept_node.params.reset();
     } else if (!fed.count(node.name)) {
       if (node.type != "load.shards")
         throw ConfigError(node.mark, "pipeline.nodes." + node.name,

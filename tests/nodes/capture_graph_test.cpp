@@ -5,8 +5,11 @@
 // the report reads, with every stage's waits.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <numeric>
+
+#include <yaml-cpp/yaml.h>
 
 #include "config/errors.hpp"
 #include "data/data_error.hpp"
@@ -217,6 +220,20 @@ TEST_CASE("Capture.its_pipeline_is_the_runs_own_up_to_the_target_then_the_writer
   std::vector<std::string> edges;
   for (const auto& edge : capture.edges) edges.push_back(edge.from + "->" + edge.to + " " + std::to_string(edge.capacity));
   CHECK(edges == std::vector<std::string>{"load->pad 8", "pad->route 4", "route->target 2", "target->write 4"});
+
+  // The training pipeline it came from keeps its source's params (yaml-cpp
+  // nodes share their data between copies).
+  auto cached = config.pipeline;
+  auto target_of = [](const config::PipelineConfig& p) {
+    return *std::find_if(p.nodes.begin(), p.nodes.end(), [](const auto& n) { return n.name == "target"; });
+  };
+  for (auto& node : cached.nodes)
+    if (node.name == "target") node.type = "features.cached", node.params.reset(YAML::Load("{dir: /tmp/features}"));
+  const auto cached_capture = nodes::capture_pipeline(cached);
+  CHECK(target_of(cached_capture).type == "target_forward.capture");
+  CHECK(target_of(cached_capture).params.size() == 0);
+  REQUIRE(target_of(cached).params["dir"]);
+  CHECK(target_of(cached).params["dir"].as<std::string>() == "/tmp/features");
 
   auto without_target = config.pipeline;
   std::erase_if(without_target.nodes, [](const config::NodeDecl& n) { return n.name == "target"; });
