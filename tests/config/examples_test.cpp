@@ -40,7 +40,7 @@ const dflow::config::NodeDecl& node_named(const dflow::config::Config& c, const 
 }
 }  // namespace
 
-TEST_CASE("Config.Examples.qwen3_8b_2026_slides_four_layers_with_muon_and_dpace") {
+TEST_CASE("Config.Examples.qwen3_8b_2026_slides_four_layers_with_muon_dpace_and_dspark_heads") {
   const auto c = load_config(::dflow::testing::source_dir() + "/examples/qwen3-8b-2026.yaml");
   CHECK(c.model.drafter.num_layers == 5);
   CHECK(c.model.drafter.target_layer_ids == std::vector<int>{1, 9, 17, 25, 33});
@@ -52,6 +52,7 @@ TEST_CASE("Config.Examples.qwen3_8b_2026_slides_four_layers_with_muon_and_dpace"
   CHECK(drafter.type == "drafter_step");
   CHECK(drafter.params["objective"].as<std::string>() == "dpace");
   CHECK(drafter.params["alpha"].as<double>() == 0.5);
+  CHECK(drafter.params["head"].as<std::string>() == "dspark");
   CHECK(c.eval.every_steps == 0);
 }
 
