@@ -327,21 +327,24 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
     };
   }
 
-  // Slot k's previous token, the one at anchor + k - 1 (slot 0's: the anchor,
-  // unused): within the anchor's sample for every slot that has a label.
+  // Slot k's previous position, anchor + k - 1 (slot 0's: the anchor, never a
+  // trained row), within the anchor's sample for every slot that has a label:
+  // the Markov bias reads the token there, and the KL teacher the target's
+  // state there (the one that predicts the token at anchor + k).
   const int64_t blocks_total = batch * anchors.blocks_per_sample();
-  torch::Tensor prev_tokens;  // [B*N, Bs]
-  if (drafter.markov_head) {
+  torch::Tensor prev_position;  // [B, N*Bs], positions within the row
+  if (drafter.markov_head || options.loss == Distillation::KL) {
+    const auto index_options = torch::TensorOptions().device(device).dtype(torch::kInt64);
     const torch::Tensor anchor = anchors.anchor_positions.to(device, torch::kInt64).unsqueeze(-1);  // [B, N, 1]
-    const torch::Tensor slot = torch::arange(block_size, torch::TensorOptions().device(device).dtype(torch::kInt64));
-    const torch::Tensor prev_position = (anchor + (slot - 1).clamp_min(0)).clamp(0, length - 1);  // [B, N, Bs]
-    prev_tokens = input_ids.to(device, torch::kInt64)
-                      .gather(1, prev_position.view({batch, draft_slots}))
-                      .view({blocks_total, block_size});
+    prev_position = (anchor + (torch::arange(block_size, index_options) - 1).clamp_min(0))
+                        .clamp(0, length - 1)
+                        .view({batch, draft_slots});
   }
   LogitsBias bias;
   torch::Tensor prev_embedding_rows;  // [P, r]: W1 of each selected slot's previous token
   if (drafter.markov_head) {
+    const torch::Tensor prev_tokens =
+        input_ids.to(device, torch::kInt64).gather(1, prev_position).view({blocks_total, block_size});
     const torch::Tensor u = drafter.markov_head->block_features(
         prev_tokens, hidden.reshape({blocks_total, block_size, spec.hidden_size}));  // [B*N, Bs, r]
     bias.features = u.reshape({-1, u.size(2)}).index_select(0, rows);
@@ -349,20 +352,12 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
     if (drafter.confidence_head && spec.heads.confidence_with_markov)
       prev_embedding_rows = drafter.markov_head->prev_embeddings(prev_tokens.reshape({-1}).index_select(0, rows));
   }
-  // The KL teacher of slot k: the target's state at anchor + k - 1, which predicts the token at anchor + k.
   torch::Tensor teacher_rows;
   if (options.loss == Distillation::KL) {
     check_teacher(*teacher, input_ids, lm_head_weight);
     const torch::Tensor& final_hidden = teacher->final_hidden;
-    // Row positions (block_positions are within the sample for packed rows).
-    const torch::Tensor row_position =
-        (anchors.anchor_positions.to(device, torch::kInt64).unsqueeze(-1) +
-         torch::arange(block_size, torch::TensorOptions().device(device).dtype(torch::kInt64)) - 1)
-            .clamp(0, length - 1);  // only slots k >= 1 are used: anchor + k - 1 >= anchor
     const torch::Tensor flat_index =
-        (row_position + torch::arange(batch, torch::TensorOptions().device(device).dtype(torch::kInt64))
-                                .mul(length)
-                                .view({batch, 1, 1}))
+        (prev_position + torch::arange(batch, prev_position.options()).mul(length).view({batch, 1}))
             .reshape({-1})
             .index_select(0, rows);
     teacher_rows = final_hidden.reshape({batch * length, final_hidden.size(2)})
