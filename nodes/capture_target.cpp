@@ -6,6 +6,7 @@
 #include "nodes/capture_nodes.hpp"
 #include "nodes/feature_source.hpp"
 #include "nodes/messages.hpp"
+#include "nodes/node_kind.hpp"
 #include "nodes/node_support.hpp"
 
 namespace dflow::nodes {
@@ -19,7 +20,9 @@ void register_capture_target(graph::NodeRegistry& registry) {
   target.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
     return make_target_forward(context, /*for_cache=*/true);
   };
-  registry.add(std::move(target));
+  RunHooks hooks;
+  hooks.gives_teacher = true;  // the cache's last layer, when it stores one (target_features)
+  add_node_kind(registry, std::move(target), std::move(hooks));
 }
 
 }  // namespace dflow::nodes

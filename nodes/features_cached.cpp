@@ -294,6 +294,7 @@ void register_features_cached(graph::NodeRegistry& registry) {
     return read_cached_features_params(params).fill ? "fills the samples the cache lacks with the target in-process (fill: true)"
                                                      : "";
   };
+  hooks.gives_teacher = true;  // a cache that stores the last layer (prepare_cache refuses one without)
   add_node_kind(registry, std::move(spec), std::move(hooks));
 }
 

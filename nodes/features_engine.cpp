@@ -331,6 +331,7 @@ void register_features_engine(graph::NodeRegistry& registry) {
   hooks.feature_layers = [](config::YamlSection& params, int64_t target_layers) {
     return engine_feature_layers(read_engine_features_params(params).engine_layer_ids, target_layers);
   };
+  hooks.gives_teacher = true;  // the files' last slot through the final norm (prepare_engine refuses one without)
   add_node_kind(registry, std::move(spec), std::move(hooks));
 }
 

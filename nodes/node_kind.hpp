@@ -59,6 +59,10 @@ struct RunHooks {
   // Why the node needs the target's last hidden state with every batch
   // ("trains with loss: kl"; "" when it does not): RunContext::teacher_because.
   std::function<std::string(config::YamlSection& params)> teacher = {};
+  // A node that makes FeatureBatches and sets their teacher_hidden whenever
+  // the run needs the teacher (RunContext::needs_teacher). A run that needs it
+  // refuses, before anything loads, a FeatureBatch source without this.
+  bool gives_teacher = false;
   // A fresh run hands the node the untrained drafter's state (an evaluator's
   // baseline), taken before the first step.
   bool wants_untrained_state = false;

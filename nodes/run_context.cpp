@@ -81,13 +81,6 @@ model::DraftHeads drafter_heads(const config::Config& config, const graph::NodeR
   return heads;
 }
 
-// The feature sources that give the target's last hidden state with every
-// batch (FeatureBatch::teacher_hidden) when the run needs it.
-bool gives_teacher(const std::string& type) {
-  return type == "target_forward" || type == "features.cached" || type == "features.engine" ||
-         type == "target_forward.capture";
-}
-
 // A run that needs the teacher (loss: kl) is refused before anything loads
 // when a node that makes FeatureBatches cannot give it, naming that node.
 void check_teacher_sources(const config::Config& config, const graph::NodeRegistry& kinds, const std::string& because) {
@@ -95,7 +88,8 @@ void check_teacher_sources(const config::Config& config, const graph::NodeRegist
   for (size_t i = 0; i < config.pipeline.nodes.size(); ++i) {
     const auto& n = config.pipeline.nodes[i];
     const graph::NodeSpec* spec = kinds.find(n.type);
-    if (!spec || gives_teacher(n.type)) continue;
+    const RunHooks* hooks = run_hooks(kinds, n.type);
+    if (!spec || (hooks && hooks->gives_teacher)) continue;
     const bool source = std::any_of(spec->outputs.begin(), spec->outputs.end(),
                                     [](const graph::PortSpec& p) { return p.type == "FeatureBatch"; });
     if (!source) continue;

@@ -33,7 +33,7 @@ class TargetForward final : public graph::FunctionBody {
     else with_batch_context(batch.plan, batch.position, compute);
     // For the drafter: the features, and the teacher split off the same
     // forward's last layer (one forward, no second pass).
-    FeatureBatch result = for_cache_ ? FeatureBatch{std::move(batch), std::move(features), replica_}
+    FeatureBatch result = for_cache_ ? FeatureBatch{std::move(batch), std::move(features), replica_, torch::Tensor()}
                                      : drafter_batch(run_, std::move(batch), features, replica_);
     out.emit(graph::make_message(message.seq, message.cost, std::move(result)));
   }
@@ -66,6 +66,7 @@ void register_target_forward(graph::NodeRegistry& registry) {
   hooks.needs_target = [](const config::Config&, const config::NodeDecl&) -> std::string {
     return "runs the target in-process";
   };
+  hooks.gives_teacher = true;  // the same forward's last layer (drafter_batch)
   add_node_kind(registry, std::move(spec), std::move(hooks));
 }
 
