@@ -128,7 +128,7 @@ Verdict verify_sampled(const std::vector<int64_t>& block, const torch::Tensor& d
 // (previous token: the bonus), as block_features does in training.
 struct DraftBlock {
   std::vector<int64_t> drafts;       // slots 1 .. B-1
-  torch::Tensor logits;              // [B-1, V] float32 on the CPU, the distribution drafted from (bias included)
+  torch::Tensor logits;              // want_logits: [B-1, V] float32 on the CPU, drafted from (bias included)
   torch::Tensor probabilities;       // sampling: softmax(logits / T) [B-1, V] float64, each draft's q
   std::vector<double> confidence;    // with a confidence head: sigmoid(c_k) per slot 1 .. B-1
 };
@@ -174,9 +174,9 @@ DraftBlock draft_block(DFlashDrafterImpl& drafter, const TargetModel& target, co
         prev = logits.argmax().item<int64_t>();
       }
       out.drafts.push_back(prev);
-      rows.push_back(logits.to(torch::kCPU));
+      if (want_logits) rows.push_back(logits.to(torch::kCPU));
     }
-    out.logits = torch::stack(rows);
+    if (want_logits) out.logits = torch::stack(rows);
     if (sampler) out.probabilities = torch::stack(probability_rows);
   }
   if (drafter.confidence_head) {

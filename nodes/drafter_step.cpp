@@ -140,7 +140,6 @@ ObjectiveParams read_objective_params(config::YamlSection& params) {
 // loss's only when they differ from plain DFlash with cross-entropy (so a
 // DFlash run's signature is what it always was).
 std::string objective_resume_text(const ObjectiveParams& p) {
-  ObjectiveParams shown = p;
   const bool plain = p.head == "dflash" && p.loss == "ce";
   std::string out;
   for (const auto& k : objective_keys().keys()) {
@@ -151,7 +150,7 @@ std::string objective_resume_text(const ObjectiveParams& p) {
     if (p.head == "dspark" && !p.confidence_head && (k.name() == "confidence_alpha" || k.name() == "confidence_with_markov"))
       continue;
     if (p.loss == "ce" && k.name() == "kl_temperature") continue;
-    out += (out.empty() ? "{" : ", ") + k.name() + ": " + objective_keys().value_text(k, shown);
+    out += (out.empty() ? "{" : ", ") + k.name() + ": " + objective_keys().value_text(k, p);
   }
   return out.empty() ? out : out + "}";
 }

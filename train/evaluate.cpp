@@ -76,7 +76,10 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
   r.lossless_checked = options.compare_with_target && options.temperature <= 0;
   r.tau_histogram.assign(static_cast<size_t>(block), 0);
   r.acceptance_by_position.assign(static_cast<size_t>(block - 1), 0.0);
-  std::vector<double> verified, predicted, accepted;  // summed over prompts, per slot 0 .. B-1
+  // The confidence head's calibration counts, summed over prompts, per slot 0 .. B-1.
+  std::vector<double> verified, predicted, accepted;
+  if (drafter.confidence_head)
+    for (auto* v : {&verified, &predicted, &accepted}) v->assign(static_cast<size_t>(block), 0.0);
   int64_t target_tokens = 0, prompts_with_cycles = 0;
   double target_s = 0, tau_sum = 0;
   model::SpeculativeOptions spec_options;
@@ -102,9 +105,6 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
       r.outputs.push_back({prompt, spec.tokens, spec.acceptance_lengths});
     }
     if (!spec.verified_per_position.empty()) {
-      if (verified.empty()) {
-        for (auto* v : {&verified, &predicted, &accepted}) v->assign(static_cast<size_t>(block), 0.0);
-      }
       for (size_t k = 0; k < verified.size() && k < spec.verified_per_position.size(); ++k) {
         verified[k] += spec.verified_per_position[k];
         predicted[k] += spec.predicted_accept_per_position[k];
@@ -122,7 +122,6 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
     ++r.prompts;
   }
   if (drafter.confidence_head) {
-    if (verified.empty()) for (auto* v : {&verified, &predicted, &accepted}) v->assign(static_cast<size_t>(block), 0.0);
     for (int64_t k = 1; k < block; ++k) {
       const auto i = static_cast<size_t>(k);
       ConfidenceCalibration c;
