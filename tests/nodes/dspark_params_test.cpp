@@ -13,6 +13,8 @@
 #include "config/errors.hpp"
 #include "data/feature_cache.hpp"
 #include "nodes/cache_fill.hpp"
+#include "nodes/node_kind.hpp"
+#include "nodes/registry.hpp"
 #include "nodes/trainer.hpp"
 #include "train_fixture.hpp"
 
@@ -31,7 +33,7 @@ const std::vector<std::string> kShort{"train.epochs=1", "eval.every_steps=0"};
 
 config::Config with_drafter(config::Config config, const std::string& params) {
   for (auto& n : config.pipeline.nodes)
-    if (n.name == "drafter") n.params = YAML::Load(params);
+    if (n.name == "drafter") n.params.reset(YAML::Load(params));
   return config;
 }
 
@@ -39,12 +41,52 @@ config::Config cached(config::Config config, const fs::path& dir) {
   for (auto& n : config.pipeline.nodes)
     if (n.name == "target") {
       n.type = "features.cached";
-      n.params = YAML::Load("{dir: " + dir.string() + "}");
+      n.params.reset(YAML::Load("{dir: " + dir.string() + "}"));
     }
   return config;
 }
 
+// The default kinds plus "target_forward.plain": target_forward's body and
+// hooks, but registered as a feature source that does not say it gives the
+// target's last hidden state (a new source that never learnt to).
+const graph::NodeRegistry& kinds_with_a_source_without_teacher() {
+  static const graph::NodeRegistry registry = [] {
+    graph::NodeRegistry r;
+    nodes::register_all_nodes(r);
+    graph::NodeSpec spec = *r.find("target_forward");
+    nodes::RunHooks hooks = *std::any_cast<nodes::RunHooks>(&spec.extension);
+    REQUIRE(hooks.gives_teacher);
+    hooks.gives_teacher = false;
+    spec.type = "target_forward.plain";
+    nodes::add_node_kind(r, std::move(spec), std::move(hooks));
+    return r;
+  }();
+  return registry;
+}
+
+config::Config with_target_type(config::Config config, const std::string& type) {
+  for (auto& n : config.pipeline.nodes)
+    if (n.name == "target") n.type = type;
+  return config;
+}
+
 }  // namespace
+
+TEST_CASE("DSpark.Teacher.kl_refuses_a_feature_source_that_cannot_give_the_last_hidden_state") {
+  nodes::RunOptions options;
+  options.registry = &kinds_with_a_source_without_teacher();
+  const auto dir = fresh_dir("kl-plain-source");
+  const auto plain = with_target_type(small_run_config(dir, kShort), "target_forward.plain");
+  const std::string e = error_of([&] { nodes::run_training(with_drafter(plain, "{loss: kl}"), options); });
+  CHECK_MESSAGE(e.find("node 'target' (target_forward.plain) makes the drafter's features but cannot give the "
+                       "target's last hidden state") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("node 'drafter' (drafter_step) trains with loss: kl") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("use target_forward, features.cached or features.engine, or loss: ce") != std::string::npos, e);
+  CHECK_FALSE(fs::exists(dir / "checkpoints"));
+  // The same source serves a ce run.
+  nodes::run_training(stopped_after(plain, 1), options);
+  CHECK(step_records(dir).size() == 1);
+}
 
 TEST_CASE("DSpark.Params.bad_values_are_refused_naming_the_key_and_the_value") {
   const auto dir = fresh_dir("dspark-bad");
