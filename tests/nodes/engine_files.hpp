@@ -27,7 +27,7 @@ inline config::Config from_engine(config::Config config, const std::filesystem::
   for (auto& n : config.pipeline.nodes)
     if (n.name == "target") {
       n.type = "features.engine";
-      n.params = YAML::Load("{dir: " + dir.string() + ", " + params + "}");
+      n.params.reset(YAML::Load("{dir: " + dir.string() + ", " + params + "}"));
     }
   return config;
 }

@@ -21,7 +21,7 @@ namespace {
 
 config::Config with_kl(config::Config config) {
   for (auto& n : config.pipeline.nodes)
-    if (n.name == "drafter") n.params = YAML::Load("{loss: kl}");
+    if (n.name == "drafter") n.params.reset(YAML::Load("{loss: kl}"));
   return config;
 }
 

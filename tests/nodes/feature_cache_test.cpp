@@ -39,7 +39,7 @@ config::Config cached(config::Config config, const fs::path& dir, const std::str
   for (auto& n : config.pipeline.nodes)
     if (n.name == "target") {
       n.type = "features.cached";
-      n.params = YAML::Load("{dir: " + dir.string() + (params.empty() ? "" : ", " + params) + "}");
+      n.params.reset(YAML::Load("{dir: " + dir.string() + (params.empty() ? "" : ", " + params) + "}"));
     }
   return config;
 }

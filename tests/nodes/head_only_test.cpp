@@ -32,7 +32,7 @@ config::Config cached_without_eval(const fs::path& out_dir, const fs::path& dir,
   for (auto& n : config.pipeline.nodes)
     if (n.name == "target") {
       n.type = "features.cached";
-      n.params = YAML::Load("{dir: " + dir.string() + "}");
+      n.params.reset(YAML::Load("{dir: " + dir.string() + "}"));
     }
   return config;
 }
@@ -96,7 +96,7 @@ TEST_CASE("HeadOnly.nodes_that_run_the_target_load_it_whole") {
   // features.cached with its evaluation on: eval.tau decodes with the target.
   auto with_eval = small_run_config(out);
   for (auto& n : with_eval.pipeline.nodes)
-    if (n.name == "target") n.type = "features.cached", n.params = YAML::Load("{dir: " + demo_cache().string() + "}");
+    if (n.name == "target") n.type = "features.cached", n.params.reset(YAML::Load("{dir: " + demo_cache().string() + "}"));
   CHECK(nodes::RunContext(with_eval, {}, nullptr).targets.size() == 1);
   // fill: true runs the target for the samples the cache lacks.
   auto filling = cached_without_eval(out, demo_cache());

@@ -28,7 +28,7 @@ fs::path write_cached_config(const fs::path& dir, const fs::path& cache) {
   for (auto& n : config.pipeline.nodes)
     if (n.name == "target") {
       n.type = "features.cached";
-      n.params = YAML::Load("{dir: " + cache.string() + ", shard_mb: 1}");
+      n.params.reset(YAML::Load("{dir: " + cache.string() + ", shard_mb: 1}"));
     }
   const auto path = dir / "run.yaml";
   std::ofstream(path) << config::to_yaml(config);

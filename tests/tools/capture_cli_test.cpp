@@ -20,7 +20,7 @@ TEST_CASE("Cli.CacheFeatures.set_addresses_the_runs_nodes_and_the_report_reads_t
   const auto dir = testing::fresh_dir("cf-graph"), cache = dir / "cache";
   auto config = testing::small_run_config(dir / "run", {"run.threads=2", "train.epochs=1", "run.log_level=info"});
   for (auto& n : config.pipeline.nodes)
-    if (n.name == "target") n.type = "features.cached", n.params = YAML::Load("{dir: " + cache.string() + "}");
+    if (n.name == "target") n.type = "features.cached", n.params.reset(YAML::Load("{dir: " + cache.string() + "}"));
   const auto file = dir / "run.yaml";
   std::ofstream(file) << config::to_yaml(config);
   const std::string dflow = ::dflow::testing::dflow_binary();

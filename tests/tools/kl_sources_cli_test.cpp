@@ -26,9 +26,9 @@ fs::path write_config(const fs::path& dir, const std::string& name, const fs::pa
   for (auto& n : config.pipeline.nodes) {
     if (n.name == "target") {
       n.type = "features.cached";
-      n.params = YAML::Load("{dir: " + cache.string() + ", shard_mb: 1}");
+      n.params.reset(YAML::Load("{dir: " + cache.string() + ", shard_mb: 1}"));
     }
-    if (n.name == "drafter") n.params = YAML::Load(drafter_params);
+    if (n.name == "drafter") n.params.reset(YAML::Load(drafter_params));
   }
   const auto path = dir / (name + ".yaml");
   std::ofstream(path) << config::to_yaml(config);

@@ -76,7 +76,7 @@ config::Config with_cached_features(config::Config config, const fs::path& cache
   for (auto& n : config.pipeline.nodes)
     if (n.name == "target") {
       n.type = "features.cached";
-      n.params = YAML::Load("{dir: " + cache.string() + ", shard_mb: 1" + (fill ? ", fill: true, dtype: float32}" : "}"));
+      n.params.reset(YAML::Load("{dir: " + cache.string() + ", shard_mb: 1" + (fill ? ", fill: true, dtype: float32}" : "}")));
     }
   return config;
 }
