@@ -8,6 +8,7 @@
 #include "model/chunked_cross_entropy.hpp"
 #include "model/cpu_memory_counter.hpp"
 #include "model/drafter.hpp"
+#include "model/drafter_export_speculators.hpp"
 #include "model/objective.hpp"
 #include "objective_rig.hpp"
 
@@ -146,6 +147,40 @@ TEST_CASE("Model.DsparkObjective.HeadsSurviveSaveAndLoad") {
   // Plain DFlash writes no head fields.
   CHECK_FALSE(drafter_config_json(small_drafter_spec(1, 4, 2), torch::kFloat32).contains("markov_rank"));
   std::filesystem::remove_all(dir);
+}
+
+// The heads' fields are written once: the default export (and checkpoints)
+// and the speculators export say the same, confidence_head_with_markov false
+// without a confidence head however DraftHeads holds it.
+TEST_CASE("Model.DsparkObjective.BothExportsWriteTheSameHeadFields") {
+  DrafterSpec spec = small_drafter_spec(1, 4, 2);
+  spec.target_layer_ids = {1, 3};  // rising, not the target's last: servable
+  HeadConfig verifier;
+  verifier.hidden_size = spec.hidden_size;
+  verifier.vocab_size = spec.vocab_size;
+  verifier.num_hidden_layers = spec.num_target_layers;
+  verifier.architectures = {"Qwen3ForCausalLM"};
+  struct Case {
+    int64_t markov_rank;
+    bool confidence, confidence_with_markov, written_with_markov;
+  };
+  for (const Case c : {Case{8, false, true, false}, Case{8, true, true, true}, Case{8, true, false, false},
+                       Case{0, true, false, false}}) {
+    CAPTURE(c.markov_rank);
+    CAPTURE(c.confidence);
+    CAPTURE(c.confidence_with_markov);
+    spec.heads.markov_rank = c.markov_rank;
+    spec.heads.confidence = c.confidence;
+    spec.heads.confidence_with_markov = c.confidence_with_markov;
+    const nlohmann::json dflash = drafter_config_json(spec, torch::kFloat32);
+    const nlohmann::json speculators = speculators_config_json(spec, torch::kFloat32, verifier, "org/target");
+    for (const char* key : {"markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov"}) {
+      CAPTURE(key);
+      REQUIRE(dflash.contains(key));
+      CHECK(dflash[key] == speculators[key]);
+    }
+    CHECK(dflash["confidence_head_with_markov"] == c.written_with_markov);
+  }
 }
 
 // The kl loss holds what the fused cross-entropy holds: a chunk of logits at a
