@@ -7,6 +7,7 @@
 #include "config/log.hpp"
 #include "model/drafter.hpp"
 #include "model/drafter_export_speculators.hpp"
+#include "model/dspark_limits.hpp"
 #include "model/target.hpp"
 
 namespace dflow::model {
@@ -58,8 +59,9 @@ void DrafterSpec::validate() const {
 }
 
 void DraftHeads::validate() const {
-  if (markov_rank < 0)
-    throw std::invalid_argument("markov_rank must be >= 1 for a Markov head (0: none), got " + std::to_string(markov_rank));
+  if (markov_rank < 0 || markov_rank > kMaxMarkovRank)
+    throw std::invalid_argument("markov_rank must lie in [1, " + std::to_string(kMaxMarkovRank) +
+                                "] for a Markov head (0: none), got " + std::to_string(markov_rank));
   if (markov_type != "vanilla" && markov_type != "gated" && markov_type != "rnn")
     throw std::invalid_argument("markov_type must be vanilla, gated or rnn, got '" + markov_type + "'");
   if (confidence && confidence_with_markov && !markov())

@@ -5,10 +5,12 @@
 
 #include <filesystem>
 
+#include "error_of.hpp"
 #include "model/chunked_cross_entropy.hpp"
 #include "model/cpu_memory_counter.hpp"
 #include "model/drafter.hpp"
 #include "model/drafter_export_speculators.hpp"
+#include "model/dspark_limits.hpp"
 #include "model/objective.hpp"
 #include "objective_rig.hpp"
 
@@ -147,6 +149,22 @@ TEST_CASE("Model.DsparkObjective.HeadsSurviveSaveAndLoad") {
   // Plain DFlash writes no head fields.
   CHECK_FALSE(drafter_config_json(small_drafter_spec(1, 4, 2), torch::kFloat32).contains("markov_rank"));
   std::filesystem::remove_all(dir);
+}
+
+// A config.json whose Markov head would not fit (its factors [V, rank]) is
+// refused naming the file, the value and the bound, before anything allocates.
+TEST_CASE("Model.DsparkObjective.AnOversizedMarkovRankIsRefused") {
+  DrafterSpec spec = small_drafter_spec(1, 4, 2);
+  spec.heads.markov_rank = 8;
+  nlohmann::json config = drafter_config_json(spec, torch::kFloat32);
+  config["markov_rank"] = 1000000000;
+  const std::string e = dflow::testing::error_of([&] { drafter_spec_from_config(config, "exported/config.json"); });
+  CHECK_MESSAGE(e.find("drafter config 'exported/config.json'") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("markov_rank must lie in [1, 4096] for a Markov head (0: none), got 1000000000") !=
+                    std::string::npos,
+                e);
+  config["markov_rank"] = kMaxMarkovRank;
+  CHECK(drafter_spec_from_config(config, "exported/config.json").heads.markov_rank == 4096);
 }
 
 // The heads' fields are written once: the default export (and checkpoints)
