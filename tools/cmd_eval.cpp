@@ -117,6 +117,14 @@ model::SpeculatorsVerifier find_verifier(const fs::path& drafter, const std::str
   return found;
 }
 
+// "markov_rank 8 (gated), a confidence head" for an export refusal.
+std::string heads_text(const model::DraftHeads& heads) {
+  std::string text;
+  if (heads.markov()) text = "markov_rank " + std::to_string(heads.markov_rank) + " (" + heads.markov_type + ")";
+  if (heads.confidence) text += std::string(text.empty() ? "" : ", ") + "a confidence head";
+  return text;
+}
+
 }  // namespace
 
 void add_export_command(CLI::App& app, Action& action) {
@@ -126,7 +134,8 @@ void add_export_command(CLI::App& app, Action& action) {
   sub->add_option("CKPT", checkpoint, "checkpoint (step-N) or run directory (its latest)")->required();
   sub->add_option("--out", out, "output directory")->required();
   sub->add_option("--format", format,
-                  "dflash: z-lab's config.json and weights (the serving engine is told the target); speculators: "
+                  "dflash: z-lab's config.json and weights (the serving engine is told the target; refused for a "
+                  "drafter with DSpark heads, which it cannot carry); speculators: "
                   "vllm-project/speculators' layout (DFlash, or DSpark for a drafter with DSpark heads), naming the "
                   "target and carrying its embedding and LM head")
       ->check(CLI::IsMember({"dflash", "speculators"}))
@@ -151,13 +160,18 @@ void add_export_command(CLI::App& app, Action& action) {
                   << (draft->spec().heads.any() ? "dspark" : "dflash") << ", verifier " << found.name_or_path << ")\n";
         return 0;
       }
+      // z-lab's layout has no DSpark heads: a DFlash server would load the
+      // backbone and draft without them, accepting less than dflow eval
+      // reported. Refused (a refusal of the option: exit 2) before anything
+      // is written.
+      if (draft->spec().heads.any())
+        throw ConfigError("export: the drafter in '" + dir.string() + "' has DSpark heads (" +
+                          heads_text(draft->spec().heads) +
+                          "), which z-lab's DFlash layout (--format dflash, the default) cannot carry: a DFlash "
+                          "server would draft without them; export it with --format speculators (speculators' "
+                          "DSpark model, which vLLM's dspark method serves)");
       model::save_pretrained(*draft, out);
       std::cout << "exported drafter to " << out << "\n";
-      // z-lab's layout has no DSpark heads: their fields and tensors are
-      // dflow's own there (dflow eval reads them back; serving engines do not).
-      if (draft->spec().heads.any())
-        std::cout << "note: the drafter has DSpark heads, which z-lab's DFlash layout does not carry for serving "
-                     "engines; export --format speculators for vLLM's dspark method\n";
       return 0;
     };
   });
