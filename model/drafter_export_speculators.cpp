@@ -21,9 +21,10 @@ namespace dflow::model {
 
 namespace {
 
-// The speculators release whose format this writes (its config field
-// speculators_version, informational for its loaders).
-constexpr const char* kSpeculatorsVersion = "0.7.0";
+// The speculators release whose layout this writes, the one
+// tests/model/speculators_reference.py loads the export with (it checks
+// that this field names the installed release; tools/setup.sh pins it).
+constexpr const char* kSpeculatorsVersion = "0.9.0";
 
 // z-lab's keys that are not part of the draft decoder's own (Qwen3) config:
 // the converter's _NON_TRANSFORMER_KEYS.
@@ -35,6 +36,14 @@ std::runtime_error refusal(const std::string& source, const std::string& what) {
 }
 
 }  // namespace
+
+nlohmann::json dspark_head_fields(const DraftHeads& heads) {
+  if (!heads.any()) return nlohmann::json::object();
+  return {{"markov_rank", heads.markov_rank},
+          {"markov_head_type", heads.markov_type},
+          {"enable_confidence_head", heads.confidence},
+          {"confidence_head_with_markov", heads.confidence && heads.confidence_with_markov}};
+}
 
 nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dtype, const HeadConfig& verifier,
                                        const std::string& verifier_name_or_path) {
@@ -89,8 +98,8 @@ nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dty
   nlohmann::json layer_config = drafter_config_json(spec, dtype);
   for (const char* key : kNonTransformerKeys) layer_config.erase(key);
   // The heads' fields are the speculator config's own, not the layers'.
-  for (const char* key : {"markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov"})
-    layer_config.erase(key);
+  const nlohmann::json head_fields = dspark_head_fields(spec.heads);
+  for (const auto& field : head_fields.items()) layer_config.erase(field.key());
   const nlohmann::json dtype_name = layer_config["torch_dtype"];
 
   // DSpark (dspark/core.py _build_base_config_kwargs("dspark", ...)) is
@@ -98,8 +107,7 @@ nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dty
   // DFlash's blocks (sample_from_anchor false: the anchor is the known
   // token, block_size - 1 slots are drafted), which speculators' DSpark
   // takes as an explicit choice, and its default proposal length follows.
-  const DraftHeads& heads = spec.heads;
-  const bool dspark = heads.any();
+  const bool dspark = spec.heads.any();
   nlohmann::json config = {
       {"architectures", nlohmann::json::array({dspark ? "DSparkSpeculator" : "DFlashSpeculator"})},
       {"speculators_model_type", dspark ? "dspark" : "dflash"},
@@ -125,15 +133,10 @@ nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dty
         {"verifier", {{"name_or_path", verifier_name_or_path}, {"architectures", verifier.architectures}}}}},
       {"torch_dtype", dtype_name},
   };
-  if (dspark) {
-    // markov_rank 0 is speculators' "no Markov head"; its confidence head
-    // then reads the hidden state alone (DraftHeads::validate holds
-    // confidence_with_markov to a Markov head, as DSparkDraftModel does).
-    config["markov_rank"] = heads.markov_rank;
-    config["markov_head_type"] = heads.markov_type;
-    config["enable_confidence_head"] = heads.confidence;
-    config["confidence_head_with_markov"] = heads.confidence && heads.confidence_with_markov;
-  }
+  // markov_rank 0 is speculators' "no Markov head"; its confidence head
+  // then reads the hidden state alone (DraftHeads::validate holds
+  // confidence_with_markov to a Markov head, as DSparkDraftModel does).
+  config.update(head_fields);
   return config;
 }
 

@@ -22,6 +22,14 @@ struct SpeculatorsVerifier {
   std::filesystem::path local_dir;  // where its config.json and head tensors are read
 };
 
+// DSpark's head fields under speculators' names (markov_rank,
+// markov_head_type, enable_confidence_head, confidence_head_with_markov),
+// the one place that writes them: this export's config.json and the default
+// one's (drafter_config_json, checkpoints included) take them from here.
+// Empty without heads; confidence_head_with_markov is false without a
+// confidence head (the flag only shapes that head's input).
+nlohmann::json dspark_head_fields(const DraftHeads& heads);
+
 // config.json: speculators' DFlashSpeculatorConfig as it serialises. Throws,
 // naming the key, when the target's config disagrees with the drafter
 // (hidden_size, vocab_size, num_hidden_layers) or when a feature layer is the

@@ -6,6 +6,8 @@
 
 #include "config/log.hpp"
 #include "model/drafter.hpp"
+#include "model/drafter_export_speculators.hpp"
+#include "model/dspark_limits.hpp"
 #include "model/target.hpp"
 
 namespace dflow::model {
@@ -57,8 +59,9 @@ void DrafterSpec::validate() const {
 }
 
 void DraftHeads::validate() const {
-  if (markov_rank < 0)
-    throw std::invalid_argument("markov_rank must be >= 1 for a Markov head (0: none), got " + std::to_string(markov_rank));
+  if (markov_rank < 0 || markov_rank > kMaxMarkovRank)
+    throw std::invalid_argument("markov_rank must lie in [1, " + std::to_string(kMaxMarkovRank) +
+                                "] for a Markov head (0: none), got " + std::to_string(markov_rank));
   if (markov_type != "vanilla" && markov_type != "gated" && markov_type != "rnn")
     throw std::invalid_argument("markov_type must be vanilla, gated or rnn, got '" + markov_type + "'");
   if (confidence && confidence_with_markov && !markov())
@@ -165,14 +168,8 @@ nlohmann::json drafter_config_json(const DrafterSpec& spec, torch::Dtype dtype) 
       {"dflash_config", {{"mask_token_id", spec.mask_token_id}, {"target_layer_ids", spec.target_layer_ids}}},
   };
   if (!spec.layer_types.empty()) config["layer_types"] = spec.layer_types;
-  if (spec.heads.any()) {
-    // DSpark's heads under speculators' field names; absent for plain DFlash
-    // (whose config stays what it was, byte for byte).
-    config["markov_rank"] = spec.heads.markov_rank;
-    config["markov_head_type"] = spec.heads.markov_type;
-    config["enable_confidence_head"] = spec.heads.confidence;
-    config["confidence_head_with_markov"] = spec.heads.confidence_with_markov;
-  }
+  // Absent for plain DFlash (whose config stays what it was, byte for byte).
+  config.update(dspark_head_fields(spec.heads));
   if (spec.any_sliding()) {
     // Hugging Face's Qwen3Config drops sliding_window unless
     // use_sliding_window is true. The public loaders (z-lab's model.py,

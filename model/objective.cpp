@@ -8,6 +8,7 @@
 
 #include "model/chunked_cross_entropy.hpp"
 #include "model/documents.hpp"
+#include "model/dspark_limits.hpp"
 
 namespace dflow::model {
 
@@ -115,9 +116,9 @@ void check_objective_options(const DrafterSpec& spec, const ObjectiveOptions& op
       throw std::invalid_argument("dflash_loss: loss kl does not combine with D-PACE position weighting (its weights "
                                   "come from each slot's cross-entropy on its label); use decay weighting with kl");
     }
-    if (!(options.kl_temperature > 0.0) || !std::isfinite(options.kl_temperature)) {
-      throw std::invalid_argument("dflash_loss: kl_temperature must be > 0, got " +
-                                  std::to_string(options.kl_temperature));
+    if (!(options.kl_temperature >= kMinKlTemperature) || !std::isfinite(options.kl_temperature)) {
+      throw std::invalid_argument(c10::str("dflash_loss: kl_temperature must be >= ", kMinKlTemperature, ", got ",
+                                           options.kl_temperature));
     }
   }
   if (spec.heads.confidence && (!(options.confidence_alpha > 0.0) || !std::isfinite(options.confidence_alpha))) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "config/log.hpp"
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
 #include "model/target_load_families.hpp"
@@ -107,6 +108,16 @@ TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device de
       layer.down_proj = source.take(prefix + "mlp.down_proj.weight", {hidden, c.intermediate_size});
     }
     model.layers_.push_back(std::move(layer));
+  }
+  if (c.moe.mxfp4) {
+    // Which of model.target.mxfp4_experts' forms the run got, and its memory.
+    const bool resident = options.mxfp4_experts == Mxfp4Experts::resident;
+    const double mib = static_cast<double>(model.expert_projection_bytes()) / (1 << 20);
+    log::info("model", log::str(dir.string(), ": MXFP4 experts ",
+                                resident ? "resident (packed, each expert dequantized while it computes)"
+                                         : "dequantized on load",
+                                ", ", std::round(mib * 10) / 10, " MiB (model.target.mxfp4_experts: ",
+                                resident ? "resident" : "dequantize", ")"));
   }
   return model;
 }

@@ -20,6 +20,7 @@
 #include <stdexcept>
 
 #include "config/errors.hpp"
+#include "model/dspark_limits.hpp"
 #include "nodes/drafter_memory_fit.hpp"
 #include "nodes/exclude_samples.hpp"
 #include "nodes/messages.hpp"
@@ -81,10 +82,14 @@ const config::KeySet<ObjectiveParams>& objective_keys() {
           "dflash (the backbone alone) or dspark (adds the Markov and confidence heads, speculators' defaults)",
           config::one_of({"dflash", "dspark"}));
     k.add("markov_rank", [](ObjectiveParams& p) -> auto& { return p.markov_rank; }, OnResume::must_match,
-          "dspark: rank of the Markov head's low-rank logit bias (256)",
+          "dspark: rank of the Markov head's low-rank logit bias (256; 1 to " +
+              std::to_string(model::kMaxMarkovRank) + ")",
           [](const int64_t& r) -> std::optional<std::string> {
-            if (r >= 1) return std::nullopt;
-            return "must be >= 1 (the Markov head's rank), got " + std::to_string(r);
+            constexpr int64_t most = model::kMaxMarkovRank;
+            if (r >= 1 && r <= most) return std::nullopt;
+            if (r < 1) return "must be >= 1 (the Markov head's rank), got " + std::to_string(r);
+            return "must be at most " + std::to_string(most) + " (the Markov head is a low-rank bias: larger, its " +
+                   "factors W1, W2 [vocabulary, rank] outweigh the drafter), got " + std::to_string(r);
           });
     k.add("markov_head", [](ObjectiveParams& p) -> auto& { return p.markov_head; }, OnResume::must_match,
           "dspark: the Markov head's variant: vanilla, gated or rnn", config::one_of({"vanilla", "gated", "rnn"}));
@@ -102,10 +107,12 @@ const config::KeySet<ObjectiveParams>& objective_keys() {
           "ce (cross-entropy on the data's tokens) or kl (distillation on the target's own distribution)",
           config::one_of({"ce", "kl"}));
     k.add("kl_temperature", [](ObjectiveParams& p) -> auto& { return p.kl_temperature; }, OnResume::must_match,
-          "kl: both distributions at this temperature (1.0; > 0)",
+          "kl: both distributions at this temperature (1.0; >= " + number_text(model::kMinKlTemperature) + ")",
           [](const double& t) -> std::optional<std::string> {
-            if (t > 0.0 && std::isfinite(t)) return std::nullopt;
-            return "must be > 0, got " + number_text(t);
+            if (t >= model::kMinKlTemperature && std::isfinite(t)) return std::nullopt;
+            return "must be >= " + number_text(model::kMinKlTemperature) +
+                   " (below it both distributions are nearly one-hot and the loss's gradient grows as 1/T), got " +
+                   number_text(t);
           });
     return k;
   }();
@@ -127,6 +134,11 @@ ObjectiveParams read_objective_params(config::YamlSection& params) {
   if (p.head == "dspark" && !p.confidence_head && params.has("confidence_alpha"))
     throw params.error("confidence_alpha", "confidence_alpha " + number_text(p.confidence_alpha) +
                                                " weighs the confidence head's loss, but confidence_head is false");
+  if (p.head == "dspark" && !p.confidence_head && params.has("confidence_with_markov"))
+    throw params.error("confidence_with_markov", std::string("confidence_with_markov ") +
+                                                     (p.confidence_with_markov ? "true" : "false") +
+                                                     " chooses the confidence head's input, but confidence_head is "
+                                                     "false: leave it out, or set confidence_head: true");
   if (p.loss == "ce" && temperature_given)
     throw params.error("kl_temperature", "kl_temperature " + number_text(p.kl_temperature) +
                                              " needs loss: kl (loss is ce)");

@@ -12,6 +12,7 @@
 #include "model/drafter_export_speculators.hpp"
 #include "model/target.hpp"
 #include "tools/cli.hpp"
+#include "tools/mxfp4_option.hpp"
 #include "tools/thread_option.hpp"
 #include "train/checkpoint.hpp"
 #include "train/devices.hpp"
@@ -50,6 +51,7 @@ void add_eval_command(CLI::App& app, Action& action) {
   static std::string target_dir, drafter, prompts, json_out, tokenizer_dir;
   static train::EvalOptions options;
   static int threads = 1;
+  static std::string mxfp4_experts = config::TargetConfig{}.mxfp4_experts;
   sub->add_option("--target", target_dir, "target model directory (Hugging Face layout)")->required();
   sub->add_option("--drafter", drafter,
                   "checkpoint (step-N, or the latest/best pointer), run directory (its latest), or exported drafter")
@@ -63,6 +65,7 @@ void add_eval_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   sub->add_option("--seed", options.seed, "sampling seed (per prompt: hash(seed, prompt index))")->capture_default_str();
   add_threads_option(*sub, threads);
+  add_mxfp4_experts_option(*sub, mxfp4_experts);
   sub->add_option("--json", json_out, "also write the report as JSON to this file");
   sub->add_option("--show", options.keep_outputs,
                   "print the decoded text of the first N prompts and their answers, accepted drafts marked")
@@ -74,7 +77,8 @@ void add_eval_command(CLI::App& app, Action& action) {
       const auto prompt_ids = train::read_prompts(prompts);  // before the models: a bad file fails at once
       std::shared_ptr<const text::Tokenizer> tokenizer;  // loaded first: a missing one fails before decoding
       if (options.keep_outputs > 0) tokenizer = text::Tokenizer::load(tokenizer_dir.empty() ? target_dir : tokenizer_dir);
-      auto target = model::TargetModel::load(target_dir);
+      auto target = model::TargetModel::load(target_dir, torch::kCPU, torch::kFloat32,
+                                             target_load_options(mxfp4_experts));
       auto draft = model::load_pretrained(drafter_dir(drafter));
       draft->to(torch::kFloat32);
       auto report = train::evaluate_drafter(*draft, target, prompt_ids, options);
@@ -117,6 +121,14 @@ model::SpeculatorsVerifier find_verifier(const fs::path& drafter, const std::str
   return found;
 }
 
+// "markov_rank 8 (gated), a confidence head" for an export refusal.
+std::string heads_text(const model::DraftHeads& heads) {
+  std::string text;
+  if (heads.markov()) text = "markov_rank " + std::to_string(heads.markov_rank) + " (" + heads.markov_type + ")";
+  if (heads.confidence) text += std::string(text.empty() ? "" : ", ") + "a confidence head";
+  return text;
+}
+
 }  // namespace
 
 void add_export_command(CLI::App& app, Action& action) {
@@ -126,7 +138,8 @@ void add_export_command(CLI::App& app, Action& action) {
   sub->add_option("CKPT", checkpoint, "checkpoint (step-N) or run directory (its latest)")->required();
   sub->add_option("--out", out, "output directory")->required();
   sub->add_option("--format", format,
-                  "dflash: z-lab's config.json and weights (the serving engine is told the target); speculators: "
+                  "dflash: z-lab's config.json and weights (the serving engine is told the target; refused for a "
+                  "drafter with DSpark heads, which it cannot carry); speculators: "
                   "vllm-project/speculators' layout (DFlash, or DSpark for a drafter with DSpark heads), naming the "
                   "target and carrying its embedding and LM head")
       ->check(CLI::IsMember({"dflash", "speculators"}))
@@ -151,13 +164,18 @@ void add_export_command(CLI::App& app, Action& action) {
                   << (draft->spec().heads.any() ? "dspark" : "dflash") << ", verifier " << found.name_or_path << ")\n";
         return 0;
       }
+      // z-lab's layout has no DSpark heads: a DFlash server would load the
+      // backbone and draft without them, accepting less than dflow eval
+      // reported. Refused (a refusal of the option: exit 2) before anything
+      // is written.
+      if (draft->spec().heads.any())
+        throw ConfigError("export: the drafter in '" + dir.string() + "' has DSpark heads (" +
+                          heads_text(draft->spec().heads) +
+                          "), which z-lab's DFlash layout (--format dflash, the default) cannot carry: a DFlash "
+                          "server would draft without them; export it with --format speculators (speculators' "
+                          "DSpark model, which vLLM's dspark method serves)");
       model::save_pretrained(*draft, out);
       std::cout << "exported drafter to " << out << "\n";
-      // z-lab's layout has no DSpark heads: their fields and tensors are
-      // dflow's own there (dflow eval reads them back; serving engines do not).
-      if (draft->spec().heads.any())
-        std::cout << "note: the drafter has DSpark heads, which z-lab's DFlash layout does not carry for serving "
-                     "engines; export --format speculators for vLLM's dspark method\n";
       return 0;
     };
   });
@@ -220,6 +238,7 @@ void add_regenerate_command(CLI::App& app, Action& action) {
   sub->add_option("--seed", options.seed)->capture_default_str();
   add_threads_option(*sub, threads);
   static std::string device = "cpu", dtype = "float32";
+  static std::string mxfp4_experts = config::TargetConfig{}.mxfp4_experts;
   sub->add_option("--device", device, "where the target runs: cpu, cuda or cuda:N (as devices.target)")
       ->capture_default_str();
   sub->add_option("--dtype", dtype,
@@ -227,6 +246,7 @@ void add_regenerate_command(CLI::App& app, Action& action) {
                   "the training run that reads the cache must use the same")
       ->check(CLI::IsMember({"float32", "bfloat16"}))
       ->capture_default_str();
+  add_mxfp4_experts_option(*sub, mxfp4_experts);
   static std::string features_dir, features_dtype = "bfloat16";
   static int64_t num_target_features = config::DrafterConfig{}.num_target_features;
   static std::vector<int64_t> target_layer_ids;
@@ -272,7 +292,8 @@ void add_regenerate_command(CLI::App& app, Action& action) {
       } catch (const std::exception& e) {
         throw ConfigError(std::string("--device ") + device + ": " + e.what());
       }
-      auto target = model::TargetModel::load(target_dir, target_device, target_dtype);
+      auto target =
+          model::TargetModel::load(target_dir, target_device, target_dtype, target_load_options(mxfp4_experts));
       if (features.enabled()) {
         try {
           features.layer_ids = train::regenerate_feature_layers(target.config(), num_target_features, target_layer_ids);

@@ -16,6 +16,7 @@ modules used here are loaded with bare parent packages instead.
 
 Prints "ok" and exits 0, or names the disagreement and exits 1.
 """
+import importlib.metadata
 import importlib.util
 import json
 import sys
@@ -74,6 +75,11 @@ def check_dspark(export_dir, case_path):
     config_json = json.loads((Path(export_dir) / "config.json").read_text())
     if config_json.get("speculators_model_type") != "dspark":
         fail("speculators_model_type %r" % config_json.get("speculators_model_type"))
+    # The export names the release whose layout it is checked against here.
+    installed = importlib.metadata.version("speculators")
+    if config_json.get("speculators_version") != installed:
+        fail("speculators_version %r, but the layout is checked against speculators %s"
+             % (config_json.get("speculators_version"), installed))
     config = dspark.DSparkSpeculatorConfig(**config_json)
     config.transformer_layer_config._attn_implementation = "eager"
     model = dspark.DSparkDraftModel(config).float().eval()

@@ -5,9 +5,12 @@
 
 #include <filesystem>
 
+#include "error_of.hpp"
 #include "model/chunked_cross_entropy.hpp"
 #include "model/cpu_memory_counter.hpp"
 #include "model/drafter.hpp"
+#include "model/drafter_export_speculators.hpp"
+#include "model/dspark_limits.hpp"
 #include "model/objective.hpp"
 #include "objective_rig.hpp"
 
@@ -146,6 +149,56 @@ TEST_CASE("Model.DsparkObjective.HeadsSurviveSaveAndLoad") {
   // Plain DFlash writes no head fields.
   CHECK_FALSE(drafter_config_json(small_drafter_spec(1, 4, 2), torch::kFloat32).contains("markov_rank"));
   std::filesystem::remove_all(dir);
+}
+
+// A config.json whose Markov head would not fit (its factors [V, rank]) is
+// refused naming the file, the value and the bound, before anything allocates.
+TEST_CASE("Model.DsparkObjective.AnOversizedMarkovRankIsRefused") {
+  DrafterSpec spec = small_drafter_spec(1, 4, 2);
+  spec.heads.markov_rank = 8;
+  nlohmann::json config = drafter_config_json(spec, torch::kFloat32);
+  config["markov_rank"] = 1000000000;
+  const std::string e = dflow::testing::error_of([&] { drafter_spec_from_config(config, "exported/config.json"); });
+  CHECK_MESSAGE(e.find("drafter config 'exported/config.json'") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("markov_rank must lie in [1, 4096] for a Markov head (0: none), got 1000000000") !=
+                    std::string::npos,
+                e);
+  config["markov_rank"] = kMaxMarkovRank;
+  CHECK(drafter_spec_from_config(config, "exported/config.json").heads.markov_rank == 4096);
+}
+
+// The heads' fields are written once: the default export (and checkpoints)
+// and the speculators export say the same, confidence_head_with_markov false
+// without a confidence head however DraftHeads holds it.
+TEST_CASE("Model.DsparkObjective.BothExportsWriteTheSameHeadFields") {
+  DrafterSpec spec = small_drafter_spec(1, 4, 2);
+  spec.target_layer_ids = {1, 3};  // rising, not the target's last: servable
+  HeadConfig verifier;
+  verifier.hidden_size = spec.hidden_size;
+  verifier.vocab_size = spec.vocab_size;
+  verifier.num_hidden_layers = spec.num_target_layers;
+  verifier.architectures = {"Qwen3ForCausalLM"};
+  struct Case {
+    int64_t markov_rank;
+    bool confidence, confidence_with_markov, written_with_markov;
+  };
+  for (const Case c : {Case{8, false, true, false}, Case{8, true, true, true}, Case{8, true, false, false},
+                       Case{0, true, false, false}}) {
+    CAPTURE(c.markov_rank);
+    CAPTURE(c.confidence);
+    CAPTURE(c.confidence_with_markov);
+    spec.heads.markov_rank = c.markov_rank;
+    spec.heads.confidence = c.confidence;
+    spec.heads.confidence_with_markov = c.confidence_with_markov;
+    const nlohmann::json dflash = drafter_config_json(spec, torch::kFloat32);
+    const nlohmann::json speculators = speculators_config_json(spec, torch::kFloat32, verifier, "org/target");
+    for (const char* key : {"markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov"}) {
+      CAPTURE(key);
+      REQUIRE(dflash.contains(key));
+      CHECK(dflash[key] == speculators[key]);
+    }
+    CHECK(dflash["confidence_head_with_markov"] == c.written_with_markov);
+  }
 }
 
 // The kl loss holds what the fused cross-entropy holds: a chunk of logits at a

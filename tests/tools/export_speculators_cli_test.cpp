@@ -128,10 +128,27 @@ TEST_CASE("Cli.Export.speculators_format_writes_dspark_for_a_drafter_with_heads"
     CAPTURE(name);
     CHECK(weights.contains(name));
   }
-  // z-lab's layout cannot serve the heads: it says so and points at the format that can.
-  o = run_dflow("export " + run.string() + " --out " + (dir / "dflash").string());
-  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
-  CHECK_MESSAGE(o.output.find("export --format speculators for vLLM's dspark method") != std::string::npos, o.output);
+  fs::remove_all(dir);
+}
+
+// z-lab's layout cannot carry the heads (a DFlash server would draft without
+// them): the default export refuses, writing nothing, and points at the
+// format that can.
+TEST_CASE("Cli.Export.default_format_refuses_a_drafter_with_dspark_heads") {
+  const auto dir = testing::fresh_dir("export-dflash-dspark");
+  const auto target = testing::assets_dir() / "target";
+  auto layers = kServableLayers;
+  layers.push_back("pipeline.nodes.drafter.params={head: dspark, markov_rank: 8, markov_head: gated}");
+  const auto run = trained_run(dir, target, layers);
+  for (const std::string format : {"", " --format dflash"}) {
+    CAPTURE(format);
+    const auto o = run_dflow("export " + run.string() + " --out " + (dir / "dflash").string() + format);
+    CHECK(o.exit_code == 2);
+    CHECK_MESSAGE(o.output.find("has DSpark heads (markov_rank 8 (gated), a confidence head)") != std::string::npos,
+                  o.output);
+    CHECK_MESSAGE(o.output.find("export it with --format speculators") != std::string::npos, o.output);
+    CHECK_FALSE(fs::exists(dir / "dflash"));
+  }
   fs::remove_all(dir);
 }
 
