@@ -154,7 +154,8 @@ std::string render_compare_html(const Comparison& c, const CompareHtmlOptions& o
       << "\n</style>\n</head>\n<body data-rendered=\"no\">\n<header><h1>dflow compare \u00b7 " << title << "</h1>"
       << "<div class=\"sub\">" << c.runs.size() << " runs, each read from its own directory</div></header>\n"
       << "<div id=\"errors\" hidden></div>\n"
-      << "<section class=\"panel\"><h2>Which run wins</h2><ul id=\"winners\">" << winners << "</ul></section>\n"
+      << "<section class=\"panel\"><h2>Which run wins</h2><ul id=\"winners\">" << winners << "</ul><p class=\"note\">How: "
+      << escape_html(kWinnerRule) << ".</p></section>\n"
       << variants_html(c)
       << "<section class=\"panel\"><h2>Side by side</h2>\n" << summary_table_html(c) << "</section>\n"
       << "<section class=\"panel\"><h2>Config: the keys that differ</h2>\n" << config_html(c) << "</section>\n"
