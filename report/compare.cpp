@@ -54,8 +54,9 @@ Winner best_of(const std::vector<RunSummary>& runs, const std::vector<Variant>& 
     const auto& [next, next_variant] = ranked[1];
     const double gap = std::abs(best.mean - next.mean);
     const double noise = std::max(best.n > 1 ? best.max - best.min : 0.0, next.n > 1 ? next.max - next.min : 0.0);
-    const std::string pair = variant_label(variants[best_variant]) + " " + short_number(best.mean) + " and " +
-                             variant_label(variants[next_variant]) + " " + short_number(next.mean);
+    const std::string unit = w.unit.empty() ? "" : " " + w.unit;
+    const std::string pair = variant_label(variants[best_variant]) + " " + short_number(best.mean) + unit + " and " +
+                             variant_label(variants[next_variant]) + " " + short_number(next.mean) + unit;
     if (gap <= 1e-9 * std::max(std::abs(best.mean), std::abs(next.mean))) {
       w.no_clear_winner = pair + " tie";
       return w;

@@ -185,7 +185,8 @@ TEST_CASE("Cli.Sweep.ctrl_c_stops_it_and_the_same_command_resumes_it") {
   // sweep had read it, and be recorded failed).
   std::ifstream children("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
   pid_t run_pid = 0;
-  REQUIRE(children >> run_pid);
+  children >> run_pid;
+  REQUIRE(run_pid > 0);
   CHECK(::getpgid(run_pid) == run_pid);
   CHECK(::getpgid(run_pid) != ::getpgid(pid));
   ::kill(-pid, SIGINT);  // Ctrl-C: the whole foreground process group
