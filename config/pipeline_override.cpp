@@ -51,10 +51,12 @@ YAML::Node list_of(YAML::Node pipeline, const char* key, const std::string& text
 void set_node(YAML::Node pipeline, const std::string& key, const YAML::Node& value, const std::string& text,
               Origins& origins) {
   const SourceMark at{"--set " + text};
-  const std::vector<std::string> parts = split_dots(key.substr(std::string(kNodes).size()));
-  // parts: name, field[, params keys...]
-  if (parts.size() < 2 || parts[0].empty() || parts[1].empty())
+  const NodeKey parsed = *parse_node_key(key);
+  if (parsed.node.empty() || parsed.field.empty())
     throw ConfigError(at, key, "expected pipeline.nodes.<name>.type, .replicas or .params.<key>");
+  // parts: name, field[, params keys...]
+  std::vector<std::string> parts{parsed.node, parsed.field};
+  parts.insert(parts.end(), parsed.below.begin(), parsed.below.end());
   YAML::Node nodes = list_of(pipeline, "nodes", text);
   std::vector<std::string> names;
   size_t index = nodes.size();
@@ -150,6 +152,14 @@ void set_edge(YAML::Node pipeline, const std::string& key, const YAML::Node& val
 }
 
 }  // namespace
+
+std::optional<NodeKey> parse_node_key(const std::string& key) {
+  if (!starts_with(key, kNodes)) return std::nullopt;
+  const std::vector<std::string> parts = split_dots(key.substr(std::string(kNodes).size()));
+  NodeKey out{parts[0], parts.size() > 1 ? parts[1] : "", {}};
+  if (parts.size() > 2) out.below.assign(parts.begin() + 2, parts.end());
+  return out;
+}
 
 bool pipeline_is_edited_default(const Origins& origins) {
   auto it = origins.overrides.find("pipeline");

@@ -12,10 +12,23 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "config/yaml_reader.hpp"
 
 namespace dflow::config {
+
+// A key that addresses a node by name, in its parts:
+// pipeline.nodes.<node>.<field>[.<key>...] ("target", "params", {"objective"}).
+// Missing parts are empty ("pipeline.nodes.target": no field). The one
+// reading of such keys: --set, a sweep's labels.
+struct NodeKey {
+  std::string node;
+  std::string field;               // type, replicas, params (or what was written)
+  std::vector<std::string> below;  // the keys below the field (params.<k>.<k2>)
+};
+// Nullopt for a key that does not start with pipeline.nodes.
+std::optional<NodeKey> parse_node_key(const std::string& key);
 
 // True for a key that addresses a node or an edge by name (as above), false
 // for every other key (pipeline.nodes=[...] replaces the list as a whole).

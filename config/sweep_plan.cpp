@@ -5,6 +5,7 @@
 #include <set>
 
 #include "config/errors.hpp"
+#include "config/pipeline_override.hpp"
 
 namespace dflow::config {
 
@@ -27,14 +28,13 @@ std::string name_part(const std::string& value) {
 }
 
 std::string short_label(const std::string& key) {
-  const std::string nodes = "pipeline.nodes.", edges = "pipeline.edges.";
-  if (key.rfind(nodes, 0) == 0) {
-    std::string rest = key.substr(nodes.size());  // <name>.type | <name>.replicas | <name>.params.<k>
-    const auto dot = rest.find('.');
-    const std::string node = rest.substr(0, dot), field = dot == std::string::npos ? "" : rest.substr(dot + 1);
-    if (field == "type") return node;
-    if (field.rfind("params.", 0) == 0) return node + "." + field.substr(7);
-    return node + "." + field;
+  const std::string edges = "pipeline.edges.";
+  if (const auto node = parse_node_key(key)) {  // <name>.type | <name>.replicas | <name>.params.<k>
+    if (node->field == "type" && node->below.empty()) return node->node;
+    std::string label = node->node;
+    if (node->field != "params" || node->below.empty()) label += "." + node->field;
+    for (const auto& k : node->below) label += "." + k;
+    return label;
   }
   if (key.rfind(edges, 0) == 0) {
     std::string rest = key.substr(edges.size());
@@ -43,6 +43,14 @@ std::string short_label(const std::string& key) {
     return rest;
   }
   return key.substr(key.rfind('.') + 1);
+}
+
+// The keys each variant's run gets from the sweep: its seed (--seeds) and where it writes.
+void refuse_sweep_owned_key(const std::string& key, const std::string& where) {
+  if (key == "run.seed") throw ConfigError(SourceMark{where}, "", "run.seed is the sweep's: vary the seed with --seeds N");
+  if (key == "run.out_dir" || key == "run.name")
+    throw ConfigError(SourceMark{where}, "", key + " is the sweep's: each variant's run.out_dir and run.name are the "
+                                              "sweep's (--out/NAME and NAME)");
 }
 
 }  // namespace
@@ -87,8 +95,10 @@ void add_named_variant(SweepAxis& axis, const std::string& text) {
   const auto colon = text.find(':');
   std::string name = text.substr(0, colon);
   name.erase(name.find_last_not_of(' ') + 1);
-  if (name.empty() || name_part(name) != name)
-    throw at("expected NAME: KEY=VALUE ..., NAME in letters, digits, '.', '_' and '-' (it names the run directory)");
+  // A plain directory name: "." and ".." would put the run in --out itself or its parent.
+  if (name.empty() || name_part(name) != name || name.find_first_not_of('.') == std::string::npos)
+    throw at("expected NAME: KEY=VALUE ..., NAME in letters, digits, '.', '_' and '-', not only dots (it names the run "
+             "directory)");
   if (std::find(axis.values.begin(), axis.values.end(), name) != axis.values.end()) throw at("the name '" + name + "' is given twice");
   std::vector<std::string> sets;
   std::string current;
@@ -125,9 +135,9 @@ std::vector<SweepVariant> sweep_variants(const std::vector<SweepAxis>& axes, int
   for (const auto& a : axes) {
     if (std::find(keys.begin(), keys.end(), a.key) != keys.end())
       throw ConfigError(SourceMark{"--vary " + a.key}, "", "the key is varied twice: give all its values in one --vary");
-    if (a.key == "run.seed") throw ConfigError(SourceMark{"--vary " + a.key}, "", "vary the seed with --seeds N");
-    if (a.key == "run.out_dir" || a.key == "run.name")
-      throw ConfigError(SourceMark{"--vary " + a.key}, "", "each variant's run.out_dir and run.name are the sweep's");
+    if (a.sets.empty()) refuse_sweep_owned_key(a.key, "--vary " + a.key);
+    for (size_t i = 0; i < a.sets.size(); ++i)
+      for (const auto& kv : a.sets[i]) refuse_sweep_owned_key(kv.substr(0, kv.find('=')), "--variant " + a.values[i]);
     keys.push_back(a.key);
   }
   std::vector<SweepVariant> out;

@@ -26,7 +26,8 @@ SweepAxis parse_vary(const std::string& text);
 // "NAME: KEY=VALUE KEY=VALUE ..." (or "NAME" alone: the config as it is)
 // added to `axis`, the named variants' axis: space-separated overrides,
 // spaces inside [...] or {...} kept. Throws ConfigError naming the --variant
-// text for a name given twice, a name a directory cannot have, or an override
+// text for a name given twice, a name that is no plain directory name (only
+// letters, digits, '.', '_' and '-', not "." or ".."), or an override
 // without '='.
 void add_named_variant(SweepAxis& axis, const std::string& text);
 
@@ -38,7 +39,9 @@ struct SweepVariant {
 
 // Every combination, the first axis slowest, then each seed of
 // first_seed .. first_seed + seeds - 1. One variant "base" when there is
-// nothing to vary. Throws ConfigError for an axis given twice or seeds < 1.
+// nothing to vary. Throws ConfigError for an axis given twice, seeds < 1, or
+// a key the sweep sets itself (run.seed, run.out_dir, run.name) varied or set
+// by a named variant.
 std::vector<SweepVariant> sweep_variants(const std::vector<SweepAxis>& axes, int seeds, uint64_t first_seed);
 
 // The short label of an axis in names: "lr" for train.lr, "optimizer" for

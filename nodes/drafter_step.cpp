@@ -21,6 +21,7 @@
 
 #include "config/errors.hpp"
 #include "model/dspark_limits.hpp"
+#include "model/objective.hpp"
 #include "nodes/drafter_memory_fit.hpp"
 #include "nodes/exclude_samples.hpp"
 #include "nodes/messages.hpp"
@@ -151,9 +152,9 @@ ObjectiveParams read_objective_params(config::YamlSection& params) {
 // What a resume must keep: the keys declared must_match, the heads' and the
 // loss's only when they differ from plain DFlash with cross-entropy (so a
 // DFlash run's signature is what it always was).
-std::string objective_resume_text(const ObjectiveParams& p) {
+std::vector<std::pair<std::string, std::string>> objective_terms(const ObjectiveParams& p) {
   const bool plain = p.head == "dflash" && p.loss == "ce";
-  std::string out;
+  std::vector<std::pair<std::string, std::string>> out;
   for (const auto& k : objective_keys().keys()) {
     if (k.on_resume != config::OnResume::must_match) continue;
     const bool base = k.name() == "objective" || k.name() == "alpha";
@@ -162,9 +163,28 @@ std::string objective_resume_text(const ObjectiveParams& p) {
     if (p.head == "dspark" && !p.confidence_head && (k.name() == "confidence_alpha" || k.name() == "confidence_with_markov"))
       continue;
     if (p.loss == "ce" && k.name() == "kl_temperature") continue;
-    out += (out.empty() ? "{" : ", ") + k.name() + ": " + objective_keys().value_text(k, p);
+    out.emplace_back(k.name(), objective_keys().value_text(k, p));
   }
+  return out;
+}
+
+std::string objective_resume_text(const ObjectiveParams& p) {
+  std::string out;
+  for (const auto& [name, value] : objective_terms(p)) out += (out.empty() ? "{" : ", ") + name + ": " + value;
   return out.empty() ? out : out + "}";
+}
+
+// What the loss means: the objective's terms (D-PACE's alpha only under
+// dpace) and, under decay, the position weighting's gamma (resolved).
+std::map<std::string, std::string> loss_terms(const config::Config& config, const ObjectiveParams& p) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, value] : objective_terms(p))
+    if (name != "alpha" || p.objective == "dpace") out["params." + name] = value;
+  if (p.objective == "decay")
+    out["train.loss_decay_gamma"] =
+        number_text(config.train.loss_decay_gamma > 0.0 ? config.train.loss_decay_gamma
+                                                        : model::default_loss_decay_gamma(config.model.drafter.block_size));
+  return out;
 }
 
 model::DraftHeads heads_of(const ObjectiveParams& p) {
@@ -331,6 +351,9 @@ void register_drafter_step(graph::NodeRegistry& registry) {
   RunHooks hooks;
   hooks.resume_signature = [](config::YamlSection& params) {
     return objective_resume_text(read_objective_params(params));
+  };
+  hooks.loss_terms = [](const config::Config& config, config::YamlSection& params) {
+    return loss_terms(config, read_objective_params(params));
   };
   hooks.drafter_heads = [](config::YamlSection& params) { return heads_of(read_objective_params(params)); };
   hooks.teacher = [](config::YamlSection& params) -> std::string {

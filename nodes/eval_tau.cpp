@@ -199,6 +199,17 @@ void register_eval_tau(graph::NodeRegistry& registry) {
     return eval_off_because(config, node).empty() ? "decodes held-out prompts with the target in-process" : "";
   };
   hooks.wants_untrained_state = true;  // the baseline every later tau is read against
+  // Tau means the same on the same prompts, budget and temperature, against the same target.
+  hooks.tau_terms = [](const config::Config& config, config::YamlSection& params) {
+    const EvalSettings s = read_eval_settings(config.eval, params);
+    std::ostringstream temperature;
+    temperature << s.temperature;
+    return std::map<std::string, std::string>{{"params.prompts", s.prompts},
+                                              {"params.max_prompts", std::to_string(s.max_prompts)},
+                                              {"params.max_new_tokens", std::to_string(s.max_new_tokens)},
+                                              {"params.temperature", temperature.str()},
+                                              {"model.target.path", config.model.target.path}};
+  };
   add_node_kind(registry, std::move(spec), std::move(hooks));
 }
 

@@ -6,6 +6,7 @@
 // register_* call. That is all a new node takes.
 #include <any>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -33,6 +34,16 @@ struct RunHooks {
   // of the same name, naming it: the node computes something else then
   // (another objective, another optimizer).
   std::function<std::string(config::YamlSection& params)> resume_signature = {};
+  // What the figure the node makes means (`dflow compare` ranks runs on it
+  // only where every run's nodes say the same; nodes/figure_terms.hpp):
+  // "params.<key>" for the node's params that define it (resolved: defaults
+  // included, those that change only how it is computed left out) and the
+  // run config keys it reads, each with its value. loss_terms: a node that
+  // computes the training loss; tau_terms: one that measures tau.
+  using FigureTermsHook = std::function<std::map<std::string, std::string>(const config::Config& config,
+                                                                           config::YamlSection& params)>;
+  FigureTermsHook loss_terms = {};
+  FigureTermsHook tau_terms = {};
   // An optimizer node: the optimizer its params pick, over the drafter's
   // trainable parameters (by name), built when the trainable state is. At
   // most one node of a pipeline has this hook; without one, AdamW.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <set>
@@ -18,55 +19,74 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double mean_of_finite(const std::vector<double>& values, const std::vector<size_t>& which) {
-  double sum = 0;
-  size_t n = 0;
-  for (size_t i : which)
-    if (std::isfinite(values[i])) sum += values[i], ++n;
-  return n ? sum / static_cast<double>(n) : kUnknownValue;
+std::string short_number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", value);
+  return text;
 }
 
-// The variant(s) with the best finite mean; a relative difference under 1e-9
-// is a tie. `why_not` (non-empty: the runs' figures mean different things)
-// names none.
+// The variant with the best finite mean wins when it leads the next one by
+// more than the noise: the larger spread (max - min) of either's seeds, or
+// a relative 1e-9 where both are single runs (a tie). Otherwise
+// no_clear_winner says why. `why_not` (non-empty: the runs' figures mean
+// different things) names none.
 Winner best_of(const std::vector<RunSummary>& runs, const std::vector<Variant>& variants, std::string metric,
                std::string unit, bool higher_wins, const std::function<double(const RunSummary&)>& value_of,
                const std::string& why_not = {}) {
-  Winner w{std::move(metric), {}, kUnknownValue, {}, std::move(unit), {}};
+  Winner w{std::move(metric), {}, kUnknownValue, {}, std::move(unit), {}, {}, {}};
   for (const auto& run : runs) w.values.push_back(value_of(run));
-  std::vector<size_t> best;
+  std::vector<std::pair<Spread, size_t>> ranked;  // variants with a value, best first
   for (size_t v = 0; v < variants.size(); ++v) {
-    const double value = mean_of_finite(w.values, variants[v].runs);
-    if (!std::isfinite(value)) continue;
-    const bool tie = std::isfinite(w.value) && std::abs(value - w.value) <= 1e-9 * std::max(std::abs(value), std::abs(w.value));
-    if (tie) {
-      best.push_back(v);
-    } else if (!std::isfinite(w.value) || (higher_wins ? value > w.value : value < w.value)) {
-      best = {v};
-      w.value = value;
-    }
+    std::vector<double> values;
+    for (size_t i : variants[v].runs) values.push_back(w.values[i]);
+    if (const Spread s = spread_of(values); s.n) ranked.push_back({s, v});
   }
-  if (!best.empty() && !why_not.empty()) {
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
+    return higher_wins ? a.first.mean > b.first.mean : a.first.mean < b.first.mean;
+  });
+  if (ranked.empty()) return w;
+  if (!why_not.empty()) {
     w.no_winner = why_not;
-    w.value = kUnknownValue;
     return w;
   }
-  for (size_t v : best) w.runs.insert(w.runs.end(), variants[v].runs.begin(), variants[v].runs.end());
+  const auto& [best, best_variant] = ranked.front();
+  if (ranked.size() > 1) {
+    const auto& [next, next_variant] = ranked[1];
+    const double gap = std::abs(best.mean - next.mean);
+    const double noise = std::max(best.n > 1 ? best.max - best.min : 0.0, next.n > 1 ? next.max - next.min : 0.0);
+    const std::string unit = w.unit.empty() ? "" : " " + w.unit;
+    const std::string pair = variant_label(variants[best_variant]) + " " + short_number(best.mean) + unit + " and " +
+                             variant_label(variants[next_variant]) + " " + short_number(next.mean) + unit;
+    if (gap <= 1e-9 * std::max(std::abs(best.mean), std::abs(next.mean))) {
+      w.no_clear_winner = pair + " tie";
+      return w;
+    }
+    if (gap <= noise) {
+      w.no_clear_winner = pair + " differ by " + short_number(gap) + ", within their seeds' spread " + short_number(noise);
+      return w;
+    }
+    if (noise > 0)
+      w.margin = "ahead of " + variants[next_variant].name + " by " + short_number(gap) + ", more than the seeds' spread " +
+                 short_number(noise);
+  }
+  w.value = best.mean;
+  w.runs = variants[best_variant].runs;
   return w;
 }
 
 // Why the runs' losses (or taus) cannot be ranked; "" when they can.
 std::string why_not_ranked(const std::vector<RunSummary>& runs, const std::vector<Variant>& variants,
-                           std::map<std::string, std::string> (*definition)(const FlatConfig&)) {
+                           std::optional<std::map<std::string, std::string>> (*definition)(const RunSummary&)) {
   if (variants.size() < 2) return {};
-  std::vector<const FlatConfig*> configs;
-  std::vector<std::string> names;
+  std::vector<std::optional<std::map<std::string, std::string>>> definitions;
+  std::vector<std::string> names, unknown_because;
   for (const auto& v : variants) {
     const auto& run = runs[v.runs.front()];  // a variant's runs share the definitions
-    configs.push_back(run.config ? &run.config->values : nullptr);
+    definitions.push_back(definition(run));
     names.push_back(v.name);
+    unknown_because.push_back(run.terms.unknown);
   }
-  return why_not_comparable(configs, names, definition);
+  return why_not_comparable(definitions, names, unknown_because);
 }
 
 std::vector<std::string> comparison_notes(const std::vector<RunSummary>& runs) {
@@ -88,6 +108,10 @@ std::vector<std::string> comparison_notes(const std::vector<RunSummary>& runs) {
 }
 
 }  // namespace
+
+std::string variant_label(const Variant& v) {
+  return v.runs.size() > 1 ? v.name + " (mean of " + std::to_string(v.runs.size()) + " seeds)" : v.name;
+}
 
 void name_runs(std::vector<RunSummary>& runs) {
   auto dir_name = [](const fs::path& dir) {
@@ -139,7 +163,7 @@ Comparison compare(std::vector<RunSummary> runs, const CompareOptions& options) 
   c.variants = group_variants(runs);
   c.winners = pick_winners(runs, c.variants, options);
   c.notes = comparison_notes(runs);
-  c.tau_target = resolve_tau_target(runs, options);
+  c.tau_target = resolve_tau_target(options);
   c.tau_steps = common_tau_steps(runs, options.tau_steps);
   c.runs = std::move(runs);
   return c;

@@ -6,6 +6,7 @@
 // This is the data; compare_text.cpp and compare_html.cpp render it.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -34,12 +35,27 @@ struct TauAt {
   int64_t step = -1;
 };
 
+// What a run's nodes say its figures mean, by the node kinds (the caller that
+// knows them fills it: nodes/figure_terms.hpp): dotted keys to values, each
+// node's params that define the figure (resolved: defaults included; those
+// that change only how it is computed left out) and the run config keys it
+// reads ("pipeline.nodes.drafter.params.objective": "decay",
+// "train.loss_decay_gamma": "7").
+struct FigureTerms {
+  FlatConfig loss;      // of the nodes that compute the training loss
+  FlatConfig tau;       // of the nodes that measure tau (empty: none does)
+  std::string unknown;  // why they could not be told ("" when they were)
+};
+
 struct CompareOptions {
   size_t recent_steps = 50;  // "last N steps" throughput
   size_t loss_tail = 10;     // final loss: mean of the last this many finite losses
   size_t wait_lines = 3;     // lines of the bottleneck analysis kept per run
-  double tau_target = kUnknownValue;  // "time to tau": unknown = 0.8 x the highest best tau of the runs
+  double tau_target = kUnknownValue;  // "time to tau": unknown = no such row (a tau above 1 that runs may miss)
   size_t tau_steps = 4;      // "tau at step S": this many steps that every run evaluated
+  // A run's FigureTerms from its config; without it a run's terms are empty:
+  // its loss is defined by the run config keys alone, and tau by nothing.
+  std::function<FigureTerms(const RunConfig& config)> figure_terms = {};
 };
 
 struct RunSummary {
@@ -58,6 +74,7 @@ struct RunSummary {
   std::optional<TauAt> best_tau, final_tau;  // best: the first step that reached the highest tau
   std::vector<std::string> waits;  // where the graph waited (analyze()'s summary, first lines)
   std::optional<RunConfig> config;
+  FigureTerms terms;                  // from config by CompareOptions::figure_terms
   std::vector<std::string> warnings;  // what was tolerated: a cut last line, a resume, no config
 };
 
@@ -79,17 +96,26 @@ struct Variant {
   std::vector<std::string> seeds;  // run.seed of each ("?" without config)
 };
 
-// One metric and the variant(s) best at it ("lowest final loss": run 1).
+// One metric and the variant best at it ("lowest final loss": run 1).
 // Variants are ranked by their mean over seeds; a metric is ranked only
-// where it means the same in every run (report/compare_fairness.hpp).
+// where it means the same in every run (report/compare_fairness.hpp), and
+// the best variant wins only when its mean leads the next one's by more
+// than the spread (max - min) of either's seeds (kWinnerRule).
 struct Winner {
   std::string metric;        // "lowest final loss (mean of last 10 steps)"
-  std::vector<size_t> runs;  // the runs of the winning variant(s); several variants on a tie; empty when none wins
+  std::vector<size_t> runs;  // the runs of the winning variant; empty when none wins
   double value = kUnknownValue;  // the winning value (a variant's mean)
   std::vector<double> values;    // every run's, unknown where it has none
   std::string unit;              // "", "real tokens/s", "steps/s"
-  std::string no_winner;         // why no variant is named although some have the metric ("" otherwise)
+  std::string no_winner;         // why the runs' figures cannot be ranked although some have the metric ("" otherwise)
+  std::string no_clear_winner;   // why the best is not clearly ahead: a tie, or a lead within the seeds' spread
+  std::string margin;            // a winner with seeds: its lead and the spread it beats ("" otherwise)
 };
+
+// How a winner is decided, as the comparison says it.
+inline constexpr const char* kWinnerRule =
+    "a variant wins a metric when its mean over seeds leads the next variant's by more than the spread (max - min) of "
+    "either's seeds; runs of one seed each have no spread, and only an exact tie names none";
 
 struct Comparison {
   std::vector<RunSummary> runs;
@@ -101,6 +127,9 @@ struct Comparison {
   double tau_target = kUnknownValue;  // resolved options.tau_target
   std::vector<int64_t> tau_steps;     // steps every run with tau evaluated, up to options.tau_steps of them
 };
+
+// "lr=0.2 (mean of 3 seeds)", or the name of a variant of one run.
+std::string variant_label(const Variant& variant);
 
 // Groups runs into variants (each run alone when none differ only in seed).
 std::vector<Variant> group_variants(const std::vector<RunSummary>& runs);

@@ -35,23 +35,37 @@ std::string codeify(const std::string& text) {
   return open ? out + "</code>" : out;
 }
 
+// A name or path with line break opportunities after its separators
+// ("lr=0.02+optimizer=...", "sweep/run"), so that a column of it narrows.
+std::string breakable(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    out += escape_html(std::string(1, ch));
+    if (ch == '+' || ch == '/' || ch == '=' || ch == ',') out += "<wbr>";
+  }
+  return out;
+}
+
 std::string run_header(const Comparison& c, const std::string& first) {
   std::string out = "<tr><th>" + escape_html(first) + "</th>";
   for (size_t i = 0; i < c.runs.size(); ++i)
-    out += "<th><i class=\"swatch\" style=\"background:" + run_color(i) + "\"></i>" + escape_html(c.runs[i].name) + "</th>";
+    out += "<th><i class=\"swatch\" style=\"background:" + run_color(i) + "\"></i>" + breakable(c.runs[i].name) + "</th>";
   return out + "</tr>\n";
 }
+
+// A table in a frame of the panel's width: its columns wrap, and what cannot scrolls inside it, never the page.
+std::string framed(const std::string& table) { return "<div class=\"table-frame\">\n" + table + "</div>\n"; }
 
 std::string summary_table_html(const Comparison& c) {
   std::string out = "<table class=\"compare\">\n" + run_header(c, "");
   for (const auto& row : summary_rows(c)) {
     out += "<tr><th>" + escape_html(row.label) + "</th>";
     for (size_t i = 0; i < row.cells.size(); ++i)
-      out += row.wins[i] ? "<td class=\"win\" title=\"the best of the runs\">" + escape_html(row.cells[i]) + " \u2605</td>"
-                         : "<td>" + escape_html(row.cells[i]) + "</td>";
+      out += row.wins[i] ? "<td class=\"win\" title=\"the best of the runs\">" + breakable(row.cells[i]) + " \u2605</td>"
+                         : "<td>" + breakable(row.cells[i]) + "</td>";
     out += "</tr>\n";
   }
-  return out + "</table>\n";
+  return framed(out + "</table>\n");
 }
 
 // Seeds grouped (empty when every variant is one run).
@@ -59,15 +73,15 @@ std::string variants_html(const Comparison& c) {
   const auto rows = variant_rows(c);
   if (rows.empty()) return "";
   std::string out = "<section class=\"panel\"><h2>Variants, seeds grouped (mean \u00b1 sd)</h2>\n"
-                    "<table class=\"compare\" id=\"variants\">\n<tr><th></th>";
-  for (const auto& v : c.variants) out += "<th>" + escape_html(v.name) + "</th>";
+                    "<div class=\"table-frame\">\n<table class=\"compare\" id=\"variants\">\n<tr><th></th>";
+  for (const auto& v : c.variants) out += "<th>" + breakable(v.name) + "</th>";
   out += "</tr>\n";
   for (const auto& row : rows) {
     out += "<tr><th>" + escape_html(row.label) + "</th>";
-    for (const auto& cell : row.cells) out += "<td>" + escape_html(cell) + "</td>";
+    for (const auto& cell : row.cells) out += "<td>" + breakable(cell) + "</td>";
     out += "</tr>\n";
   }
-  return out + "</table></section>\n";
+  return out + "</table></div></section>\n";
 }
 
 std::string config_html(const Comparison& c) {
@@ -80,10 +94,10 @@ std::string config_html(const Comparison& c) {
     out = "<table class=\"compare config\">\n" + run_header(c, "key");
     for (const auto& d : c.config_diff) {
       out += "<tr><th><code>" + escape_html(d.key) + "</code></th>";
-      for (const auto& value : d.values) out += "<td>" + escape_html(value) + "</td>";
+      for (const auto& value : d.values) out += "<td>" + breakable(value) + "</td>";
       out += "</tr>\n";
     }
-    out += "</table>\n";
+    out = framed(out + "</table>\n");
   }
   out += "<p class=\"note\">From each run's newest checkpoint: ";
   for (size_t i = 0; i < c.runs.size(); ++i)
@@ -95,7 +109,7 @@ std::string config_html(const Comparison& c) {
 std::string waits_html(const Comparison& c) {
   std::string out;
   for (size_t i = 0; i < c.runs.size(); ++i) {
-    out += "<h3><i class=\"swatch\" style=\"background:" + run_color(i) + "\"></i>" + escape_html(c.runs[i].name) + "</h3><ul>";
+    out += "<h3><i class=\"swatch\" style=\"background:" + run_color(i) + "\"></i>" + breakable(c.runs[i].name) + "</h3><ul>";
     for (const auto& line : c.runs[i].waits) out += "<li>" + codeify(line) + "</li>";
     out += c.runs[i].waits.empty() ? "<li>no findings</li></ul>\n" : "</ul>\n";
   }
@@ -133,11 +147,14 @@ nlohmann::json page_data(const Comparison& c, const CompareHtmlOptions& options)
   return {{"runs", runs}, {"plots", plots}, {"generated", local_time_text()}};
 }
 
+// "a vs b" for two runs with short names, else how many runs (and variants):
+// the tables name them all.
 std::string page_title(const Comparison& c, const CompareHtmlOptions& options) {
   if (!options.title.empty()) return options.title;
-  if (c.runs.size() > 4) return std::to_string(c.runs.size()) + " runs";
-  std::string title;
-  for (const auto& run : c.runs) title += (title.empty() ? "" : " vs ") + run.name;
+  if (c.runs.size() == 2 && c.runs[0].name.size() + c.runs[1].name.size() <= 48)
+    return c.runs[0].name + " vs " + c.runs[1].name;
+  std::string title = std::to_string(c.runs.size()) + " runs";
+  if (!c.variants.empty() && c.variants.size() < c.runs.size()) title += " in " + std::to_string(c.variants.size()) + " variants";
   return title;
 }
 
@@ -154,7 +171,8 @@ std::string render_compare_html(const Comparison& c, const CompareHtmlOptions& o
       << "\n</style>\n</head>\n<body data-rendered=\"no\">\n<header><h1>dflow compare \u00b7 " << title << "</h1>"
       << "<div class=\"sub\">" << c.runs.size() << " runs, each read from its own directory</div></header>\n"
       << "<div id=\"errors\" hidden></div>\n"
-      << "<section class=\"panel\"><h2>Which run wins</h2><ul id=\"winners\">" << winners << "</ul></section>\n"
+      << "<section class=\"panel\"><h2>Which run wins</h2><ul id=\"winners\">" << winners << "</ul><p class=\"note\">How: "
+      << escape_html(kWinnerRule) << ".</p></section>\n"
       << variants_html(c)
       << "<section class=\"panel\"><h2>Side by side</h2>\n" << summary_table_html(c) << "</section>\n"
       << "<section class=\"panel\"><h2>Config: the keys that differ</h2>\n" << config_html(c) << "</section>\n"

@@ -77,6 +77,7 @@ std::vector<CompareRow> summary_rows(const Comparison& c) {
 
 std::string winner_line(const Comparison& c, const Winner& w) {
   if (!w.no_winner.empty()) return w.metric + ": no winner: " + w.no_winner;
+  if (!w.no_clear_winner.empty()) return w.metric + ": no clear winner: " + w.no_clear_winner;
   if (w.runs.empty()) return w.metric + ": no run has it";
   auto value = [&](double v) {  // in a sentence: no trailing zeros ("3.5", not "3.500")
     char text[32];
@@ -94,23 +95,16 @@ std::string winner_line(const Comparison& c, const Winner& w) {
       if (i < w.values.size() && std::isfinite(w.values[i])) sum += w.values[i], ++n;
     return n ? sum / static_cast<double>(n) : kUnknownValue;
   };
-  auto label = [](const Variant& v) {
-    return v.runs.size() > 1 ? v.name + " (mean of " + std::to_string(v.runs.size()) + " seeds)" : v.name;
-  };
-  std::string names, others;
-  size_t winners = 0;
+  std::string line, others;
   for (const auto& v : variants) {
-    const bool won = std::find(w.runs.begin(), w.runs.end(), v.runs.front()) != w.runs.end();
-    if (won) {
-      names += (names.empty() ? "" : ", ") + label(v);
-      ++winners;
+    if (std::find(w.runs.begin(), w.runs.end(), v.runs.front()) != w.runs.end()) {
+      line = w.metric + ": " + variant_label(v) + " " + value(w.value);
     } else {
       const double m = mean_of(v);
-      others += (others.empty() ? "" : ", ") + label(v) + " " + (std::isfinite(m) ? value(m) : "-");
+      others += (others.empty() ? "" : ", ") + variant_label(v) + " " + (std::isfinite(m) ? value(m) : "-");
     }
   }
-  std::string line = w.metric + ": " + names + " " + value(w.value);
-  if (winners > 1) line += " (a tie)";
+  if (!w.margin.empty()) line += ", " + w.margin;
   if (!others.empty()) line += "; " + others;
   return line;
 }

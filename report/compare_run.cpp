@@ -135,6 +135,7 @@ RunSummary read_run(const fs::path& run_dir, const CompareOptions& options) {
   } catch (const std::exception& e) {
     s.warnings.push_back(std::string("config not read: ") + e.what());
   }
+  if (s.config && options.figure_terms) s.terms = options.figure_terms(*s.config);
   return s;
 }
 

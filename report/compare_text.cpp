@@ -61,6 +61,7 @@ std::string compare_table(const Comparison& c) {
 
   out << "\nwinners\n";
   for (const auto& winner : c.winners) out << "  " << winner_line(c, winner) << "\n";
+  out << "  (" << kWinnerRule << ")\n";
 
   const bool any_config = std::any_of(c.runs.begin(), c.runs.end(), [](const RunSummary& r) { return r.config.has_value(); });
   out << "\nconfig: ";

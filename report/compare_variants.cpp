@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "config/errors.hpp"
 #include "report/compare_fairness.hpp"
 #include "report/compare_render.hpp"
 
@@ -84,12 +85,12 @@ Spread spread_of(const std::vector<double>& values) {
   return s;
 }
 
-double resolve_tau_target(const std::vector<RunSummary>& runs, const CompareOptions& options) {
-  if (std::isfinite(options.tau_target)) return options.tau_target;
-  double best = kUnknownValue;
-  for (const auto& run : runs)
-    if (run.best_tau && std::isfinite(run.best_tau->tau)) best = std::isfinite(best) ? std::max(best, run.best_tau->tau) : run.best_tau->tau;
-  return std::isfinite(best) ? std::round(0.8 * best * 100) / 100 : kUnknownValue;
+double resolve_tau_target(const CompareOptions& options) {
+  if (!std::isnan(options.tau_target) && !(options.tau_target > 1.0))
+    throw ConfigError("--tau-target " + format_number(options.tau_target, 3) +
+                      ": tau is at least 1 (every drafted block keeps the target's own token), so every run reaches it at "
+                      "its first evaluation; give a tau above 1 that some runs may not reach");
+  return options.tau_target;
 }
 
 std::vector<int64_t> common_tau_steps(const std::vector<RunSummary>& runs, size_t count) {

@@ -24,8 +24,10 @@ struct VariantFigures {
 };
 std::vector<VariantFigures> variant_figures(const Comparison& comparison);
 
-// 0.8 x the highest best tau of the runs, unless options give a target.
-double resolve_tau_target(const std::vector<RunSummary>& runs, const CompareOptions& options);
+// The tau whose wall time to reach is compared: options' (unknown when none
+// is given: no row then). ConfigError for one at or below 1, which every run
+// reaches at its first evaluation.
+double resolve_tau_target(const CompareOptions& options);
 // The steps at which every run that has tau evaluated it: up to `count` of
 // them, evenly spread, the last common one included.
 std::vector<int64_t> common_tau_steps(const std::vector<RunSummary>& runs, size_t count);

@@ -7,6 +7,8 @@
 
 #include "config/errors.hpp"
 #include "config/log.hpp"
+#include "nodes/figure_terms.hpp"
+#include "nodes/registry.hpp"
 #include "tools/sweep_runner.hpp"
 
 namespace dflow::cli {
@@ -31,7 +33,7 @@ void add_sweep_command(CLI::App& app, Common& common, Action& action) {
   sub->add_option("--parallel", options.parallel, "variants at a time, the machine's threads divided between them (default 1)")
       ->check(CLI::Range(1, 64));
   sub->add_flag("--compare-only", compare_only, "run nothing: write DIR's comparison of the variants with records now");
-  sub->add_option("--tau-target", tau_target, "the tau whose wall time to reach is compared (default 0.8 x the best tau)");
+  sub->add_option("--tau-target", tau_target, "the tau (above 1) whose wall time to reach is compared, seeds grouped (no such row without it)");
   sub->add_option("--last", recent_steps, "steps in the recent throughput window (default 50)")->check(CLI::PositiveNumber);
   add_common_options(*sub, common);
   sub->callback([&action, &common] {
@@ -40,6 +42,9 @@ void add_sweep_command(CLI::App& app, Common& common, Action& action) {
       options.log_level = common.log_level;
       options.compare.tau_target = tau_target;
       options.compare.recent_steps = recent_steps;
+      options.compare.figure_terms = [](const report::RunConfig& config) {
+        return nodes::figure_terms(config, nodes::default_registry());
+      };
       // The sweep's own lines, not the comparison's progress (the runs log to logs/).
       if (common.log_level.empty()) log::set_level("warn");
       if (compare_only) {

@@ -49,6 +49,9 @@ pid_t spawn_train(const std::vector<std::string>& args, const fs::path& log_file
   pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("dflow sweep: fork failed");
   if (pid > 0) return pid;
+  // Its own process group: a terminal's Ctrl-C reaches the sweep alone, which
+  // stops the runs itself, so that no run ends from it unseen by the sweep.
+  ::setpgid(0, 0);
   const int fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd >= 0) ::dup2(fd, 1), ::dup2(fd, 2), ::close(fd);
   exec_self(args, "dflow sweep");
@@ -79,23 +82,36 @@ std::string outcome_text(const fs::path& run_dir, const report::CompareOptions& 
   }
 }
 
-// The `dflow train` arguments of one variant.
-std::vector<std::string> train_args(const SweepOptions& o, const config::SweepVariant& v, const config::Config& config,
-                                    const fs::path& run_dir) {
-  std::vector<std::string> args{"train"};
-  if (!o.config_file.empty()) args.push_back(o.config_file);
-  auto set = [&](const std::string& kv) { args.insert(args.end(), {"--set", kv}); };
-  for (const auto& s : o.overrides) set(s);
-  for (const auto& s : v.overrides) set(s);
-  set("run.out_dir=" + run_dir.string());
-  set("run.name=" + v.name);
+bool sets_key(const std::vector<std::string>& sets, const std::string& key) {
+  return std::any_of(sets.begin(), sets.end(), [&](const std::string& kv) { return kv.substr(0, kv.find('=')) == key; });
+}
+
+// The --set overrides of one variant's run: the sweep's --set, the variant's
+// own, where it writes and, with --parallel K, the machine's threads divided
+// between the K runs at a time where neither --set nor the variant chose them.
+std::vector<std::string> variant_sets(const SweepOptions& o, const config::SweepVariant& v) {
+  std::vector<std::string> sets = o.overrides;
+  sets.insert(sets.end(), v.overrides.begin(), v.overrides.end());
+  sets.push_back("run.out_dir=" + (o.out_dir / v.name).string());
+  sets.push_back("run.name=" + v.name);
   if (o.parallel > 1) {
-    // The machine's threads divided between the runs at a time.
+    const bool threads_chosen = sets_key(sets, "run.threads"), torch_threads_chosen = sets_key(sets, "run.torch_threads");
     const int cores = std::max(1u, std::thread::hardware_concurrency());
     const int each = std::max(1, cores / o.parallel);
-    set("run.threads=" + std::to_string(each));
-    set("run.torch_threads=" + std::to_string(std::min(config.run.torch_threads, each)));
+    if (!threads_chosen) sets.push_back("run.threads=" + std::to_string(each));
+    if (!torch_threads_chosen) {
+      const auto chosen = config::load_config(o.config_file, sets).run;  // the file's torch_threads, at most the run's threads
+      sets.push_back("run.torch_threads=" + std::to_string(std::min(chosen.torch_threads, chosen.threads)));
+    }
   }
+  return sets;
+}
+
+// The `dflow train` arguments of one variant.
+std::vector<std::string> train_args(const SweepOptions& o, const config::SweepVariant& v, const fs::path& run_dir) {
+  std::vector<std::string> args{"train"};
+  if (!o.config_file.empty()) args.push_back(o.config_file);
+  for (const auto& kv : variant_sets(o, v)) args.insert(args.end(), {"--set", kv});
   if (!o.log_level.empty()) args.insert(args.end(), {"--log-level", o.log_level});
   if (fs::exists(run_dir / "checkpoints" / "latest")) args.insert(args.end(), {"--resume", "latest"});
   else if (fs::exists(run_dir)) args.push_back("--overwrite");  // died before its first checkpoint: start it again
@@ -134,15 +150,21 @@ bool write_sweep_comparison(const fs::path& out_dir, const report::CompareOption
 
 namespace {
 
+// The sweep keeps these in --out beside the variants' directories.
+void refuse_reserved_names(const std::vector<config::SweepVariant>& variants) {
+  for (const auto& v : variants)
+    for (const char* own : {"logs", "sweep.json", "sweep.json.tmp", "compare.html", "compare.txt"})
+      if (v.name == own)
+        throw ConfigError("--variant " + v.name + ": the sweep writes its own " + std::string(own) +
+                          " in --out: give the variant another name");
+}
+
 // Every variant's config, checked (config, node types and params) before anything runs.
 std::vector<config::Config> checked_configs(const SweepOptions& o, const std::vector<config::SweepVariant>& variants) {
   std::vector<config::Config> configs;
   for (const auto& v : variants) {
-    std::vector<std::string> sets = o.overrides;
-    sets.insert(sets.end(), v.overrides.begin(), v.overrides.end());
-    sets.push_back("run.out_dir=" + (o.out_dir / v.name).string());
     try {
-      configs.push_back(config::load_config(o.config_file, sets));
+      configs.push_back(config::load_config(o.config_file, variant_sets(o, v)));
       (void)graph::describe(configs.back().pipeline, nodes::default_registry());
     } catch (const ConfigError& e) {
       throw ConfigError("sweep variant " + v.name + ": " + e.what());
@@ -155,8 +177,8 @@ std::vector<config::Config> checked_configs(const SweepOptions& o, const std::ve
 // outcome recorded in the state as it ends.
 class SweepLoop {
  public:
-  SweepLoop(const SweepOptions& o, std::vector<config::SweepVariant> variants, std::vector<config::Config> configs, json state)
-      : o_(o), variants_(std::move(variants)), configs_(std::move(configs)), state_(std::move(state)) {
+  SweepLoop(const SweepOptions& o, std::vector<config::SweepVariant> variants, json state)
+      : o_(o), variants_(std::move(variants)), state_(std::move(state)) {
     for (size_t i = 0; i < variants_.size(); ++i) {
       if (state_["variants"].value(variants_[i].name, json::object()).value("status", "") == "done") {
         std::cout << "[sweep] " << variants_[i].name << ": finished earlier, skipped\n";
@@ -171,10 +193,13 @@ class SweepLoop {
 
   void run() {
     while (next_ < pending_.size() || !running_.empty()) {
-      if (const int s = g_stop_signal.exchange(0); s && !stopping_) stop(s);
+      take_stop_signal();
       while (!stopping_ && next_ < pending_.size() && static_cast<int>(running_.size()) < o_.parallel) start(pending_[next_++]);
       int status = 0;
       const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      // A stop that came while a run ended is taken before its outcome: the
+      // run may have ended from that stop, and is then interrupted, not failed.
+      take_stop_signal();
       if (pid > 0) ended(pid, status);
       else std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -186,18 +211,25 @@ class SweepLoop {
  private:
   fs::path log_of(const config::SweepVariant& v) const { return o_.out_dir / "logs" / (v.name + ".log"); }
 
+  void take_stop_signal() {
+    if (const int s = g_stop_signal.exchange(0); s && !stopping_) stop(s);
+  }
+
   void stop(int signal) {
     stopping_ = true;
     std::cout << "[sweep] stopping: the running variants are stopped (each resumes from its latest checkpoint "
                  "when the same command runs again)\n" << std::flush;
-    for (const auto& r : running_) ::kill(r.pid, signal);
+    // A hangup (the terminal closed) stops the runs as SIGTERM does: they are in process groups of their own.
+    for (const auto& r : running_) ::kill(r.pid, signal == SIGHUP ? SIGTERM : signal);
   }
 
   void start(size_t i) {
     const auto& v = variants_[i];
-    const auto args = train_args(o_, v, configs_[i], o_.out_dir / v.name);
+    const auto args = train_args(o_, v, o_.out_dir / v.name);
     const bool resumed = std::find(args.begin(), args.end(), "--resume") != args.end();
-    running_.push_back({spawn_train(args, log_of(v)), i, std::chrono::steady_clock::now()});
+    const pid_t pid = spawn_train(args, log_of(v));
+    ::setpgid(pid, pid);  // also here: the group exists before any signal of the sweep's can be forwarded
+    running_.push_back({pid, i, std::chrono::steady_clock::now()});
     state_["variants"][v.name] = {{"status", "running"}};
     write_sweep_state(o_.out_dir, state_);
     std::cout << "[sweep] start " << v.name << (resumed ? " (resumes from its latest checkpoint)" : "") << ": log "
@@ -231,7 +263,6 @@ class SweepLoop {
 
   const SweepOptions& o_;
   std::vector<config::SweepVariant> variants_;
-  std::vector<config::Config> configs_;
   json state_;
   std::vector<size_t> pending_;  // indices into variants_, in grid order
   size_t next_ = 0, finished_ = 0;
@@ -244,6 +275,7 @@ class SweepLoop {
 
 int run_sweep(const SweepOptions& o) {
   auto variants = config::sweep_variants(o.axes, o.seeds, config::load_config(o.config_file, o.overrides).run.seed);
+  refuse_reserved_names(variants);
   auto configs = checked_configs(o, variants);
   json state = open_sweep_state(o, variants);
   if (o.config_file.empty()) {  // once, before the runs that share them
@@ -254,8 +286,9 @@ int run_sweep(const SweepOptions& o) {
   action.sa_handler = remember_stop;
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGHUP, &action, nullptr);
   const size_t count = variants.size();
-  SweepLoop loop(o, std::move(variants), std::move(configs), std::move(state));
+  SweepLoop loop(o, std::move(variants), std::move(state));
   loop.run();
   std::cout << "\n";
   if (compare_or_warn(o, true))

@@ -1,9 +1,13 @@
 #include "tools/sweep_state.hpp"
 
+#include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 
+#include "config/config.hpp"
 #include "config/errors.hpp"
+#include "data/checksum.hpp"
 
 namespace dflow::cli {
 
@@ -13,6 +17,20 @@ using nlohmann::json;
 namespace {
 
 fs::path state_file(const fs::path& out_dir) { return out_dir / "sweep.json"; }
+
+// The xxhash64 of the config's text (the embedded demo's without a file): a
+// rerun must run the config the finished variants ran.
+std::string config_digest(const SweepOptions& o) {
+  std::string text = config::default_config_yaml();
+  if (!o.config_file.empty()) {
+    std::ifstream in(o.config_file, std::ios::binary);
+    if (!in) throw ConfigError(o.config_file + ": cannot read the sweep's config");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(data::xxhash64(text.data(), text.size())));
+  return hex;
+}
 
 json definition_of(const SweepOptions& o) {
   json vary = json::array();
@@ -25,12 +43,16 @@ json definition_of(const SweepOptions& o) {
     }
     vary.push_back(a.key + "=" + values);
   }
-  return {{"config", o.config_file.empty() ? "<default>" : o.config_file}, {"set", o.overrides}, {"vary", vary},
-          {"seeds", o.seeds}};
+  return {{"config", o.config_file.empty() ? "<default>" : o.config_file}, {"config_xxhash64", config_digest(o)},
+          {"set", o.overrides}, {"vary", vary}, {"seeds", o.seeds}};
 }
 
 // The definition's first difference, as a person would say it.
 std::string definition_difference(const json& saved, const json& now) {
+  if (saved.value("config", json()) == now.value("config", json()) &&
+      saved.value("config_xxhash64", json()) != now.value("config_xxhash64", json()))
+    return "the config " + now.value("config", std::string()) + " is not the one its variants ran: its contents changed "
+           "(xxhash64 " + saved.value("config_xxhash64", json()).dump() + ", now " + now["config_xxhash64"].dump() + ")";
   for (const char* key : {"config", "set", "vary", "seeds"})
     if (saved.value(key, json()) != now.value(key, json()))
       return std::string(key) + " was " + saved.value(key, json()).dump() + ", now " + now.value(key, json()).dump();

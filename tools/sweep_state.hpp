@@ -1,6 +1,7 @@
 #pragma once
-// A sweep's state, `--out`/sweep.json: the sweep it is (config, --set, the
-// grid, seeds: a rerun must be the same command) and each variant's status
+// A sweep's state, `--out`/sweep.json: the sweep it is (config and a digest
+// of its contents, --set, the grid, seeds: a rerun must be the same command
+// on the same config) and each variant's status
 // (running, done, interrupted, failed) with its exit code and seconds. It is
 // replaced atomically (written aside, then renamed) after every change.
 #include <nlohmann/json.hpp>

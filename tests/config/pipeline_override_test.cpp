@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "config/config.hpp"
+#include "config/pipeline_override.hpp"
 #include "config_error_of.hpp"
 
 using dflow::config::load_config;
@@ -117,4 +118,17 @@ TEST_CASE("Config.PipelineSet.ambiguous_ends_ask_for_ports") {
   auto c = load_config_text(yaml, "t.yaml", {"pipeline.edges.a.z->b.w.capacity=7"});
   CHECK(c.pipeline.edges[1].capacity == 7);
   CHECK(c.pipeline.edges[0].capacity == 1);
+}
+
+TEST_CASE("Config.PipelineSet.node_keys_are_read_in_one_place") {
+  const auto params = dflow::config::parse_node_key("pipeline.nodes.drafter.params.objective");
+  REQUIRE(params);
+  CHECK(params->node == "drafter");
+  CHECK(params->field == "params");
+  CHECK(params->below == std::vector<std::string>{"objective"});
+  const auto bare = dflow::config::parse_node_key("pipeline.nodes.target");
+  REQUIRE(bare);
+  CHECK(bare->field.empty());
+  CHECK_FALSE(dflow::config::parse_node_key("pipeline.edges.load->pad.capacity"));
+  CHECK_FALSE(dflow::config::parse_node_key("train.lr"));
 }

@@ -78,6 +78,31 @@ TEST_CASE("Config.Sweep.refusals") {
   CHECK(error_of([] { sweep_variants({}, 0, 1); }) == "--seeds: must be >= 1, got 0");
 }
 
+TEST_CASE("Config.Sweep.named_variants_cannot_set_the_keys_the_sweep_owns") {
+  for (const char* key : {"run.seed=7", "run.out_dir=elsewhere", "run.name=other"}) {
+    CAPTURE(key);
+    SweepAxis recipes;
+    add_named_variant(recipes, "base");
+    add_named_variant(recipes, std::string("mine: train.lr=0.1 ") + key);
+    const std::string error = error_of([&] { sweep_variants({recipes}, 2, 1); });
+    CHECK(error.find("--variant mine: " + std::string(key).substr(0, std::string(key).find('=')) + " is the sweep's") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("Config.Sweep.a_variant_name_is_a_plain_directory_name") {
+  for (const char* name : {".", "..", "...", "a/b", "../up"}) {
+    CAPTURE(name);
+    SweepAxis recipes;
+    CHECK(error_of([&] { add_named_variant(recipes, std::string(name) + ": train.lr=1"); }).find("NAME in letters") !=
+          std::string::npos);
+  }
+  SweepAxis fine;
+  add_named_variant(fine, "v1.2: train.lr=1");
+  add_named_variant(fine, ".hidden-ok_2");
+  CHECK(fine.values == std::vector<std::string>{"v1.2", ".hidden-ok_2"});
+}
+
 TEST_CASE("Config.Sweep.named_variants_set_several_keys_each") {
   SweepAxis recipes;
   add_named_variant(recipes, "baseline");

@@ -3,6 +3,7 @@
 // in a real browser without network or script errors.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <regex>
 #include <sstream>
 
@@ -99,6 +100,47 @@ TEST_CASE("Compare.Html.DrawsInHeadlessChromiumWithoutScriptErrors") {
   CHECK(count(drawn, "class=\"plot\"") == 4);
   CHECK(count(drawn, "<circle") == 2 * 5);  // one dot per evaluation, over steps and over wall time
   CHECK(count(drawn, "class=\"empty\"") == 0);  // every plot has data
+}
+
+TEST_CASE("Compare.Html.FourRunsOfASweepFitThePageWidth") {
+  if (test::find_chromium().empty())
+    FAIL("chromium is not installed: run tools/setup.sh (it installs chromium, which the report tests need)");
+  // Four runs named as dflow sweep names them, under a long --out.
+  const fs::path sweep = test::fresh_dir("compare-sweep-of-four") / "runs" / "optimizer-sweep-with-a-long-name";
+  std::vector<fs::path> runs;
+  for (const char* optimizer : {"optimizer_step.adamw", "optimizer_step.muon"})
+    for (int seed : {1234, 1235}) {
+      const std::string name = std::string("optimizer=") + optimizer + "+seed=" + std::to_string(seed);
+      runs.push_back(sweep / name);
+      test::write_fixture_run(runs.back(), {.steps = 120, .total_steps = 120, .seed = static_cast<uint64_t>(seed)});
+      std::ofstream(runs.back() / "metrics.jsonl", std::ios::app) << test::eval_record(0, 1.0).dump() << "\n"
+                                                                  << test::eval_record(100, 1.5).dump() << "\n";
+      test::write_checkpoint_config(runs.back(), "step-100", test::config_yaml(runs.back().string(), seed == 1234 ? "0.01" : "0.02", "pad_bucket.token_budget", 2));
+    }
+  const fs::path page = sweep / "compare.html";
+  std::ostringstream console;
+  REQUIRE(compare_command(runs, page, console) == 0);
+  const std::string html = read_text(page);
+  CHECK(html.find("<h1>dflow compare \u00b7 4 runs") != std::string::npos);  // the tables name them
+  CHECK(html.find("<h1>dflow compare \u00b7 optimizer") == std::string::npos);
+  // The page in a 1280 px wide frame of a page that measures it (same origin: file access allowed).
+  const fs::path probe = sweep / "measure.html";
+  std::ofstream(probe) << "<!DOCTYPE html><html><body><div id=\"result\">pending</div>"
+                          "<iframe id=\"page\" src=\"compare.html\" style=\"width:1280px;height:900px;border:0\"></iframe><script>"
+                          "document.getElementById('page').addEventListener('load', () => {"
+                          "  const d = document.getElementById('page').contentDocument;"
+                          "  let right = 0;"
+                          "  for (const t of d.querySelectorAll('table')) right = Math.max(right, t.getBoundingClientRect().right);"
+                          "  document.getElementById('result').textContent = 'page ' + d.documentElement.scrollWidth + ' view ' +"
+                          "    d.documentElement.clientWidth + ' tables ' + Math.ceil(right);"
+                          "});</script></body></html>";
+  const std::string dom = test::run_chromium("--allow-file-access-from-files --virtual-time-budget=5000 --dump-dom",
+                                             "file://" + fs::absolute(probe).string(), sweep / "measure.log");
+  std::smatch m;
+  REQUIRE_MESSAGE(std::regex_search(dom, m, std::regex("page (\\d+) view (\\d+) tables (\\d+)")), dom);
+  INFO(m.str(0));
+  CHECK(std::stoi(m.str(1)) <= std::stoi(m.str(2)));  // the page does not scroll sideways
+  CHECK(std::stoi(m.str(3)) <= std::stoi(m.str(2)));  // no table reaches past it
 }
 
 TEST_CASE("Compare.Command.WritesThePagePrintsTheTableAndRefusesFewerThanTwoRuns") {

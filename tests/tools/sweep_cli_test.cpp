@@ -108,6 +108,28 @@ TEST_CASE("Cli.Sweep.a_node_swap_times_seeds_runs_each_variant_and_compares_them
   auto other = run_dflow(three);
   CHECK(other.exit_code == 2);
   CHECK(other.output.find("holds another sweep (seeds was 2, now 3)") != std::string::npos);
+
+  // So is the same command on an edited config: the finished variants ran the old one.
+  base_config(dir, 6);
+  auto edited = run_dflow(command);
+  CHECK(edited.exit_code == 2);
+  CHECK_MESSAGE(edited.output.find("holds another sweep (the config " + base.string() +
+                                   " is not the one its variants ran: its contents changed") != std::string::npos,
+                edited.output);
+  CHECK(fs::last_write_time(out / names[0] / "metrics.jsonl") == before);
+}
+
+TEST_CASE("Cli.Sweep.threads_a_variant_or_set_chose_hold_with_parallel_runs") {
+  const fs::path dir = fresh_dir("sweep-threads");
+  const fs::path base = base_config(dir, 1, {"eval.every_steps=0"}), out = dir / "sweep";
+  auto o = run_dflow("sweep " + base.string() + " --out " + out.string() +
+                     " --vary run.threads=1,3 --set run.torch_threads=2 --parallel 2");
+  INFO(o.output);
+  REQUIRE(o.exit_code == 0);
+  CHECK(flat_value(out / "threads=1", "run.threads") == "1");
+  CHECK(flat_value(out / "threads=3", "run.threads") == "3");
+  CHECK(flat_value(out / "threads=1", "run.torch_threads") == "2");
+  CHECK(flat_value(out / "threads=3", "run.torch_threads") == "2");
 }
 
 TEST_CASE("Cli.Sweep.bad_grid_values_are_refused_before_anything_runs") {
@@ -125,6 +147,17 @@ TEST_CASE("Cli.Sweep.bad_grid_values_are_refused_before_anything_runs") {
   CHECK(param.exit_code == 2);
   CHECK_MESSAGE(param.output.find("sweep variant drafter.objective=dpce") != std::string::npos, param.output);
   CHECK_FALSE(fs::exists(out / "drafter.objective=dpace"));  // nothing ran
+  // A variant named like a directory or file the sweep keeps in --out, or not a plain directory name.
+  auto logs = run_dflow("sweep " + base.string() + " --out " + out.string() + " --variant 'logs: train.lr=0.1' --variant base");
+  CHECK(logs.exit_code == 2);
+  CHECK_MESSAGE(logs.output.find("--variant logs: the sweep writes its own logs in --out") != std::string::npos, logs.output);
+  auto up = run_dflow("sweep " + base.string() + " --out " + out.string() + " --variant '..: train.lr=0.1' --variant base");
+  CHECK(up.exit_code == 2);
+  CHECK_MESSAGE(up.output.find("--variant ..: train.lr=0.1: expected NAME") != std::string::npos, up.output);
+  auto seed = run_dflow("sweep " + base.string() + " --out " + out.string() + " --variant 'mine: run.seed=9' --variant base");
+  CHECK(seed.exit_code == 2);
+  CHECK_MESSAGE(seed.output.find("--variant mine: run.seed is the sweep's") != std::string::npos, seed.output);
+  CHECK_FALSE(fs::exists(out / "base"));
 }
 
 TEST_CASE("Cli.Sweep.ctrl_c_stops_it_and_the_same_command_resumes_it") {
@@ -136,6 +169,7 @@ TEST_CASE("Cli.Sweep.ctrl_c_stops_it_and_the_same_command_resumes_it") {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    ::setpgid(0, 0);  // a process group of its own, as a shell starts a command in a terminal
     const std::string line = ::dflow::testing::dflow_binary() + " " + args + " > " + (dir / "first.log").string() + " 2>&1";
     ::execl("/bin/sh", "sh", "-c", ("exec " + line).c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
@@ -145,7 +179,17 @@ TEST_CASE("Cli.Sweep.ctrl_c_stops_it_and_the_same_command_resumes_it") {
   while (!fs::exists(latest) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   REQUIRE_MESSAGE(fs::exists(latest), "the variant never wrote its first checkpoint: " << read_text(dir / "first.log"));
-  ::kill(pid, SIGINT);
+  // The variant's run is in a process group of its own, so the terminal's
+  // Ctrl-C reaches the sweep alone, which stops the run itself and records
+  // it interrupted (a run that got the signal too could end before the
+  // sweep had read it, and be recorded failed).
+  std::ifstream children("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  pid_t run_pid = 0;
+  children >> run_pid;
+  REQUIRE(run_pid > 0);
+  CHECK(::getpgid(run_pid) == run_pid);
+  CHECK(::getpgid(run_pid) != ::getpgid(pid));
+  ::kill(-pid, SIGINT);  // Ctrl-C: the whole foreground process group
   int status = 0;
   ::waitpid(pid, &status, 0);
   const std::string first = read_text(dir / "first.log");
