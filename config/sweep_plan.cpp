@@ -122,6 +122,13 @@ void add_named_variant(SweepAxis& axis, const std::string& text) {
   axis.sets.push_back(sets);
 }
 
+void refuse_sweep_owned_sets(const std::vector<std::string>& sets) {
+  for (const auto& kv : sets) {
+    const std::string key = kv.substr(0, kv.find('='));
+    if (key != "run.seed") refuse_sweep_owned_key(key, "--set " + kv);
+  }
+}
+
 std::string axis_label(const std::string& key, const std::vector<std::string>& all_keys) {
   const std::string label = short_label(key);
   for (const auto& other : all_keys)

@@ -44,6 +44,11 @@ struct SweepVariant {
 // by a named variant.
 std::vector<SweepVariant> sweep_variants(const std::vector<SweepAxis>& axes, int seeds, uint64_t first_seed);
 
+// The sweep's own --set overrides ("key=value"): run.seed there is the first
+// seed, but run.out_dir and run.name are the sweep's (--out/NAME and NAME)
+// and would be replaced in every run. Throws ConfigError naming the --set.
+void refuse_sweep_owned_sets(const std::vector<std::string>& sets);
+
 // The short label of an axis in names: "lr" for train.lr, "optimizer" for
 // pipeline.nodes.optimizer.type, "drafter.objective" for
 // pipeline.nodes.drafter.params.objective, "load-pad.capacity" for an edge;

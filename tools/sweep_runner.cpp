@@ -274,6 +274,7 @@ class SweepLoop {
 }  // namespace
 
 int run_sweep(const SweepOptions& o) {
+  config::refuse_sweep_owned_sets(o.overrides);
   auto variants = config::sweep_variants(o.axes, o.seeds, config::load_config(o.config_file, o.overrides).run.seed);
   refuse_reserved_names(variants);
   auto configs = checked_configs(o, variants);

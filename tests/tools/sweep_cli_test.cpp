@@ -157,6 +157,11 @@ TEST_CASE("Cli.Sweep.bad_grid_values_are_refused_before_anything_runs") {
   auto seed = run_dflow("sweep " + base.string() + " --out " + out.string() + " --variant 'mine: run.seed=9' --variant base");
   CHECK(seed.exit_code == 2);
   CHECK_MESSAGE(seed.output.find("--variant mine: run.seed is the sweep's") != std::string::npos, seed.output);
+  // The sweep's own --set may not place the runs either (each run's directory is --out/NAME).
+  auto placed = run_dflow("sweep " + base.string() + " --out " + out.string() + " --set run.out_dir=elsewhere");
+  CHECK(placed.exit_code == 2);
+  CHECK_MESSAGE(placed.output.find("--set run.out_dir=elsewhere: run.out_dir is the sweep's") != std::string::npos,
+                placed.output);
   CHECK_FALSE(fs::exists(out / "base"));
 }
 
