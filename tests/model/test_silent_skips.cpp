@@ -40,7 +40,8 @@ std::string code_only(const std::string& src) {
       blank(i, end), i = end;
     } else if (src.compare(i, 2, "R\"") == 0 && (i == 0 || !(std::isalnum(static_cast<unsigned char>(src[i - 1])) || src[i - 1] == '_'))) {
       const size_t open = src.find('(', i);
-      const std::string close = ")" + src.substr(i + 2, open - i - 2) + "\"";
+      std::string close(1, ')');  // )delimiter"
+      close.append(src, i + 2, open - i - 2).push_back('"');
       const size_t end = src.find(close, open) + close.size();
       blank(i + 2, end - 1), i = end;
     } else if (src[i] == '"' || src[i] == '\'') {
