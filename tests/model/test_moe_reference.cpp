@@ -61,11 +61,11 @@ TEST_CASE("Model.MoeReference.HiddenStatesOfEveryLayerEqualTransformersFloat32")
 
 TEST_CASE("Model.MoeReference.HiddenStatesOfEveryLayerWithinBfloat16ToleranceOfTransformers") {
   // transformers in bf16 against dflow in bf16, the same checkpoint converted
-  // on load, both against transformers' float32. (With one thread on a CPU
-  // with native bf16 dflow follows transformers' op order and dtypes so
-  // closely that the bf16 states come out equal bit for bit; other kernels
-  // round elsewhere, so the bound is transformers' own bf16 error, not a
-  // fixed share.)
+  // on load, both against transformers' float32. (With one thread dflow
+  // follows transformers' op order and dtypes so closely that the bf16
+  // states come out equal bit for bit, at every ISA PyTorch's kernels were
+  // forced to; the bound is still transformers' own bf16 error, which other
+  // kernels may round elsewhere.)
   torch::set_num_threads(1);
   for (const std::string name : kCheckpoints) {
     CAPTURE(name);
