@@ -13,7 +13,10 @@ using namespace dflow::model;
 
 TEST_CASE("Model.Packing.CudaHalfTargetWhereTheVarlenKernelCannotRunTakesThePerDocumentPath") {
   const torch::Tensor document_ids = torch::tensor({0, 0, 0, 1, 1, 2, 0, 0, 1, 1, 1, 1}, torch::kInt64).view({2, 6});
-  if (torch::cuda::is_available()) return;  // here the kernel may run; tools/gpu_check.sh checks that machine
+  if (torch::cuda::is_available()) {
+    MESSAGE("skipped: a CUDA device is present, where the varlen kernel may run; tools/gpu_check.sh checks that machine");
+    return;
+  }
   // No GPU at all: the kernel cannot run, so the spans are kept.
   const DocumentAttention attention = prepare_document_attention(document_ids, torch::Device("cuda:0"), torch::kBFloat16);
   CHECK_FALSE(attention.varlen());
