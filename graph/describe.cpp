@@ -59,6 +59,8 @@ void resolve_node(NodeDesc& node, const config::NodeDecl& decl, size_t index, co
                       "unknown node type '" + decl.type + "'" + suggest(decl.type, registry.types(), "types"));
   node.kind = node.spec->kind;
   node.description = node.spec->description;
+  node.compute = node.spec->compute;
+  node.when_bound = node.spec->when_bound;
   node.inputs = node.spec->inputs;
   node.outputs = node.spec->outputs;
   node.input_connected.assign(node.inputs.size(), 0);

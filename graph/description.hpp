@@ -26,6 +26,8 @@ struct NodeDesc {
   std::string description;         // the kind's one-line description
   NodeKind kind = NodeKind::function;
   int replicas = 1;
+  bool compute = false;            // the kind's, for the report (NodeSpec::compute)
+  std::string when_bound;          // the kind's, for the report (NodeSpec::when_bound)
   const NodeSpec* spec = nullptr;  // owned by the registry; used only while building
   std::vector<PortSpec> inputs;    // as declared, "*" replaced by the type the graph gives it
   std::vector<PortSpec> outputs;

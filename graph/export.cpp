@@ -65,7 +65,7 @@ nlohmann::json to_json(const GraphDescription& graph, const TelemetrySnapshot* t
   for (const auto& n : graph.nodes)
     nodes.push_back({{"name", n.name}, {"type", n.type}, {"kind", kind_name(n.kind)}, {"replicas", n.replicas},
                      {"description", n.description}, {"inputs", ports(n.inputs)}, {"outputs", ports(n.outputs)},
-                     {"join_ports", n.join_ports}});
+                     {"join_ports", n.join_ports}, {"compute", n.compute}, {"when_bound", n.when_bound}});
   for (const auto& e : graph.edges) {
     const NodeDesc& from = graph.nodes[e.from_node];
     const NodeDesc& to = graph.nodes[e.to_node];

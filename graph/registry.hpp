@@ -36,6 +36,14 @@ struct NodeSpec {
   // such as evaluation on a machine with as many threads as the loop keeps
   // busy; such a node then takes one thread while it runs.
   bool high_priority = false;
+  // For the report's reading of a run this node bounds (graph/ never reads
+  // them; the description carries them into graph.json). compute: its work
+  // is the compute the performance model expects to bound a run (a model's
+  // forward, a training step), behind which the rest of the graph hides.
+  bool compute = false;
+  // What its busy time is and what to do when it bounds a run, in words
+  // ("" leaves the report's own words for a compute or other node).
+  std::string when_bound = {};
   // What the application attaches to the kind beyond the graph; graph/ never
   // reads it (the training nodes keep their run hooks here: nodes/node_kind.hpp).
   std::any extension = {};

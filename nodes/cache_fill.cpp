@@ -125,7 +125,7 @@ FillReport fill_feature_cache(const config::Config& training, const FillOptions&
     throw ConfigError(std::string("cache-features: dtype: ") + e.what());
   }
   const config::Config config = capture_config(training);
-  const auto pipeline_config = capture_pipeline(config.pipeline);  // refused before any model loads
+  const auto pipeline_config = capture_pipeline(config.pipeline, default_registry());  // refused before any model loads
   RunOptions options;
   options.prepare_nodes = false;  // the features.cached node would refuse the cache this fills
   options.whole_target_because = "cache-features runs the target in-process";

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "config/errors.hpp"
+#include "nodes/node_kind.hpp"
 
 namespace dflow::nodes {
 
@@ -11,16 +12,25 @@ namespace {
 
 std::string node_of(const std::string& endpoint) { return endpoint.substr(0, endpoint.find('.')); }
 
-bool is_feature_source(const config::NodeDecl& node) {
-  return node.type == "target_forward" || node.type == "features.cached";
+CaptureRole role_of(const graph::NodeRegistry& kinds, const std::string& type) {
+  const RunHooks* hooks = run_hooks(kinds, type);
+  return hooks ? hooks->capture : CaptureRole::none;
+}
+
+// The kinds that declare `role`, for messages: "features.cached or target_forward".
+std::string kinds_with(const graph::NodeRegistry& kinds, CaptureRole role) {
+  std::string out;
+  for (const auto& type : kinds.types())
+    if (role_of(kinds, type) == role) out += (out.empty() ? "" : " or ") + type;
+  return out;
 }
 
 }  // namespace
 
-config::PipelineConfig capture_pipeline(const config::PipelineConfig& training) {
+config::PipelineConfig capture_pipeline(const config::PipelineConfig& training, const graph::NodeRegistry& kinds) {
   const config::NodeDecl* source = nullptr;
   for (const auto& node : training.nodes) {
-    if (!is_feature_source(node)) continue;
+    if (role_of(kinds, node.type) != CaptureRole::target) continue;
     if (source)
       throw ConfigError(node.mark, "pipeline.nodes." + node.name,
                         "cache-features: the pipeline has two feature sources ('" + source->name + "' and '" +
@@ -28,8 +38,9 @@ config::PipelineConfig capture_pipeline(const config::PipelineConfig& training) 
     source = &node;
   }
   if (!source)
-    throw ConfigError("cache-features: the pipeline has no target_forward or features.cached node: nothing there "
-                      "runs the target whose features the cache holds");
+    throw ConfigError("cache-features: the pipeline has no feature source whose target the capture can run (a node of "
+                      "type " + kinds_with(kinds, CaptureRole::target) +
+                      "): nothing there runs the target whose features the cache holds");
 
   // The feature source and everything its data comes from (token edges are
   // the training loop's, never upstream of the target).
@@ -66,11 +77,11 @@ config::PipelineConfig capture_pipeline(const config::PipelineConfig& training) 
       // assigning to it would empty the training config's params too.
       kept_node.params.reset();
     } else if (!fed.count(node.name)) {
-      if (node.type != "load.shards")
+      if (role_of(kinds, node.type) != CaptureRole::loader)
         throw ConfigError(node.mark, "pipeline.nodes." + node.name,
                           "cache-features: node '" + node.name + "' (" + node.type +
                               ") feeds the target, but the capture can read batches only where the pipeline "
-                              "reads them with load.shards");
+                              "reads them with " + kinds_with(kinds, CaptureRole::loader));
       kept_node.type = "capture.load";
     }
     capture.nodes.push_back(std::move(kept_node));

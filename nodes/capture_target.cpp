@@ -17,6 +17,7 @@ void register_capture_target(graph::NodeRegistry& registry) {
   target.description = "frozen target under no-grad: fused features in the target's dtype, as the cache stores them";
   target.inputs = {{"in", "PaddedBatch"}};
   target.outputs = {{"out", "FeatureBatch"}};
+  target.compute = true;  // the target's forward
   target.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
     return make_target_forward(context, /*for_cache=*/true);
   };

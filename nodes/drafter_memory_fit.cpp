@@ -33,24 +33,12 @@ struct Checker {
   const model::ObjectiveOptions& objective;
 
   model::DrafterMemoryShape shape(int64_t length, int64_t anchors, bool recompute) const {
-    model::DrafterMemoryShape s;
-    s.rows = std::max<int64_t>(1, data.tokens_per_batch / length);
-    s.context_length = length;
-    s.anchors_per_sequence = std::min<int64_t>(anchors, std::max<int64_t>(1, length - 1));
-    s.dtype = dtype;
-    s.recompute_layers = recompute;
-    s.max_attention_scores_per_chunk = objective.max_attention_scores_per_chunk;
-    s.max_logits_per_chunk = objective.max_logits_per_chunk;
-    return s;
+    return micro_batch_shape(data, length, anchors, dtype, objective, recompute);
   }
   // The micro-batch of the bucket that needs the most, and its bytes.
   std::pair<model::DrafterMemoryShape, double> largest(int64_t anchors, bool recompute) const {
-    std::vector<int64_t> lengths;
-    for (const int bucket : data.buckets)
-      if (bucket < data.max_length) lengths.push_back(bucket);
-    lengths.push_back(data.max_length);
     std::pair<model::DrafterMemoryShape, double> worst{{}, -1};
-    for (const int64_t length : lengths) {
+    for (const int64_t length : checked_lengths(data)) {
       const auto s = shape(length, anchors, recompute);
       const double bytes = model::estimate_drafter_memory(spec, s).total_bytes();
       if (bytes > worst.second) worst = {s, bytes};
@@ -69,6 +57,27 @@ struct Checker {
 };
 
 }  // namespace
+
+model::DrafterMemoryShape micro_batch_shape(const config::DataConfig& data, int64_t length, int64_t anchors_per_sequence,
+                                            torch::Dtype dtype, const model::ObjectiveOptions& objective, bool recompute) {
+  model::DrafterMemoryShape s;
+  s.rows = std::max<int64_t>(1, data.tokens_per_batch / length);
+  s.context_length = length;
+  s.anchors_per_sequence = std::min<int64_t>(anchors_per_sequence, std::max<int64_t>(1, length - 1));
+  s.dtype = dtype;
+  s.recompute_layers = recompute;
+  s.max_attention_scores_per_chunk = objective.max_attention_scores_per_chunk;
+  s.max_logits_per_chunk = objective.max_logits_per_chunk;
+  return s;
+}
+
+std::vector<int64_t> checked_lengths(const config::DataConfig& data) {
+  std::vector<int64_t> lengths;
+  for (const int bucket : data.buckets)
+    if (bucket < data.max_length) lengths.push_back(bucket);
+  lengths.push_back(data.max_length);
+  return lengths;
+}
 
 MemoryFit check_memory_fit(const model::DrafterSpec& spec, const config::DataConfig& data, int64_t anchors_per_sequence,
                            torch::Dtype dtype, const model::ObjectiveOptions& objective, double available_bytes) {

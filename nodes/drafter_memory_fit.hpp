@@ -9,6 +9,7 @@
 // min(anchors_per_sequence, bucket - 1) anchors (the most a row can have).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "model/drafter_memory.hpp"
@@ -29,6 +30,13 @@ struct MemoryFit {
   int64_t largest_fitting_anchors_other = 0;  // with the other one
   std::string describe(const std::string& node, const std::string& device) const;
 };
+
+// The micro-batch checked for rows of `length` tokens: tokens_per_batch /
+// length rows, each with min(anchors_per_sequence, length - 1) anchors.
+model::DrafterMemoryShape micro_batch_shape(const config::DataConfig& data, int64_t length, int64_t anchors_per_sequence,
+                                            torch::Dtype dtype, const model::ObjectiveOptions& objective, bool recompute);
+// The lengths checked: each bucket below max_length, and max_length.
+std::vector<int64_t> checked_lengths(const config::DataConfig& data);
 
 MemoryFit check_memory_fit(const model::DrafterSpec& spec, const config::DataConfig& data, int64_t anchors_per_sequence,
                            torch::Dtype dtype, const model::ObjectiveOptions& objective, double available_bytes);

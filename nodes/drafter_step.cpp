@@ -345,6 +345,7 @@ void register_drafter_step(graph::NodeRegistry& registry) {
   spec.check_params = [](config::YamlSection& params) { read_objective_params(params); };
   spec.inputs = {{"batch", "FeatureBatch"}, {"token", "ModelToken"}};
   spec.outputs = {{"out", "MicroStats"}};
+  spec.compute = true;  // the drafter's forward and backward
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
     return std::make_unique<DrafterStep>(environment(context), context.name, context.params);
   };

@@ -210,13 +210,13 @@ CachedFeaturesParams read_cached_features_params(config::YamlSection& params) {
   return read_params(cached_keys(), params);
 }
 
-std::optional<CachedFeaturesParams> cached_features_node(const config::Config& config) {
-  const auto& nodes = config.pipeline.nodes;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (nodes[i].type != "features.cached") continue;
-    config::YamlSection params(nodes[i].params, "pipeline.nodes[" + std::to_string(i) + "].params",
-                               config.pipeline.origins);
-    return read_cached_features_params(params);
+std::optional<CachedFeaturesParams> cached_features_node(const config::Config& config,
+                                                         const graph::NodeRegistry& kinds) {
+  for (const auto& node : config.pipeline.nodes) {
+    const RunHooks* hooks = run_hooks(kinds, node.type);
+    if (!hooks || !hooks->feature_cache) continue;
+    auto params = node_params(config.pipeline, node);
+    return hooks->feature_cache(params);
   }
   return std::nullopt;
 }
@@ -282,6 +282,9 @@ void register_features_cached(graph::NodeRegistry& registry) {
   spec.inputs = {{"in", "PaddedBatch"}};
   spec.outputs = {{"out", "FeatureBatch"}};
   spec.check_params = [](config::YamlSection& params) { read_cached_features_params(params); };
+  spec.when_bound = "That is the feature cache's reader: reading and decoding cached features from disk bounds this "
+                    "run, not compute. Give it more replicas, faster storage, or a smaller storage dtype (bfloat16, "
+                    "float8_e4m3).";
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
     const auto& run = environment(context).run;
     return std::make_unique<FeaturesCached>(run, context.name, context.replica,
@@ -295,6 +298,8 @@ void register_features_cached(graph::NodeRegistry& registry) {
                                                      : "";
   };
   hooks.gives_teacher = true;  // a cache that stores the last layer (prepare_cache refuses one without)
+  hooks.capture = CaptureRole::target;  // the capture runs the target it reads the features of
+  hooks.feature_cache = read_cached_features_params;
   add_node_kind(registry, std::move(spec), std::move(hooks));
 }
 

@@ -10,6 +10,7 @@
 #include "config/config.hpp"
 #include "config/yaml_reader.hpp"
 #include "data/feature_cache.hpp"
+#include "graph/registry.hpp"
 
 namespace dflow::nodes {
 
@@ -24,8 +25,9 @@ struct CachedFeaturesParams {
 };
 CachedFeaturesParams read_cached_features_params(config::YamlSection& params);
 
-// The params of the pipeline's features.cached node, if it has one.
-std::optional<CachedFeaturesParams> cached_features_node(const config::Config& config);
+// The cache of the pipeline's first node whose kind reads one (RunHooks::feature_cache),
+// if it has one: what `dflow cache-features` fills.
+std::optional<CachedFeaturesParams> cached_features_node(const config::Config& config, const graph::NodeRegistry& kinds);
 
 // The manifest of a cache made for this run: the target's fingerprints, the
 // drafter's feature layers and the dataset, stored in `dtype`.

@@ -317,6 +317,8 @@ void register_features_engine(graph::NodeRegistry& registry) {
   spec.inputs = {{"in", "PaddedBatch"}};
   spec.outputs = {{"out", "FeatureBatch"}};
   spec.check_params = [](config::YamlSection& params) { read_engine_features_params(params); };
+  spec.when_bound = "That is the reader of the engine's hidden-state files: its busy time is reading and converting "
+                    "them, and waiting for those the extraction has not written yet (below).";
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
     const auto& run = environment(context).run;
     return std::make_unique<FeaturesEngine>(run, context.name, context.replica,

@@ -10,6 +10,7 @@
 // samples quarantined later, since a row without them would pack and draw
 // anchors differently and a resumed run would not be the uninterrupted one.
 #include "nodes/messages.hpp"
+#include "nodes/node_kind.hpp"
 #include "nodes/node_support.hpp"
 #include "nodes/registry.hpp"
 
@@ -91,7 +92,7 @@ void register_load_shards(graph::NodeRegistry& registry) {
     const auto& env = environment(context);
     return std::make_unique<LoadShards>(env.run, env.journal);
   };
-  registry.add(std::move(spec));
+  add_node_kind(registry, std::move(spec), RunHooks{.capture = CaptureRole::loader});
 }
 
 }  // namespace dflow::nodes

@@ -18,11 +18,20 @@
 #include "data/batching_policy.hpp"
 #include "graph/registry.hpp"
 #include "model/drafter.hpp"
+#include "nodes/features_cached.hpp"
 #include "train/optimizer.hpp"
 
 namespace dflow::nodes {
 
 class RunContext;
+
+// A node's part in the pipeline `dflow cache-features` derives from the
+// run's (nodes/capture_pipeline.hpp).
+enum class CaptureRole {
+  none,    // kept as declared when upstream of the feature source (batching, routing)
+  loader,  // reads the run's batches: capture.load takes its place (epoch 0's batches the cache lacks)
+  target,  // a feature source whose target the capture runs: target_forward.capture takes its place
+};
 
 struct RunHooks {
   // A batching node: the policy its params pick. The epoch plans are built
@@ -89,6 +98,12 @@ struct RunHooks {
   // needs it, else just its embedding and LM head (RunContext::target_head);
   // a target dflow cannot run is refused before training, naming the node.
   std::function<std::string(const config::Config& config, const config::NodeDecl& node)> needs_target = {};
+  // Its part in the pipeline of `dflow cache-features` (CaptureRole).
+  CaptureRole capture = CaptureRole::none;
+  // A node that reads a feature cache: the cache its params name (directory,
+  // storage dtype, shard size), which `dflow cache-features` fills unless
+  // given another (--dir): cached_features_node.
+  std::function<CachedFeaturesParams(config::YamlSection& params)> feature_cache = {};
 };
 
 // "pipeline.nodes[i]" of the declared `node`: where its errors point.

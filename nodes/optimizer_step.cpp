@@ -136,7 +136,8 @@ class OptimizerStep final : public graph::FunctionBody {
   }
 
   StepRecord record(const StepStats& step, TrainableState& state, StepDecision& d) const {
-    StepRecord out = make_step_record(run_, step.position, step.totals, d.loss, d.grad_norm, d.lr, d.verdict);
+    StepRecord out = make_step_record(run_, step.position, state.schedule.total_steps, step.totals, d.loss,
+                                      d.grad_norm, d.lr, d.verdict);
     out.guard.evidence = std::move(d.evidence);
     out.time = timing(state, step);
     return out;

@@ -81,6 +81,24 @@ model::DraftHeads drafter_heads(const config::Config& config, const graph::NodeR
   return heads;
 }
 
+bool makes_features(const graph::NodeSpec& spec) {
+  return std::any_of(spec.outputs.begin(), spec.outputs.end(),
+                     [](const graph::PortSpec& p) { return p.type == "FeatureBatch"; });
+}
+
+// The kinds that make FeatureBatches and give the teacher, as they declare
+// (RunHooks::gives_teacher): "features.cached, features.engine or target_forward".
+std::string teacher_kinds(const graph::NodeRegistry& kinds) {
+  std::vector<std::string> found;
+  for (const auto& type : kinds.types()) {
+    const RunHooks* hooks = run_hooks(kinds, type);
+    if (hooks && hooks->gives_teacher && makes_features(*kinds.find(type))) found.push_back(type);
+  }
+  std::string out;
+  for (size_t i = 0; i < found.size(); ++i) out += (i == 0 ? "" : i + 1 == found.size() ? " or " : ", ") + found[i];
+  return out;
+}
+
 // A run that needs the teacher (loss: kl) is refused before anything loads
 // when a node that makes FeatureBatches cannot give it, naming that node.
 void check_teacher_sources(const config::Config& config, const graph::NodeRegistry& kinds, const std::string& because) {
@@ -89,14 +107,11 @@ void check_teacher_sources(const config::Config& config, const graph::NodeRegist
     const auto& n = config.pipeline.nodes[i];
     const graph::NodeSpec* spec = kinds.find(n.type);
     const RunHooks* hooks = run_hooks(kinds, n.type);
-    if (!spec || (hooks && hooks->gives_teacher)) continue;
-    const bool source = std::any_of(spec->outputs.begin(), spec->outputs.end(),
-                                    [](const graph::PortSpec& p) { return p.type == "FeatureBatch"; });
-    if (!source) continue;
+    if (!spec || (hooks && hooks->gives_teacher) || !makes_features(*spec)) continue;
     throw ConfigError(n.mark, "pipeline.nodes[" + std::to_string(i) + "]",
                       "node '" + n.name + "' (" + n.type + ") makes the drafter's features but cannot give the "
-                      "target's last hidden state, and " + because +
-                      " (loss: kl needs it): use target_forward, features.cached or features.engine, or loss: ce");
+                      "target's last hidden state, and " + because + " (loss: kl needs it): use " +
+                          teacher_kinds(kinds) + ", or loss: ce");
   }
 }
 
@@ -130,8 +145,8 @@ config::Config described(config::Config config, const graph::NodeRegistry& kinds
 }  // namespace
 
 std::string Batching::signature() const {
-  const std::string params = policy->params_text();
-  return params.empty() ? type : type + " " + params;
+  const std::string params = policy->params_text(), who = type.empty() ? policy->name() : type;
+  return params.empty() ? who : who + " " + params;
 }
 
 const graph::NodeRegistry& RunOptions::node_kinds() const { return registry ? *registry : default_registry(); }

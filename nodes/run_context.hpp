@@ -70,10 +70,11 @@ struct RunOptions {
 // (the plan and its cursor depend on it).
 struct Batching {
   std::string node;  // the batching node's name ("" when the pipeline has none)
-  std::string type = "pad_bucket.token_budget";
+  std::string type;  // its kind ("" when the pipeline has none)
   std::shared_ptr<const data::BatchingPolicy> policy = data::token_budget_batching();
-  // "pad_bucket.fixed_batch {batch_size: 8}", "pad_bucket.pack {pack_window: 4096}":
-  // what the resume check compares.
+  // "pad_bucket.fixed_batch {batch_size: 8}", "pad_bucket.pack {pack_window: 4096}"
+  // (the node's kind and the policy's params; without a batching node the
+  // policy's own name, "token_budget"): what the resume check compares.
   std::string signature() const;
 };
 // Throws ConfigError naming pipeline.nodes[i].params for bad params, or the

@@ -13,14 +13,14 @@ nlohmann::json json_number(double v) {
   return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
 }
 
-StepRecord make_step_record(const RunContext& run, const StepPosition& p, const StepTotals& s, double loss,
-                            double grad_norm, double lr, const train::GuardVerdict& verdict) {
+StepRecord make_step_record(const RunContext& run, const StepPosition& p, int64_t run_steps, const StepTotals& s,
+                            double loss, double grad_norm, double lr, const train::GuardVerdict& verdict) {
   StepRecord r;
   r.epoch = p.epoch;
   r.step_in_epoch = p.step_in_epoch + 1;
   r.steps_per_epoch = p.steps_per_epoch;
   r.global_step = p.global_step + 1;
-  r.total_steps = run.total_steps;
+  r.total_steps = run_steps;
   r.loss = loss;
   r.loss_weight = s.weight_sum;
   r.grad_norm = grad_norm;

@@ -49,6 +49,8 @@ struct StepRecord {
   int64_t step_in_epoch = 0;     // completed steps in this epoch (1 after its first)
   int64_t steps_per_epoch = 0;
   int64_t global_step = 0;       // completed optimizer steps (1 after the first)
+  // The steps the run ends after: epochs x steps per epoch, or run.max_steps
+  // when that ends it sooner (the LR schedule's length; a resume keeps it).
   int64_t total_steps = 0;
   double loss = 0, loss_weight = 0, grad_norm = 0, lr = 0;
   std::vector<double> accuracy_per_position;  // block slots k = 1..B-1
@@ -75,9 +77,11 @@ struct StepRecord {
   nlohmann::json guard_event_json() const;
 };
 
-// The step's record from its totals and the optimizer's decision.
-StepRecord make_step_record(const RunContext& run, const StepPosition& position, const StepTotals& totals,
-                            double loss, double grad_norm, double lr, const train::GuardVerdict& guard);
+// The step's record from its totals and the optimizer's decision; the run
+// ends after `run_steps` steps (its LR schedule's: TrainableState::schedule).
+StepRecord make_step_record(const RunContext& run, const StepPosition& position, int64_t run_steps,
+                            const StepTotals& totals, double loss, double grad_norm, double lr,
+                            const train::GuardVerdict& guard);
 
 // JSON has no NaN/Inf: they are written as strings so a record always parses.
 nlohmann::json json_number(double v);

@@ -59,6 +59,7 @@ void register_target_forward(graph::NodeRegistry& registry) {
   spec.description = "frozen target under no-grad: fused features of the DFlash layers (one replica per device)";
   spec.inputs = {{"in", "PaddedBatch"}};
   spec.outputs = {{"out", "FeatureBatch"}};
+  spec.compute = true;  // the target's forward
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
     return make_target_forward(context, /*for_cache=*/false);
   };
@@ -67,6 +68,7 @@ void register_target_forward(graph::NodeRegistry& registry) {
     return "runs the target in-process";
   };
   hooks.gives_teacher = true;  // the same forward's last layer (drafter_batch)
+  hooks.capture = CaptureRole::target;
   add_node_kind(registry, std::move(spec), std::move(hooks));
 }
 

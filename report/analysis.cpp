@@ -14,6 +14,8 @@ void add_node_loads(Analysis& a, const PipelineModel& pipeline, const nlohmann::
     load.name = n.name;
     load.type = n.type;
     load.replicas = n.replicas;
+    load.compute = n.compute;
+    load.when_bound = n.when_bound;
     a.nodes.push_back(std::move(load));
   }
   for (const auto& t : telemetry.value("nodes", nlohmann::json::array())) {
@@ -81,6 +83,8 @@ void find_bottleneck(Analysis& a, const AnalysisOptions& options) {
   Bottleneck b;
   b.node = busiest->name;
   b.type = busiest->type;
+  b.compute = busiest->compute;
+  b.when_bound = busiest->when_bound;
   b.busy_share = busiest->busy_share;
   for (const auto& e : a.edges) {
     if (e.token || e.pieces.empty()) continue;

@@ -18,6 +18,8 @@ namespace dflow::report {
 struct NodeLoad {
   std::string name, type;
   int replicas = 1;
+  std::optional<bool> compute;  // as its kind declares (PipelineNode::compute)
+  std::string when_bound;       // as its kind declares (PipelineNode::when_bound)
   uint64_t calls = 0, errors = 0;
   double busy_s = 0;      // all replicas together
   double busy_share = 0;  // busy_s / (replicas x elapsed): 1 = every replica always busy
@@ -53,6 +55,8 @@ struct EdgeLoad {
 
 struct Bottleneck {
   std::string node, type;
+  std::optional<bool> compute;  // the node's (NodeLoad::compute)
+  std::string when_bound;
   double busy_share = 0;
   std::vector<std::string> full_inputs;       // edges in front of it that are full / producer-blocked
   std::vector<std::string> starved_outputs;   // edges after it whose consumers wait

@@ -25,8 +25,6 @@ const EdgeLoad* find_edge(const Analysis& a, const std::string& name) {
   return nullptr;
 }
 
-bool is_compute(const std::string& type) { return type.rfind("target_forward", 0) == 0 || type.rfind("drafter_step", 0) == 0; }
-
 std::string node_label(const NodeLoad& n) {
   std::string label = "`" + n.name + "`";
   if (!n.type.empty()) label += " (" + n.type + (n.replicas > 1 ? " x" + std::to_string(n.replicas) : "") + ")";
@@ -61,15 +59,12 @@ std::string bound_text(const Analysis& a, const Bottleneck& b) {
   return text;
 }
 
+// What the bound node's busy time is, as its kind declares (graph.json);
+// nothing when the file does not say.
 std::string compute_text(const Bottleneck& b) {
-  if (b.type.empty()) return "";
-  if (is_compute(b.type)) return "That is compute, as the performance model expects: the rest of the graph hides behind it.";
-  if (b.type.rfind("features.engine", 0) == 0)
-    return "That is the reader of the engine's hidden-state files: its busy time is reading and converting them, and "
-           "waiting for those the extraction has not written yet (below).";
-  if (b.type.rfind("features.cached", 0) == 0)
-    return "That is the feature cache's reader: reading and decoding cached features from disk bounds this run, not "
-           "compute. Give it more replicas, faster storage, or a smaller storage dtype (bfloat16, float8_e4m3).";
+  if (!b.compute) return "";
+  if (!b.when_bound.empty()) return b.when_bound;
+  if (*b.compute) return "That is compute, as the performance model expects: the rest of the graph hides behind it.";
   return "That is not a compute node: the performance model expects the target's or the drafter's compute to bound a run, "
          "so `" + b.node + "` (" + b.type + ") is not hidden behind compute. Give it more time (replicas, capacity) or less work.";
 }

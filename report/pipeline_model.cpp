@@ -46,7 +46,7 @@ namespace {
 
 void add_node_if_missing(PipelineModel& model, const std::string& name, int replicas) {
   if (name.empty() || model.node_index(name) >= 0) return;
-  model.nodes.push_back({.name = name, .type = "", .kind = "", .replicas = replicas});
+  model.nodes.push_back({.name = name, .type = "", .kind = "", .replicas = replicas, .compute = std::nullopt, .when_bound = ""});
 }
 
 void read_declared(PipelineModel& model, const nlohmann::json& graph) {
@@ -54,7 +54,9 @@ void read_declared(PipelineModel& model, const nlohmann::json& graph) {
     model.nodes.push_back({.name = n.value("name", ""),
                            .type = n.value("type", ""),
                            .kind = n.value("kind", ""),
-                           .replicas = n.value("replicas", 1)});
+                           .replicas = n.value("replicas", 1),
+                           .compute = n.contains("compute") ? std::optional<bool>(n.value("compute", false)) : std::nullopt,
+                           .when_bound = n.value("when_bound", "")});
   for (const auto& e : graph.value("edges", nlohmann::json::array())) {
     PipelineEdge edge;
     edge.name = e.value("name", "");

@@ -3,6 +3,7 @@
 // wrote one, otherwise what the telemetry's node and edge names imply.
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,11 @@ struct PipelineNode {
   std::string type;  // "" when only telemetry named it
   std::string kind;  // source, function, router ("" when unknown)
   int replicas = 1;
+  // What the node's kind declares about its load (graph::NodeSpec::compute,
+  // when_bound), from graph.json; compute is unset when the file does not
+  // say (only telemetry named the node, or a run older than the field).
+  std::optional<bool> compute;
+  std::string when_bound;
 };
 
 struct PipelineEdge {

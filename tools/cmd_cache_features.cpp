@@ -35,7 +35,7 @@ int cache_features(const CacheOptions& cli, const Common& common) {
   if (common.log_level.empty()) log::set_level(config.run.log_level);
   torch::set_num_threads(config.run.torch_threads);
   nodes::FillOptions fill;
-  fill.params = nodes::cached_features_node(config).value_or(nodes::CachedFeaturesParams{});
+  fill.params = nodes::cached_features_node(config, nodes::default_registry()).value_or(nodes::CachedFeaturesParams{});
   if (!cli.dir.empty()) fill.params.dir = cli.dir;
   if (!cli.dtype.empty()) fill.params.dtype = cli.dtype;
   if (cli.shard_mb > 0) fill.params.shard_mb = cli.shard_mb;

@@ -100,3 +100,28 @@ TEST_CASE("Graph.Export.default_pipeline_json") {
   TelemetrySnapshot empty;
   CHECK(to_json(d, &empty).contains("telemetry"));
 }
+
+TEST_CASE("Graph.Export.json_carries_what_a_kind_declares_about_its_load") {
+  // The report reads these from graph.json: a kind gets its words there by
+  // declaring them, whatever its type's name.
+  NodeRegistry registry = default_shaped_registry();
+  NodeSpec reader = *registry.find("target_forward");
+  reader.type = "features.mine";
+  reader.when_bound = "That is my reader: give it faster storage.";
+  registry.add(reader);
+  NodeSpec forward = *registry.find("target_forward");
+  forward.type = "forward.mine";
+  forward.compute = true;
+  registry.add(forward);
+  auto target_of = [&](const std::string& type) {
+    auto pipeline = default_pipeline(1);
+    for (auto& n : pipeline.nodes)
+      if (n.name == "target") n.type = type;
+    return to_json(describe(pipeline, registry))["nodes"][3];
+  };
+  CHECK(target_of("features.mine")["when_bound"] == "That is my reader: give it faster storage.");
+  CHECK(target_of("features.mine")["compute"] == false);
+  CHECK(target_of("forward.mine")["compute"] == true);
+  CHECK(target_of("forward.mine")["when_bound"] == "");
+  CHECK(target_of("target_forward")["compute"] == false);  // the stub declares nothing
+}

@@ -18,6 +18,8 @@
 #include "nodes/cache_fill.hpp"
 #include "nodes/capture_pipeline.hpp"
 #include "nodes/feature_source.hpp"
+#include "nodes/node_kind.hpp"
+#include "nodes/registry.hpp"
 #include "nodes/run_context.hpp"
 #include "report/run_data.hpp"
 #include "train_fixture.hpp"
@@ -28,6 +30,15 @@ using testing::small_run_config;
 namespace fs = std::filesystem;
 
 namespace {
+
+// Registers the kind `type` of `kinds` again as `as`, with its hooks: a kind
+// the code has never heard of by name.
+void register_renamed(graph::NodeRegistry& kinds, const std::string& type, const std::string& as) {
+  graph::NodeSpec spec = *kinds.find(type);
+  nodes::RunHooks hooks = *nodes::run_hooks(kinds, type);
+  spec.type = as;
+  nodes::add_node_kind(kinds, std::move(spec), std::move(hooks));
+}
 
 nodes::FillOptions fill_options(const fs::path& dir, int rank = 0, int world = 1) {
   nodes::FillOptions options;
@@ -212,7 +223,7 @@ TEST_CASE("Capture.its_records_show_every_stage_and_where_it_waited") {
 
 TEST_CASE("Capture.its_pipeline_is_the_runs_own_up_to_the_target_then_the_writer") {
   const auto config = config::load_config("", {});  // the demo's pipeline
-  const auto capture = nodes::capture_pipeline(config.pipeline);
+  const auto capture = nodes::capture_pipeline(config.pipeline, nodes::default_registry());
   std::vector<std::string> nodes;
   for (const auto& node : capture.nodes) nodes.push_back(node.name + " " + node.type);
   CHECK(nodes == std::vector<std::string>{"load capture.load", "pad pad_bucket.token_budget", "route route.least_loaded",
@@ -229,7 +240,7 @@ TEST_CASE("Capture.its_pipeline_is_the_runs_own_up_to_the_target_then_the_writer
   };
   for (auto& node : cached.nodes)
     if (node.name == "target") node.type = "features.cached", node.params.reset(YAML::Load("{dir: /tmp/features}"));
-  const auto cached_capture = nodes::capture_pipeline(cached);
+  const auto cached_capture = nodes::capture_pipeline(cached, nodes::default_registry());
   CHECK(target_of(cached_capture).type == "target_forward.capture");
   CHECK(target_of(cached_capture).params.size() == 0);
   REQUIRE(target_of(cached).params["dir"]);
@@ -238,9 +249,61 @@ TEST_CASE("Capture.its_pipeline_is_the_runs_own_up_to_the_target_then_the_writer
   auto without_target = config.pipeline;
   std::erase_if(without_target.nodes, [](const config::NodeDecl& n) { return n.name == "target"; });
   try {
-    nodes::capture_pipeline(without_target);
+    nodes::capture_pipeline(without_target, nodes::default_registry());
     FAIL("a pipeline without a feature source was accepted");
   } catch (const ConfigError& e) {
-    CHECK(std::string(e.what()).find("no target_forward or features.cached node") != std::string::npos);
+    CHECK(std::string(e.what()).find("no feature source whose target the capture can run (a node of type features.cached or "
+                                      "target_forward)") != std::string::npos);
   }
+}
+
+TEST_CASE("Capture.each_nodes_part_in_it_is_what_its_kind_declares") {
+  // Kinds the capture has never heard of, registered under names of their
+  // own: the loader and the feature source are found by what they declare
+  // (RunHooks::capture), never by their type's name.
+  graph::NodeRegistry kinds;
+  nodes::register_all_nodes(kinds);
+  register_renamed(kinds, "load.shards", "load.mine");
+  register_renamed(kinds, "target_forward", "forward.mine");
+  auto config = config::load_config("", {});
+  for (auto& node : config.pipeline.nodes) {
+    if (node.name == "load") node.type = "load.mine";
+    if (node.name == "target") node.type = "forward.mine";
+  }
+  const auto capture = nodes::capture_pipeline(config.pipeline, kinds);
+  std::vector<std::string> nodes;
+  for (const auto& node : capture.nodes) nodes.push_back(node.name + " " + node.type);
+  CHECK(nodes == std::vector<std::string>{"load capture.load", "pad pad_bucket.token_budget", "route route.least_loaded",
+                                          "target target_forward.capture", "write capture.write"});
+
+  // The same kind without the declaration is neither.
+  graph::NodeSpec plain = *kinds.find("target_forward");
+  plain.type = "forward.plain";
+  nodes::add_node_kind(kinds, std::move(plain), nodes::RunHooks{});
+  for (auto& node : config.pipeline.nodes)
+    if (node.name == "target") node.type = "forward.plain";
+  try {
+    nodes::capture_pipeline(config.pipeline, kinds);
+    FAIL("a pipeline whose feature source declares no part in the capture was accepted");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()).find("(a node of type features.cached or forward.mine or target_forward)") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("Capture.fills_the_cache_a_kind_declares_it_reads") {
+  // `dflow cache-features` fills the cache of the node whose kind declares
+  // it reads one (RunHooks::feature_cache), whatever its type's name.
+  graph::NodeRegistry kinds;
+  nodes::register_all_nodes(kinds);
+  register_renamed(kinds, "features.cached", "features.mine");
+  auto config = config::load_config("", {});
+  CHECK_FALSE(nodes::cached_features_node(config, kinds));  // target_forward reads none
+  for (auto& node : config.pipeline.nodes)
+    if (node.name == "target")
+      node.type = "features.mine", node.params.reset(YAML::Load("{dir: cache-of-mine, dtype: float8_e4m3}"));
+  const auto params = nodes::cached_features_node(config, kinds);
+  REQUIRE(params);
+  CHECK(params->dir == "cache-of-mine");
+  CHECK(params->dtype == "float8_e4m3");
 }

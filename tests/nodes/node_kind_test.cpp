@@ -8,13 +8,18 @@
 #include <algorithm>
 #include <string>
 
+#include <yaml-cpp/yaml.h>
+
 #include "config/errors.hpp"
 #include "data/batching_policy.hpp"
 #include "data/data_error.hpp"
+#include "graph/description.hpp"
+#include "graph/export.hpp"
 #include "nodes/node_kind.hpp"
 #include "nodes/registry.hpp"
 #include "nodes/run_context.hpp"
 #include "nodes/trainer.hpp"
+#include "report/analysis.hpp"
 #include "train_fixture.hpp"
 
 using namespace dflow;
@@ -152,4 +157,40 @@ TEST_CASE("NodeKinds.a_new_batching_policy_is_one_class_and_one_registration") {
                        ConfigError);
   nodes::run_training(with_shortest_first(small_run_config(split, {"train.epochs=1"}), 5), resume);
   CHECK(sample_ids_in_order(step_records(split)) == sample_ids_in_order(records));
+}
+
+TEST_CASE("NodeKinds.a_pipeline_without_a_batching_node_is_named_by_its_policy") {
+  // Its plans use the token-budget policy; the resume check and the
+  // summary name that policy, not a kind the pipeline does not declare.
+  auto config = small_run_config(fresh_dir("kinds-no-batching"));
+  std::erase_if(config.pipeline.nodes, [](const config::NodeDecl& n) { return n.name == "pad"; });
+  const auto none = nodes::batching_of(config.pipeline, nodes::default_registry());
+  CHECK(none.node.empty());
+  CHECK(none.signature() == "token_budget");
+  CHECK(none.policy->name() == "token_budget");
+}
+
+TEST_CASE("NodeKinds.the_report_reads_a_bound_node_as_its_kind_declares") {
+  // The report's words on a node that bounds the run come from its kind's
+  // registration, through graph.json (graph::NodeSpec::compute, when_bound).
+  auto words_when_target_bounds = [](const std::string& type, const std::string& params) {
+    auto config = config::load_config("", {});
+    for (auto& n : config.pipeline.nodes)
+      if (n.name == "target") n.type = type, n.params.reset(YAML::Load(params));
+    const auto graph = graph::to_json(graph::describe(config.pipeline, nodes::default_registry()));
+    const nlohmann::json telemetry = {
+        {"elapsed_s", 10.0},
+        {"nodes", {{{"name", "target"}, {"replicas", 1}, {"calls", 4}, {"busy_s", 9.5}}}},
+        {"edges", nlohmann::json::array()}};
+    const nlohmann::json step = {{"kind", "step"}, {"global_step", 4}, {"total_steps", 8}, {"telemetry", telemetry}};
+    const auto a = report::analyze(report::pipeline_model(graph, &telemetry), {step});
+    REQUIRE(a.bottleneck);
+    return report::bottleneck_summary(a);
+  };
+  CHECK(words_when_target_bounds("target_forward", "{}").find("That is compute") != std::string::npos);
+  CHECK(words_when_target_bounds("features.cached", "{dir: cache}").find("That is the feature cache's reader") !=
+        std::string::npos);
+  CHECK(words_when_target_bounds("features.engine", "{dir: files, engine_layer_ids: [1, 2, 3]}")
+            .find("That is the reader of the engine's hidden-state files") != std::string::npos);
+  CHECK(nodes::default_registry().find("drafter_step")->compute);
 }

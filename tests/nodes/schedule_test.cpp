@@ -6,6 +6,7 @@
 
 #include "config/errors.hpp"
 #include "nodes/trainer.hpp"
+#include "report/page_data.hpp"
 #include "train/schedule.hpp"
 #include "train_fixture.hpp"
 
@@ -44,6 +45,22 @@ TEST_CASE("Train.Schedule.run_max_steps_sizes_the_schedule_so_a_short_run_decays
     CHECK(records[1]["lr"].get<double>() == doctest::Approx(config.train.lr));  // warmup: 2 of 8 steps
     CHECK(records.back()["lr"].get<double>() < 0.2 * config.train.lr);          // decayed, not still near the peak
   }
+}
+
+TEST_CASE("Train.Schedule.a_run_that_max_steps_ends_counts_its_progress_to_that_end") {
+  // The run ends at run.max_steps: its records, the console line and the
+  // report's header ("4 / 4, 100% of the run") count to there, not to the
+  // epochs' steps it never runs.
+  auto dir = fresh_dir("schedule-short-progress");
+  const auto result = nodes::run_training(small_run_config(dir, {"run.max_steps=4"}), {});
+  REQUIRE(result.total_steps > 8);  // the epochs would run longer
+  const auto records = step_records(dir);
+  REQUIRE(records.size() == 4);
+  CHECK(records[1]["total_steps"] == 4);
+  CHECK(records[1]["run_progress"].get<double>() == doctest::Approx(0.5));
+  CHECK(records.back()["run_progress"].get<double>() == doctest::Approx(1.0));
+  report::RecordSlimmer page;
+  CHECK(page.slim(records.back())["tot"] == 4);  // the report header's total
 }
 
 TEST_CASE("Train.Schedule.a_resume_continues_the_schedule_the_run_started_with") {

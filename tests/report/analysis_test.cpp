@@ -55,13 +55,40 @@ TEST_CASE("Report.Analysis.ANonComputeBoundIsCalledOut") {
   CHECK(text.find("not a compute node") != std::string::npos);
 }
 
-TEST_CASE("Report.Analysis.AFeatureCacheReaderThatBoundsTheRunIsCalledTheDisk") {
-  const Analysis a = analyze(run_of({.bound = "target", .target_type = "features.cached"}, "analysis-cache"));
+TEST_CASE("Report.Analysis.ABoundNodeIsReadAsItsKindDeclares") {
+  // The words come from what graph.json says the kind declares
+  // (graph::NodeSpec::compute, when_bound), never from its type's name: a
+  // kind the report has never heard of gets them by declaring them.
+  auto words = [](const test::FixtureOptions& options, const std::string& name) {
+    const Analysis a = analyze(run_of(options, name));
+    REQUIRE(a.bottleneck);
+    CHECK(a.bottleneck->node == "target");
+    return bottleneck_summary(a);
+  };
+  const std::string reader = words({.bound = "target", .target_type = "my.reader", .target_compute = false,
+                                    .target_when_bound = "That is my reader: give it faster storage."},
+                                   "analysis-declared-reader");
+  CHECK(reader.find("`target` (my.reader x2) bounds throughput") != std::string::npos);
+  CHECK(reader.find("That is my reader: give it faster storage.") != std::string::npos);
+  CHECK(reader.find("not a compute node") == std::string::npos);
+
+  const std::string forward = words({.bound = "target", .target_type = "my.forward"}, "analysis-declared-compute");
+  CHECK(forward.find("That is compute, as the performance model expects") != std::string::npos);
+
+  const std::string other = words({.bound = "target", .target_type = "target_forward", .target_compute = false},
+                                  "analysis-declared-other");
+  CHECK(other.find("That is not a compute node") != std::string::npos);  // the name alone makes nothing compute
+
+  // A graph.json written before kinds declared it says nothing either way.
+  auto old = test::default_graph(2);
+  for (auto& node : old["nodes"]) {
+    node.erase("compute");
+    node.erase("when_bound");
+  }
+  RunData run = run_of({.bound = "target"}, "analysis-undeclared");
+  const Analysis a = analyze(pipeline_model(old, run.last_telemetry()), run.steps);
   REQUIRE(a.bottleneck);
-  CHECK(a.bottleneck->node == "target");
-  const std::string text = bottleneck_summary(a);
-  CHECK(text.find("`target` (features.cached x2) bounds throughput") != std::string::npos);
-  CHECK(text.find("reading and decoding cached features from disk bounds this run") != std::string::npos);
+  CHECK(bottleneck_summary(a).find("compute") == std::string::npos);
 }
 
 TEST_CASE("Report.Analysis.ReportsDrainingEdgesWithTheStepTheyWillBeEmpty") {
@@ -113,7 +140,7 @@ TEST_CASE("Report.Analysis.SaysWhetherTheExtractionOrTrainingBoundsAnEngineFiles
         if (n["name"] == "target") n.update({{"outside_wait_s", waited_share * elapsed}, {"outside_waits", 3}, {"ready_ahead", 7}});
       steps.push_back(r);
     }
-    const auto a = analyze(pipeline_model(test::default_graph(2, "features.engine"), &steps.back()["telemetry"]), steps);
+    const auto a = analyze(pipeline_model(test::default_graph(2, "features.engine", false), &steps.back()["telemetry"]), steps);
     const auto target = *std::find_if(a.nodes.begin(), a.nodes.end(), [](const NodeLoad& n) { return n.name == "target"; });
     CHECK(target.ready_ahead == 14);  // both replicas
     return bottleneck_summary(a);

@@ -23,23 +23,26 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-nlohmann::json default_graph(int target_replicas, const std::string& target_type) {
+nlohmann::json default_graph(int target_replicas, const std::string& target_type, bool target_compute,
+                             const std::string& target_when_bound) {
   auto port = [](const char* name, const char* type, bool routed = false) {
     return nlohmann::json{{"name", name}, {"type", type}, {"ordered", false}, {"routed", routed}, {"optional", false}};
   };
-  auto node = [](const char* name, const char* type, const char* kind, int replicas, nlohmann::json in, nlohmann::json out) {
+  auto node = [](const char* name, const char* type, const char* kind, int replicas, nlohmann::json in, nlohmann::json out,
+                 bool compute = false, const std::string& when_bound = "") {
     return nlohmann::json{{"name", name}, {"type", type}, {"kind", kind}, {"replicas", replicas},
                           {"description", std::string("the ") + type + " node"}, {"inputs", in}, {"outputs", out},
-                          {"join_ports", 2}};
+                          {"join_ports", 2}, {"compute", compute}, {"when_bound", when_bound}};
   };
   nlohmann::json nodes = {
       node("load", "load.shards", "source", 1, nlohmann::json::array(), {port("out", "PlannedBatch")}),
       node("pad", "pad_bucket.token_budget", "function", 1, {port("in", "PlannedBatch")}, {port("out", "PaddedBatch")}),
       node("route", "route.least_loaded", "router", 1, {port("in", "PaddedBatch")}, {port("out", "PaddedBatch", true)}),
-      node("target", target_type.c_str(), "function", target_replicas, {port("in", "PaddedBatch")}, {port("out", "ContextFeatures")}),
+      node("target", target_type.c_str(), "function", target_replicas, {port("in", "PaddedBatch")}, {port("out", "ContextFeatures")},
+           target_compute, target_when_bound),
       node("reorder", "reorder", "function", 1, {port("in", "ContextFeatures")}, {port("out", "ContextFeatures")}),
       node("drafter", "drafter_step", "function", 1, {port("batch", "ContextFeatures"), port("token", "ModelToken")},
-           {port("out", "MicroStep")}),
+           {port("out", "MicroStep")}, /*compute=*/true),
       node("accumulate", "accumulate", "function", 1, {port("in", "MicroStep")}, {port("token", "ModelToken"), port("step", "StepGrads")}),
       node("optimizer", "optimizer_step.adamw", "function", 1, {port("in", "StepGrads")},
            {port("token", "ModelToken"), port("record", "StepRecord"), port("snapshot", "Snapshot")}),
@@ -151,7 +154,7 @@ std::vector<nlohmann::json> fixture_records(const FixtureOptions& o) {
   std::mt19937_64 rng(o.seed);
   std::normal_distribution<double> noise(0.0, 1.0);
   std::uniform_int_distribution<int> bucket(0, 2);
-  const nlohmann::json graph = default_graph(o.target_replicas, o.target_type);
+  const nlohmann::json graph = default_graph(o.target_replicas, o.target_type, o.target_compute, o.target_when_bound);
   std::vector<EdgeSim> edges = make_edges(graph, o.bound);
   std::vector<NodeSim> nodes = make_nodes(graph, o.bound);
   DrainDetector detector;
@@ -231,7 +234,8 @@ void write_fixture_run(const fs::path& dir, const FixtureOptions& options) {
     metrics << record.dump() << "\n";
     if (record["kind"] == "checkpoint") fs::create_directories(dir / "checkpoints" / ("step-" + std::to_string(record["global_step"].get<int>())));
   }
-  if (options.write_graph) std::ofstream(dir / "graph.json") << default_graph(options.target_replicas, options.target_type).dump(2) << "\n";
+  if (options.write_graph) std::ofstream(dir / "graph.json") << default_graph(options.target_replicas, options.target_type, options.target_compute,
+                                                                         options.target_when_bound).dump(2) << "\n";
 }
 
 }  // namespace dflow::report::test

@@ -23,6 +23,10 @@ struct FixtureOptions {
   int guard_skip_step = 150;    // a non-finite loss the guard skipped (-1: none)
   int target_replicas = 2;
   std::string target_type = "target_forward";  // or features.cached: the feature source
+  // What the feature source's kind declares about its load, as graph.json
+  // carries it (graph::NodeSpec::compute, when_bound); the drafter is compute.
+  bool target_compute = true;
+  std::string target_when_bound{};
   bool write_graph = true;
   bool alarms = true;           // run a DrainDetector and write its alarms, as the metrics node will
   uint64_t seed = 7;
@@ -34,7 +38,8 @@ std::filesystem::path fresh_dir(const std::string& name);
 std::filesystem::path build_dir();
 
 // The default pipeline as graph::to_json(describe(...)) writes it.
-nlohmann::json default_graph(int target_replicas, const std::string& target_type = "target_forward");
+nlohmann::json default_graph(int target_replicas, const std::string& target_type = "target_forward",
+                             bool target_compute = true, const std::string& target_when_bound = "");
 
 // Every record of the run, in the order metrics.jsonl holds them.
 std::vector<nlohmann::json> fixture_records(const FixtureOptions& options);
