@@ -5,6 +5,9 @@
 // is still writing, fails naming the sample when one never comes, and keeps
 // its layer mapping and its directory and dtype across a resume.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -177,8 +180,11 @@ TEST_CASE("EngineFeatures.a_file_still_being_written_is_not_read_until_it_is_who
   // Its header and half of its data, as a copy onto shared storage leaves it.
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(whole.data(), static_cast<std::streamsize>(whole.size() / 2));
   CHECK(train::probe_engine_file(path) == train::EngineFileState::incomplete);
-  const auto lock = fs::path(path.string() + ".lock");
-  std::ofstream(lock).put('x');
+  // The connector's lock: an flock on <file>.lock while it writes, released
+  // without deleting the lock file.
+  const int lock = ::open((path.string() + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(lock >= 0);
+  REQUIRE(::flock(lock, LOCK_EX | LOCK_NB) == 0);
   bool lock_kept_it_incomplete = false;
   std::thread writer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -186,7 +192,8 @@ TEST_CASE("EngineFeatures.a_file_still_being_written_is_not_read_until_it_is_who
         .write(whole.data() + whole.size() / 2, static_cast<std::streamsize>(whole.size() - whole.size() / 2));
     lock_kept_it_incomplete = train::probe_engine_file(path) == train::EngineFileState::incomplete;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    fs::remove(lock);
+    ::flock(lock, LOCK_UN);
+    ::close(lock);
   });
   const auto dir = fresh_dir("engine-partial-run");
   const auto message = error_of(from_engine(small_run_config(dir, {"run.max_steps=4"}), files));
