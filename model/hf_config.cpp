@@ -86,10 +86,10 @@ void read_dense_family(const nlohmann::json& json, HFConfig& config, const std::
 }  // namespace config_parse
 
 namespace {
+constexpr const char* kDrafterArchitecture = "DFlashDraftModel";
+}  // namespace
 
 using namespace config_parse;
-
-constexpr const char* kDrafterArchitecture = "DFlashDraftModel";
 
 ModelFamily detect_family(HFConfig& config, const std::string& source) {
   const std::vector<std::pair<std::string, ModelFamily>> by_type = {
@@ -133,8 +133,6 @@ ModelFamily detect_family(HFConfig& config, const std::string& source) {
   }
   return *family;
 }
-
-}  // namespace
 
 void read_hf_special_tokens(const nlohmann::json& json, HFConfig& config) {
   if (json.contains("eos_token_id")) {

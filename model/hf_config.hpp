@@ -86,6 +86,11 @@ struct HFConfig {
 // Refuses unsupported families and any rope scaling, naming them.
 HFConfig parse_hf_config(const nlohmann::json& json, const std::string& source);
 
+// The family config.model_type and config.architectures name (setting
+// is_dflash_drafter for a DFlash drafter's); throws naming `source` and the
+// names when they name none dflow knows, or two.
+ModelFamily detect_family(HFConfig& config, const std::string& source);
+
 // eos_token_id (an id or a list) and the mask token id into `config`.
 void read_hf_special_tokens(const nlohmann::json& json, HFConfig& config);
 
@@ -102,7 +107,9 @@ struct HeadConfig : HFConfig {
   std::string architecture;
   // Why dflow cannot run the whole target: parse_hf_config's refusal without
   // its file prefix (the family, or a key and value such as a rope scaling
-  // type). "" when it can; `family` means something only then.
+  // type). "" when it can. `family` is the one the names give either way (an
+  // FP8 gpt-oss is gpt-oss: its norms' numerics follow it); Qwen3, a dense
+  // family's, when they name none dflow knows.
   std::string not_runnable_because;
   bool runnable() const { return not_runnable_because.empty(); }
 };

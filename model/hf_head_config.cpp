@@ -82,6 +82,12 @@ HeadConfig parse_head_config(const nlohmann::json& json, const std::string& sour
       for (const auto& name : json["architectures"])
         if (name.is_string()) config.architectures.push_back(name.get<std::string>());
     config.architecture = config.architectures.empty() ? config.model_type : config.architectures.front();
+    try {
+      HFConfig names = config;
+      config.family = detect_family(names, source);
+    } catch (const std::runtime_error&) {
+      // An architecture dflow does not know: its norms are taken as a dense family's.
+    }
     read_head_facts(json, source, config);
   }
   for (const auto& name : config.architectures)

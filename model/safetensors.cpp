@@ -23,14 +23,15 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 struct DtypeName {
-  const char* name;
+  const char* name;        // the header's
   torch::Dtype dtype;
+  const char* torch_name;  // PyTorch's (torch.bfloat16), as configs write it
 };
 constexpr DtypeName kDtypeNames[] = {
-    {"F64", torch::kFloat64}, {"F32", torch::kFloat32}, {"F16", torch::kFloat16},
-    {"BF16", torch::kBFloat16}, {"I64", torch::kInt64},  {"I32", torch::kInt32},
-    {"I16", torch::kInt16},    {"I8", torch::kInt8},     {"U8", torch::kUInt8},
-    {"BOOL", torch::kBool},
+    {"F64", torch::kFloat64, "float64"},   {"F32", torch::kFloat32, "float32"}, {"F16", torch::kFloat16, "float16"},
+    {"BF16", torch::kBFloat16, "bfloat16"}, {"I64", torch::kInt64, "int64"},     {"I32", torch::kInt32, "int32"},
+    {"I16", torch::kInt16, "int16"},       {"I8", torch::kInt8, "int8"},        {"U8", torch::kUInt8, "uint8"},
+    {"BOOL", torch::kBool, "bool"},
 };
 
 std::runtime_error file_error(const std::filesystem::path& path, const std::string& what) {
@@ -45,6 +46,13 @@ torch::Dtype safetensors_dtype_to_torch(const std::string& dtype_name) {
   }
   throw std::runtime_error("unknown safetensors dtype '" + dtype_name + "' (supported: " +
                            kSafetensorsDtypeList + ")");
+}
+
+std::string safetensors_dtype_named(const std::string& torch_name) {
+  for (const auto& entry : kDtypeNames) {
+    if (torch_name == entry.torch_name) return entry.name;
+  }
+  throw std::runtime_error("dtype '" + torch_name + "' has no safetensors equivalent supported by dflow");
 }
 
 std::string torch_dtype_to_safetensors(torch::Dtype dtype) {

@@ -23,6 +23,9 @@ using TensorMap = std::map<std::string, torch::Tensor>;
 // "F32" <-> torch::kFloat32 and so on; throws naming the dtype when unknown.
 torch::Dtype safetensors_dtype_to_torch(const std::string& dtype_name);
 std::string torch_dtype_to_safetensors(torch::Dtype dtype);
+// PyTorch's name of a dtype, as configs write it ("bfloat16") -> the
+// header's ("BF16"); throws naming it when unknown.
+std::string safetensors_dtype_named(const std::string& torch_name);
 
 struct SafetensorsEntry {
   std::string name;

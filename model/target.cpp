@@ -9,15 +9,10 @@
 
 namespace dflow::model {
 
-namespace {
-
-// gpt-oss's RMSNorm scales before the cast back; the other families' after.
-torch::Tensor norm_of(const HFConfig& config, const torch::Tensor& x, const torch::Tensor& weight) {
+torch::Tensor family_rms_norm(const HFConfig& config, const torch::Tensor& x, const torch::Tensor& weight) {
   return config.family == ModelFamily::GptOss ? rms_norm_scaled_wide(x, weight, config.rms_norm_eps)
                                               : rms_norm(x, weight, config.rms_norm_eps);
 }
-
-}  // namespace
 
 void KVCache::truncate(int64_t new_length) {
   if (new_length < 0 || new_length > length_) {
@@ -60,7 +55,7 @@ torch::Tensor TargetModel::decoder_layer(int64_t layer_index, const torch::Tenso
     return projected.transpose(1, 2);  // [B, heads, S, D]
   };
 
-  const torch::Tensor x = norm_of(config_, hidden, w.input_layernorm);  // [B, S, H]
+  const torch::Tensor x = family_rms_norm(config_, hidden, w.input_layernorm);  // [B, S, H]
   const torch::Tensor q = apply_rotary(project_heads(x, w.q_proj, w.q_bias, config_.num_attention_heads, w.q_norm), rotary);
   torch::Tensor k = apply_rotary(project_heads(x, w.k_proj, w.k_bias, config_.num_key_value_heads, w.k_norm), rotary);
   torch::Tensor v = project_heads(x, w.v_proj, w.v_bias, config_.num_key_value_heads, torch::Tensor());
@@ -68,7 +63,7 @@ torch::Tensor TargetModel::decoder_layer(int64_t layer_index, const torch::Tenso
   auto finish_layer = [&](const torch::Tensor& attended) {
     const torch::Tensor merged = attended.transpose(1, 2).reshape({batch, length, config_.num_attention_heads * head_dim});
     const torch::Tensor after_attention = hidden + at::linear(merged, w.o_proj, w.o_bias);
-    const torch::Tensor y = norm_of(config_, after_attention, w.post_attention_layernorm);
+    const torch::Tensor y = family_rms_norm(config_, after_attention, w.post_attention_layernorm);
     return after_attention + (w.experts.defined() ? routed_experts(y, w.experts, expert_options_)
                                                    : swiglu_mlp(y, w.gate_proj, w.up_proj, w.down_proj));
   };
@@ -155,7 +150,7 @@ TargetOutput TargetModel::run(const torch::Tensor& input_ids, KVCache* cache, co
     hidden = decoder_layer(layer, hidden, rotary, cache, start, document_attention ? &*document_attention : nullptr);
     // As Hugging Face's hidden_states[L], which the serving code reads as the
     // last layer's feature: the last layer's output is the final norm's.
-    if (layer == config_.num_hidden_layers - 1) hidden = norm_of(config_, hidden, final_norm_);
+    if (layer == config_.num_hidden_layers - 1) hidden = family_rms_norm(config_, hidden, final_norm_);
     for (size_t i = 0; i < layer_ids.size(); ++i) {
       if (layer_ids[i] == layer) output.hidden_states[i] = hidden;
     }

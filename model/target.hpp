@@ -29,6 +29,11 @@ std::vector<int64_t> feature_layer_ids(int64_t num_target_layers, int64_t num_fe
 // ids are returned as they are.
 std::vector<int64_t> distinct_feature_layer_ids(int64_t num_target_layers, int64_t num_features);
 
+// The target's RMSNorm as its family computes it: gpt-oss scales before the
+// cast back to x's dtype, the other families after. By `family`, which a
+// config dflow cannot run (an FP8 gpt-oss) still names.
+torch::Tensor family_rms_norm(const HFConfig& config, const torch::Tensor& x, const torch::Tensor& weight);
+
 struct TargetLayerWeights {
   torch::Tensor input_layernorm, post_attention_layernorm;  // [H]
   torch::Tensor q_proj, k_proj, v_proj, o_proj;             // [out, in]

@@ -298,15 +298,17 @@ class DrafterStep final : public graph::FunctionBody {
       s.bucket_real_tokens.at(b) = batch.plan.real_tokens;
     } else if (batch.packed()) {
       // Each sample of a packed batch to the bucket of its own length. The
-      // collated rows still hold samples quarantined since loading (without
-      // a loss), so the loss's samples are the received plan's.
-      const auto& ids = received.batch.plan.sample_ids;
+      // rows may still hold samples excluded since they were collated
+      // (quarantined, or an engine file of other tokens; without a loss):
+      // the loss's samples are the collated rows', those left out skipped.
+      const auto& ids = batch.collated_plan().sample_ids;
+      const data::SampleSet trained(batch.plan.sample_ids.begin(), batch.plan.sample_ids.end());
       const double factor = std::isnan(weighted_ce_sum) ? std::nan("")
                             : result.weighted_ce_sum != 0.0 ? weighted_ce_sum / result.weighted_ce_sum
                                                             : 1.0;  // an injected spike scales every sample
       const auto& buckets = run_.config.data.buckets;
       for (size_t i = 0; i < ids.size() && i < result.sample_weight_sum.size(); ++i) {
-        if (state.quarantined.count(ids[i])) continue;
+        if (!trained.count(ids[i])) continue;
         const int length = dataset_lengths[static_cast<size_t>(ids[i])];
         const auto b = static_cast<size_t>(
             std::min<ptrdiff_t>(std::lower_bound(buckets.begin(), buckets.end(), length) - buckets.begin(),

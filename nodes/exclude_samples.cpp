@@ -14,15 +14,18 @@ FeatureBatch without_samples(const RunContext& run, const FeatureBatch& in, cons
   out.batch.plan = data::without_samples(in.batch.plan, excluded, run.dataset.lengths());
   out.batch.excluded_samples += static_cast<int64_t>(ids.size() - keep.size());
   if (in.batch.packed()) {
+    // The rows as collated (samples excluded before stay in them): their
+    // documents are found by it, and the loss's per-sample figures pair with it.
+    const auto& collated = in.batch.collated_plan();
+    out.batch.collated = collated;
     out.batch.loss_mask = in.batch.loss_mask.clone();
-    const auto& plan = in.batch.plan;
     auto documents = in.batch.document_ids.to(torch::kInt64);
-    for (int64_t row = 0; row < plan.rows(); ++row) {
-      for (auto i = plan.row_begin[static_cast<size_t>(row)]; i < plan.row_begin[static_cast<size_t>(row) + 1]; ++i) {
-        if (!excluded.count(ids[static_cast<size_t>(i)])) continue;
-        const int64_t document = i - plan.row_begin[static_cast<size_t>(row)];
-        out.batch.loss_mask[row].masked_fill_(documents[row].eq(document), 0);
-      }
+    for (int64_t row = 0; row < collated.rows(); ++row) {
+      const auto first = collated.row_begin[static_cast<size_t>(row)];
+      const auto last = collated.row_begin[static_cast<size_t>(row) + 1];
+      for (auto i = first; i < last; ++i)
+        if (excluded.count(collated.sample_ids[static_cast<size_t>(i)]))
+          out.batch.loss_mask[row].masked_fill_(documents[row].eq(i - first), 0);
     }
     return out;
   }

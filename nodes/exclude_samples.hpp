@@ -12,7 +12,9 @@ class RunContext;
 
 // Unpacked rows of excluded samples are dropped; in a packed row the other
 // samples stay and the excluded ones stay as documents of their own (nothing
-// else attends to them) without a loss.
+// else attends to them) without a loss, and the batch keeps the plan its
+// rows were collated from (PaddedBatch::collated) to pair the loss's
+// per-sample figures with their samples.
 FeatureBatch without_samples(const RunContext& run, const FeatureBatch& in, const data::SampleSet& excluded);
 
 }  // namespace dflow::nodes

@@ -8,14 +8,16 @@
 #include "nodes/features_engine.hpp"
 
 #include <algorithm>
+#include <mutex>
+#include <optional>
 #include <set>
 
 #include "config/errors.hpp"
 #include "config/log.hpp"
 #include "data/data_error.hpp"
 #include "graph/telemetry.hpp"
-#include "model/gpt_oss_layers.hpp"
-#include "model/layers.hpp"
+#include "model/safetensors.hpp"
+#include "model/target.hpp"
 #include "nodes/exclude_samples.hpp"
 #include "nodes/feature_source.hpp"
 #include "nodes/messages.hpp"
@@ -31,6 +33,28 @@ namespace {
 
 namespace fs = std::filesystem;
 
+std::string ids_text(const auto& ids) {
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  return out + "]";
+}
+
+// vLLM keeps the layers it is asked for sorted and each once
+// (tuple(sorted(set(layers)))), so its files' slots only ever increase: ids
+// in another order would name the wrong layer for a slot.
+std::optional<std::string> check_engine_layer_ids(const std::vector<int>& ids) {
+  if (ids.empty()) return "must list the files' slots, e.g. [2, 14, 25, 28]";
+  for (size_t i = 1; i < ids.size(); ++i)
+    if (ids[i] <= ids[i - 1]) {
+      std::set<int> sorted(ids.begin(), ids.end());
+      return ids_text(ids) + " must increase, each id once (" + std::to_string(ids[i - 1]) + " then " +
+             std::to_string(ids[i]) + "): vLLM writes the layers it is asked for sorted and each once, whatever "
+             "order --target-layer-ids gives them in, so the files' slots are " +
+             ids_text(std::vector<int>(sorted.begin(), sorted.end())) + " for these ids";
+    }
+  return std::nullopt;
+}
+
 const config::KeySet<EngineFeaturesParams>& engine_keys() {
   using config::OnResume;
   static const config::KeySet<EngineFeaturesParams> keys = [] {
@@ -40,10 +64,9 @@ const config::KeySet<EngineFeaturesParams>& engine_keys() {
           config::must<std::string>([](const std::string& v) { return !v.empty(); }, "must name the directory"));
     k.add("engine_layer_ids", [](EngineFeaturesParams& p) -> auto& { return p.engine_layer_ids; },
           OnResume::must_match,
-          "the layer ids of hidden_states' slots in the engine's numbering (as given to the extraction, the last "
-          "layer N appended): engine id k is dflow layer k - 1",
-          config::must<std::vector<int>>([](const std::vector<int>& v) { return !v.empty(); },
-                                         "must list the files' slots, e.g. [2, 14, 25, 28]"));
+          "the layer ids of hidden_states' slots in the engine's numbering, increasing (the extraction's ids sorted, "
+          "each once, the last layer N appended): engine id k is dflow layer k - 1",
+          check_engine_layer_ids);
     k.add("dtype", [](EngineFeaturesParams& p) -> auto& { return p.dtype; }, OnResume::must_match,
           "the dtype the files hold (each file is checked); features are converted to model.drafter.dtype",
           config::one_of({"bfloat16", "float16", "float32"}));
@@ -51,6 +74,11 @@ const config::KeySet<EngineFeaturesParams>& engine_keys() {
           "a file whose tokens differ from its sample's: fail the run, or skip the sample (counted in the step "
           "record's excluded_samples)",
           config::one_of({"fail", "skip"}));
+    k.add("max_skipped_fraction", [](EngineFeaturesParams& p) -> auto& { return p.max_skipped_fraction; },
+          OnResume::may_change,
+          "on_mismatch: skip: the run fails once the samples skipped are more than this fraction of the dataset's "
+          "(0.01), naming how many and the first file",
+          config::must<double>([](double v) { return v >= 0.0 && v <= 1.0; }, "must lie in [0, 1]"));
     k.add("timeout_s", [](EngineFeaturesParams& p) -> auto& { return p.timeout_s; }, OnResume::may_change,
           "how long to wait for a sample's file before the run fails",
           config::must<double>([](double v) { return v > 0; }, "must be > 0"));
@@ -62,36 +90,23 @@ const config::KeySet<EngineFeaturesParams>& engine_keys() {
   return keys;
 }
 
-std::string ids_text(const auto& ids) {
-  std::string out = "[";
-  for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
-  return out + "]";
-}
-
-torch::Dtype file_dtype(const std::string& name) {
-  if (name == "F32" || name == "float32") return torch::kFloat32;
-  if (name == "F16" || name == "float16") return torch::kFloat16;
-  return torch::kBFloat16;
-}
-
-std::string safetensors_name(const std::string& dtype) {
-  return dtype == "float32" ? "F32" : dtype == "float16" ? "F16" : "BF16";
-}
+// Samples whose files held other tokens (on_mismatch: skip), over every
+// replica of the node: files of another dataset or tokenization skip them
+// all, and the run must stop rather than train on nothing.
+struct SkippedSamples {
+  std::mutex mutex;
+  data::SampleSet ids;
+  std::string first;  // the first one: its sample, file and difference
+};
 
 // What the replicas share, checked before the graph exists.
 struct EngineSource {
   EngineFeaturesParams params;
   std::vector<int64_t> slots;  // hidden_states slot of each drafter feature layer
   int64_t last_slot = -1;      // the slot of engine id N (before the final norm) when the run needs the teacher
+  std::shared_ptr<SkippedSamples> skipped = std::make_shared<SkippedSamples>();
 };
 
-// The target's final norm as its RMSNorm computes it (model/target.cpp):
-// gpt-oss scales before the cast back, the other families after.
-torch::Tensor target_final_norm(const model::HeadConfig& config, const torch::Tensor& x, const torch::Tensor& weight) {
-  return config.runnable() && config.family == model::ModelFamily::GptOss
-             ? model::rms_norm_scaled_wide(x, weight, config.rms_norm_eps)
-             : model::rms_norm(x, weight, config.rms_norm_eps);
-}
 using PreparedEngine = std::shared_ptr<const EngineSource>;
 
 PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& node) {
@@ -195,27 +210,44 @@ class FeaturesEngine final : public graph::FunctionBody {
           throw data::DataError(what + "; the extraction ran on another dataset or tokenization (set on_mismatch: "
                                        "skip to train without such samples)");
         log::warn("data", log::str(what, ": skipped (node '", name_, "', on_mismatch: skip)"));
+        count_skipped(place.sample_id, what);
         mismatched.insert(place.sample_id);
         continue;
       }
       auto all = torch::from_blob(sample.hidden_bytes.data(), {sample.positions, sample.slots, sample.hidden_size},
-                                  torch::TensorOptions().dtype(file_dtype(sample.dtype_name)));
+                                  torch::TensorOptions().dtype(model::safetensors_dtype_to_torch(sample.dtype_name)));
       features[place.row].narrow(0, place.first, place.length).copy_(all.index_select(1, slots).reshape({place.length, -1}));
       if (last.defined()) last[place.row].narrow(0, place.first, place.length).copy_(all.select(1, source_->last_slot));
     }
     if (meter_) meter_->on_outside_wait(waited_s);
     if (last.defined()) {
       // Padding rows stay zero through the norm (0 * rsqrt(eps) = 0).
-      const auto normed = target_final_norm(head.config(), last.to(head.device()), head.final_norm_weight());
+      const auto normed = model::family_rms_norm(head.config(), last.to(head.device()), head.final_norm_weight());
       teacher = normed.to(run_.drafter_device, run_.drafter_dtype).contiguous();
     }
     return host_drafter ? features : for_drafter(run_, features);
   }
 
+  // Throws once more samples were skipped than max_skipped_fraction allows.
+  void count_skipped(int64_t sample_id, const std::string& what) const {
+    auto& skipped = *source_->skipped;
+    std::lock_guard lock(skipped.mutex);
+    if (skipped.ids.empty()) skipped.first = what;
+    skipped.ids.insert(sample_id);
+    const double fraction = source_->params.max_skipped_fraction;
+    const int64_t samples = run_.dataset.size();
+    if (static_cast<double>(skipped.ids.size()) <= fraction * static_cast<double>(samples)) return;
+    throw data::DataError(log::str(
+        "node '", name_, "' (features.engine): the engine files of ", skipped.ids.size(),
+        " samples hold other tokens than the dataset's, more than max_skipped_fraction ", fraction, " of its ", samples,
+        " samples; the first: ", skipped.first, ". The extraction ran on another dataset or tokenization, or data.train "
+        "lists other samples or another order: check them (or raise params.max_skipped_fraction)"));
+  }
+
   void check_layout(const train::EngineSample& sample, int64_t sample_id) const {
     const auto& p = source_->params;
     std::string what;
-    if (sample.dtype_name != safetensors_name(p.dtype))
+    if (sample.dtype_name != model::safetensors_dtype_named(p.dtype))
       what = "hidden_states is " + sample.dtype_name + ", params.dtype says " + p.dtype;
     else if (sample.slots != static_cast<int64_t>(p.engine_layer_ids.size()))
       what = "hidden_states has " + std::to_string(sample.slots) + " slots, params.engine_layer_ids lists " +
@@ -240,23 +272,13 @@ class FeaturesEngine final : public graph::FunctionBody {
     return "";
   }
 
-  // Samples after `plan`'s (this rank's, in training order, within the epoch)
-  // whose files are there, up to the first that is not: how far training can
-  // run on without waiting for the extraction.
   int64_t ready_ahead(const data::PlannedBatch& plan) const {
-    const int64_t window = source_->params.ready_ahead_window;
-    const auto batches = run_.plans().get(plan.epoch)->batches();
-    int64_t ready = 0;
-    for (auto i = static_cast<size_t>(plan.index_in_epoch) + 1; i < batches.size() && ready < window; ++i) {
-      if (batches[i].rank != run_.options.rank) continue;
-      for (const int64_t id : batches[i].sample_ids) {
-        const auto path = train::engine_file_path(source_->params.dir, id);
-        std::error_code ec;
-        if (!fs::exists(path, ec) || fs::exists(path.string() + ".lock", ec)) return ready;
-        if (++ready >= window) break;
-      }
-    }
-    return ready;
+    return samples_ready_ahead(run_.plans(), plan, run_.options.rank, source_->params.ready_ahead_window,
+                               [&](int64_t sample_id) {
+                                 const auto path = train::engine_file_path(source_->params.dir, sample_id);
+                                 std::error_code ec;
+                                 return fs::exists(path, ec) && !train::engine_file_locked(path);
+                               });
   }
 
   const RunContext& run_;
@@ -271,7 +293,13 @@ class FeaturesEngine final : public graph::FunctionBody {
 }  // namespace
 
 EngineFeaturesParams read_engine_features_params(config::YamlSection& params) {
-  return read_params(engine_keys(), params);
+  const bool bound_given = params.has("max_skipped_fraction");
+  EngineFeaturesParams p = read_params(engine_keys(), params);
+  if (bound_given && p.on_mismatch != "skip")
+    throw params.error("max_skipped_fraction", "max_skipped_fraction bounds the samples on_mismatch: skip leaves out, "
+                                               "and on_mismatch is " + p.on_mismatch +
+                                               ": set on_mismatch: skip, or leave max_skipped_fraction out");
+  return p;
 }
 
 std::vector<int64_t> engine_slots_for(const std::vector<int>& engine_layer_ids,
@@ -295,6 +323,23 @@ std::vector<int64_t> engine_slots_for(const std::vector<int>& engine_layer_ids,
     slots.push_back(at - engine_layer_ids.begin());
   }
   return slots;
+}
+
+int64_t samples_ready_ahead(const data::PlanCache& plans, const data::PlannedBatch& plan, int rank, int64_t window,
+                            const std::function<bool(int64_t sample_id)>& ready) {
+  // Held while walking it: the cache drops an epoch's plan once the loader,
+  // running ahead, asks for the epoch after next.
+  const auto epoch = plans.get(plan.epoch);
+  const auto batches = epoch->batches();
+  int64_t count = 0;
+  for (auto i = static_cast<size_t>(plan.index_in_epoch) + 1; i < batches.size() && count < window; ++i) {
+    if (batches[i].rank != rank) continue;
+    for (const int64_t id : batches[i].sample_ids) {
+      if (!ready(id)) return count;
+      if (++count >= window) break;
+    }
+  }
+  return count;
 }
 
 std::vector<int64_t> engine_feature_layers(const std::vector<int>& engine_layer_ids, int64_t target_layers) {

@@ -12,18 +12,21 @@
 // output of layer l, so dflow l is engine id l + 1 for l < N - 1; dflow's
 // N - 1 is the output after the final norm, which no engine slot holds.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "config/yaml_reader.hpp"
+#include "data/plan_cache.hpp"
 
 namespace dflow::nodes {
 
 struct EngineFeaturesParams {
   std::string dir;                     // the extraction's output: hs_<i>.safetensors
-  std::vector<int> engine_layer_ids;   // what hidden_states' slots are, in the engine's numbering, in file order
+  std::vector<int> engine_layer_ids;   // what hidden_states' slots are, in the engine's numbering: increasing
   std::string dtype = "bfloat16";      // what the files hold (checked per file); features train in model.drafter.dtype
   std::string on_mismatch = "fail";    // a file with other tokens than the sample: fail | skip (counted as excluded)
+  double max_skipped_fraction = 0.01;  // skip: the run fails once more of the dataset's samples were skipped
   double timeout_s = 600;              // a sample whose file is not whole by then fails the run
   int ready_ahead_window = 256;        // samples ahead (in training order) probed for the "ready ahead" gauge
 };
@@ -38,5 +41,12 @@ std::vector<int64_t> engine_slots_for(const std::vector<int>& engine_layer_ids,
 // dflow's feature layers the files hold: every slot but the embeddings (id 0)
 // and the last layer before the final norm (id N), as dflow numbers them.
 std::vector<int64_t> engine_feature_layers(const std::vector<int>& engine_layer_ids, int64_t target_layers);
+
+// The ready-ahead gauge: how many samples after `plan`'s (`rank`'s, in
+// training order, within its epoch) are `ready`, up to the first that is not
+// and at most `window`: how far training can run on without waiting for the
+// extraction. Holds the epoch's plan from `plans` while it walks it.
+int64_t samples_ready_ahead(const data::PlanCache& plans, const data::PlannedBatch& plan, int rank, int64_t window,
+                            const std::function<bool(int64_t sample_id)>& ready);
 
 }  // namespace dflow::nodes

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "data/plan.hpp"
@@ -36,6 +37,12 @@ struct PaddedBatch {
   // Packed batches (pad_bucket.pack) only, else undefined: several samples per row.
   torch::Tensor position_ids;  // [B, S] int64: position within the token's sample
   torch::Tensor document_ids;  // [B, S] int32: the token's sample within its row (padding: one more)
+  // Packed: the plan the rows were collated from, once samples left `plan`
+  // since (nodes/exclude_samples.hpp: their documents stay in the rows,
+  // without a loss); unset while the rows hold exactly the plan's samples.
+  // The rows' documents, and the loss's per-sample figures, are its samples.
+  std::optional<data::PlannedBatch> collated;
+  const data::PlannedBatch& collated_plan() const { return collated ? *collated : plan; }
   bool packed() const { return document_ids.defined(); }
   model::PackedDocuments documents() const { return {position_ids, document_ids}; }
 };

@@ -154,6 +154,7 @@ def main():
     ids = args.layer_ids if args.layer_ids is not None else [2, layers // 2, layers - 3]
     if not args.no_last_layer and layers not in ids:
         ids = ids + [layers]
+    ids = sorted(set(ids))  # as vLLM keeps the layers it is asked for: tuple(sorted(set(layers)))
     if any(k < 0 or k > layers for k in ids):
         sys.exit(f"--layer-ids {ids}: engine ids lie in [0, {layers}] for a {layers}-layer target")
     if args.random_states:

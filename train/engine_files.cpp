@@ -3,7 +3,12 @@
 // bytes are read with plain file I/O.
 #include "train/engine_files.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -29,7 +34,7 @@ struct HeaderRead {
 HeaderRead read_header(const fs::path& path) {
   HeaderRead out;
   std::error_code ec;
-  if (fs::exists(fs::path(path.string() + ".lock"), ec)) {
+  if (engine_file_locked(path)) {
     out.state = EngineFileState::incomplete;
     return out;
   }
@@ -72,6 +77,14 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 fs::path engine_file_path(const fs::path& dir, int64_t sample_id) {
   return dir / ("hs_" + std::to_string(sample_id) + ".safetensors");
+}
+
+bool engine_file_locked(const fs::path& path) {
+  const int fd = ::open((path.string() + ".lock").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;  // no lock file (or none this process may open): nothing holds one
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // releases the shared lock when it was taken
+  return held;
 }
 
 EngineFileState probe_engine_file(const fs::path& path) { return read_header(path).state; }
@@ -127,8 +140,8 @@ std::chrono::duration<double> wait_for_engine_file(const fs::path& dir, int64_t 
       throw data::DataError(
           "sample " + std::to_string(sample_id) + ": engine features file " + path.string() +
           (state == EngineFileState::missing ? " did not appear"
-                                              : " was not completely written (shorter than its header says, or its "
-                                                ".lock is still there)") +
+                                              : " was not completely written (shorter than its header says, or the "
+                                                "writer still holds its .lock)") +
           " within " +
           seconds + " s" + (cancelled ? " (the run stopped)" : " (params.timeout_s)") +
           "; is the extraction still running, and writing this dataset's samples to this directory?");

@@ -3,13 +3,14 @@
 // vLLM's extract_hidden_states connector and vllm-project/speculators use:
 // a directory of hs_<i>.safetensors, one per sample i of the prepared
 // dataset (0-based, dataset order), each holding `token_ids` (int64 [L]) and
-// `hidden_states` ([L, K+1, H]: the K layers asked for, in the order asked,
-// then the last layer's output before the final norm). Torch-free: the bytes
+// `hidden_states` ([L, K+1, H]: the K layers asked for, increasing and each
+// once as vLLM keeps them, then the last layer's output before the final norm). Torch-free: the bytes
 // are decoded where the features are laid out (nodes/features_engine.cpp).
 //
 // The extraction may still be running: a file that is absent, shorter than
-// its header says, or beside a `<file>.lock` (the connector's lock while it
-// writes) is not ready, and wait_for_engine_file polls it with backoff.
+// its header says, or whose `<file>.lock` a writer holds (an flock, taken
+// while it writes and released without deleting the lock file) is not
+// ready, and wait_for_engine_file polls it with backoff.
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -24,8 +25,13 @@ std::filesystem::path engine_file_path(const std::filesystem::path& dir, int64_t
 
 enum class EngineFileState { missing, incomplete, ready };
 
+// Whether a writer holds `<path>.lock` now (a shared flock cannot be taken
+// without waiting). A lock file that is there but not held is a finished
+// writer's: it does not make the file unready.
+bool engine_file_locked(const std::filesystem::path& path);
+
 // Whether the file is there and whole: its size reaches the end of the data
-// its header declares, and no lock file is beside it. Throws data::DataError naming
+// its header declares, and no writer holds its lock. Throws data::DataError naming
 // the file for a header that is whole but malformed.
 EngineFileState probe_engine_file(const std::filesystem::path& path);
 

@@ -73,6 +73,19 @@ TEST_CASE("Model.Safetensors.RoundTripIsBitExactForEveryDtype") {
   CHECK(file.entry("bool").dtype_name == "BOOL");
 }
 
+TEST_CASE("Model.Safetensors.DtypeNamesAsConfigsWriteThemMapToTheHeaders") {
+  // One table for the header's names, torch's dtypes and PyTorch's names
+  // (a node's params.dtype is checked against a file's header with it).
+  for (const auto& [config_name, header_name] : std::vector<std::pair<std::string, std::string>>{
+           {"float32", "F32"}, {"float16", "F16"}, {"bfloat16", "BF16"}, {"int64", "I64"}, {"bool", "BOOL"}}) {
+    CAPTURE(config_name);
+    CHECK(safetensors_dtype_named(config_name) == header_name);
+    CHECK(torch_dtype_to_safetensors(safetensors_dtype_to_torch(header_name)) == header_name);
+  }
+  CHECK_THROWS_WITH_AS(safetensors_dtype_named("float8_e4m3"), doctest::Contains("dtype 'float8_e4m3'"),
+                       std::runtime_error);
+}
+
 TEST_CASE("Model.Safetensors.HeaderIsSortedAndAligned") {
   ScratchDir dir("st-header");
   const auto path = dir.path() / "x.safetensors";

@@ -9,6 +9,7 @@
 
 #include <fstream>
 
+#include "model/gpt_oss_layers.hpp"
 #include "model/safetensors.hpp"
 #include "model/target.hpp"
 #include "model/target_head.hpp"
@@ -191,6 +192,32 @@ TEST_CASE("Model.HeadConfig.says_why_a_known_family_cannot_run_and_names_a_missi
   drafter["architectures"] = {"DFlashDraftModel"};
   CHECK_THROWS_WITH_AS(parse_head_config(drafter, "d/config.json"), doctest::Contains("DFlash drafter"),
                        std::runtime_error);
+}
+
+TEST_CASE("Model.HeadConfig.a_gpt_oss_target_dflow_cannot_run_still_norms_as_gpt_oss") {
+  // An FP8 gpt-oss (what engine files are for): dflow cannot run it, but its
+  // final norm (the kl teacher's, from the files' last slot) must scale
+  // before the cast back, as gpt-oss does, not after as the dense families.
+  nlohmann::json fp8 = config_json(random_checkpoints() / "gpt-oss-untied-single");
+  fp8["quantization_config"] = {{"quant_method", "fp8"}};
+  const HeadConfig oss = parse_head_config(fp8, "fp8/config.json");
+  REQUIRE_FALSE(oss.runnable());
+  CHECK(oss.not_runnable_because.find("fp8") != std::string::npos);
+  CHECK(oss.family == ModelFamily::GptOss);
+  torch::manual_seed(5);
+  const auto x = torch::randn({4, 64}).mul(3).to(torch::kBFloat16);
+  const auto weight = torch::randn({64}).to(torch::kBFloat16);
+  const auto normed = family_rms_norm(oss, x, weight);
+  CHECK(torch::equal(normed, rms_norm_scaled_wide(x, weight, oss.rms_norm_eps)));
+  CHECK_FALSE(torch::equal(normed, rms_norm(x, weight, oss.rms_norm_eps)));  // the orders round differently in bf16
+
+  // An architecture dflow does not know norms as a dense family.
+  nlohmann::json other = fp8;
+  other["model_type"] = "mistral";
+  other["architectures"] = {"MistralForCausalLM"};
+  const HeadConfig mistral = parse_head_config(other, "mistral/config.json");
+  CHECK_FALSE(mistral.runnable());
+  CHECK(torch::equal(family_rms_norm(mistral, x, weight), rms_norm(x, weight, mistral.rms_norm_eps)));
 }
 
 TEST_CASE("Model.TargetHead.a_command_that_loads_the_whole_target_names_the_architecture") {

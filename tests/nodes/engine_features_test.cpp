@@ -5,6 +5,9 @@
 // is still writing, fails naming the sample when one never comes, and keeps
 // its layer mapping and its directory and dtype across a resume.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -13,6 +16,7 @@
 #include "config/errors.hpp"
 #include "engine_files.hpp"
 #include "nodes/features_engine.hpp"
+#include "nodes/run_context.hpp"
 #include "nodes/trainer.hpp"
 #include "report/analysis.hpp"
 #include "report/run_data.hpp"
@@ -140,7 +144,7 @@ TEST_CASE("EngineFeatures.with_on_mismatch_skip_such_samples_are_counted_as_excl
   rewrite_with_other_tokens(files, step1[2]);
   const auto dir = fresh_dir("engine-skip-run");
   nodes::run_training(from_engine(small_run_config(dir, {"run.max_steps=2"}), files,
-                                  "engine_layer_ids: [2, 2, 2, 4], dtype: float32, on_mismatch: skip"),
+                                  "engine_layer_ids: [2, 4], dtype: float32, on_mismatch: skip"),
                       {});
   const auto records = step_records(dir);
   REQUIRE(records.size() == 2);
@@ -157,7 +161,7 @@ TEST_CASE("EngineFeatures.a_file_that_never_comes_fails_the_run_naming_the_sampl
   const int64_t missing = first_step_samples().at(0);
   fs::remove(train::engine_file_path(files, missing));
   const auto message = error_of(from_engine(small_run_config(fresh_dir("engine-missing-run"), {"run.max_steps=2"}),
-                                            files, "engine_layer_ids: [2, 2, 2, 4], dtype: float32, timeout_s: 0.3"));
+                                            files, "engine_layer_ids: [2, 4], dtype: float32, timeout_s: 0.3"));
   CHECK(message.find("sample " + std::to_string(missing) + ":") != std::string::npos);
   CHECK(message.find(train::engine_file_path(files, missing).string()) != std::string::npos);
   CHECK(message.find("did not appear within 0.") != std::string::npos);
@@ -177,8 +181,11 @@ TEST_CASE("EngineFeatures.a_file_still_being_written_is_not_read_until_it_is_who
   // Its header and half of its data, as a copy onto shared storage leaves it.
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(whole.data(), static_cast<std::streamsize>(whole.size() / 2));
   CHECK(train::probe_engine_file(path) == train::EngineFileState::incomplete);
-  const auto lock = fs::path(path.string() + ".lock");
-  std::ofstream(lock).put('x');
+  // The connector's lock: an flock on <file>.lock while it writes, released
+  // without deleting the lock file.
+  const int lock = ::open((path.string() + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(lock >= 0);
+  REQUIRE(::flock(lock, LOCK_EX | LOCK_NB) == 0);
   bool lock_kept_it_incomplete = false;
   std::thread writer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -186,7 +193,8 @@ TEST_CASE("EngineFeatures.a_file_still_being_written_is_not_read_until_it_is_who
         .write(whole.data() + whole.size() / 2, static_cast<std::streamsize>(whole.size() - whole.size() / 2));
     lock_kept_it_incomplete = train::probe_engine_file(path) == train::EngineFileState::incomplete;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    fs::remove(lock);
+    ::flock(lock, LOCK_UN);
+    ::close(lock);
   });
   const auto dir = fresh_dir("engine-partial-run");
   const auto message = error_of(from_engine(small_run_config(dir, {"run.max_steps=4"}), files));
@@ -219,7 +227,7 @@ TEST_CASE("EngineFeatures.a_resume_that_changes_the_source_its_dir_or_its_dtype_
   CHECK(moved.find("pipeline.nodes.target") != std::string::npos);
   CHECK(moved.find(other.string()) != std::string::npos);
   const auto retyped =
-      error_of(from_engine(small_run_config(dir, every2), reference().files, "engine_layer_ids: [2, 2, 2, 4], dtype: bfloat16"), resume);
+      error_of(from_engine(small_run_config(dir, every2), reference().files, "engine_layer_ids: [2, 4], dtype: bfloat16"), resume);
   CHECK(retyped.find("dtype: bfloat16") != std::string::npos);
   const auto online = error_of(small_run_config(dir, every2), resume);
   CHECK(online.find("pipeline.nodes.target: features.engine") != std::string::npos);
@@ -234,7 +242,7 @@ TEST_CASE("EngineFeatures.layers_the_files_do_not_hold_are_refused_naming_the_no
                                             reference().files));
   CHECK(message.find("pipeline.nodes[3].params.engine_layer_ids") != std::string::npos);
   CHECK(message.find("node 'target' (features.engine)") != std::string::npos);
-  CHECK(message.find("[2, 2, 2, 4]") != std::string::npos);
+  CHECK(message.find("[2, 4]") != std::string::npos);
   CHECK(message.find("no slot holds dflow layer 0 (engine id 1)") != std::string::npos);
   // dflow numbering and the engine's, side by side.
   CHECK(nodes::engine_slots_for({2, 14, 25, 28}, {1, 13, 24}, 28) == std::vector<int64_t>{0, 1, 2});
@@ -243,6 +251,42 @@ TEST_CASE("EngineFeatures.layers_the_files_do_not_hold_are_refused_naming_the_no
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(nodes::engine_slots_for({2, 29}, {1}, 28), doctest::Contains("engine layer id 29 outside [0, 28]"),
                        std::invalid_argument);
+}
+
+TEST_CASE("EngineFeatures.engine_layer_ids_out_of_order_or_repeated_are_refused_as_no_engine_writes_them") {
+  // vLLM stores the layers it is asked for sorted and each once: started with
+  // --target-layer-ids 3 1, its slots are [1, 3] (then N); [3, 1, 4] would
+  // train on swapped layers.
+  for (const auto& [ids, why] : std::vector<std::pair<std::string, std::string>>{
+           {"[4, 2]", "[4, 2] must increase, each id once (4 then 2)"},
+           {"[2, 2, 2, 4]", "[2, 2, 2, 4] must increase, each id once (2 then 2)"}}) {
+    CAPTURE(ids);
+    const auto message = error_of(from_engine(small_run_config(fresh_dir("engine-order"), {"run.max_steps=1"}),
+                                              reference().files, "engine_layer_ids: " + ids + ", dtype: float32"));
+    CHECK_MESSAGE(message.find("pipeline.nodes[3].params.engine_layer_ids") != std::string::npos, message);
+    CHECK_MESSAGE(message.find(why) != std::string::npos, message);
+    CHECK_MESSAGE(message.find("the files' slots are [2, 4]") != std::string::npos, message);
+  }
+}
+
+TEST_CASE("EngineFeatures.the_ready_ahead_gauge_holds_the_epoch_plan_it_walks_while_the_loader_moves_on") {
+  // On a small dataset the loader can run two epochs ahead, and the plan
+  // cache then drops the epoch the gauge is walking.
+  nodes::RunOptions options;
+  options.prepare_nodes = false;
+  const nodes::RunContext run(small_run_config(fresh_dir("engine-ready-ahead")), options, nullptr);
+  const auto& plans = run.plans();
+  const data::PlannedBatch first = plans.get(0)->batches().front();
+  const std::weak_ptr<const data::EpochPlan> epoch0 = plans.get(0);
+  bool plan_alive = true;
+  const int64_t ready = nodes::samples_ready_ahead(plans, first, first.rank, 8, [&](int64_t) {
+    plans.get(2);  // the loader asks for epoch 2: the cache keeps epochs 1 and 2 only
+    plan_alive = !epoch0.expired();
+    return plan_alive;  // stops the walk at once if it was dropped
+  });
+  CHECK(plan_alive);
+  CHECK(ready == 8);
+  CHECK(epoch0.expired());  // the gauge held it; nothing else did
 }
 
 // bench/RESULTS.md "Engine files": the demo (its own assets, as `dflow train`

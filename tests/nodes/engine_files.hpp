@@ -8,7 +8,9 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "model/safetensors.hpp"
@@ -23,7 +25,7 @@ namespace dflow::testing {
 
 // The config with its target node reading engine files from `dir`.
 inline config::Config from_engine(config::Config config, const std::filesystem::path& dir,
-                                  const std::string& params = "engine_layer_ids: [2, 2, 2, 4], dtype: float32") {
+                                  const std::string& params = "engine_layer_ids: [2, 4], dtype: float32") {
   for (auto& n : config.pipeline.nodes)
     if (n.name == "target") {
       n.type = "features.engine";
@@ -32,19 +34,22 @@ inline config::Config from_engine(config::Config config, const std::filesystem::
   return config;
 }
 
-// Slots [engine id l + 1 for each of config's feature layers l, then the last
-// layer] (the demo's [1, 1, 1]: engine ids [2, 2, 2, 4]): the features target_forward computes for epoch 0's batches; the
-// last slot (the layer before the final norm, which dflow's target does not
-// expose) holds zeros, and no drafter here reads it.
+// Slots [engine id l + 1 for each of config's feature layers l, increasing
+// and each once as vLLM writes them, then the last layer] (the demo's
+// [1, 1, 1]: engine ids [2, 4]): the features target_forward computes for
+// epoch 0's batches; the last slot (the layer before the final norm, which
+// dflow's target does not expose) holds zeros, and no drafter here reads it.
 inline void write_dflow_features_as_engine_files(const config::Config& config, const std::filesystem::path& dir) {
   nodes::RunOptions options;
   options.prepare_nodes = false;
   nodes::RunContext run(config, options, nullptr);
   const auto& target = *run.targets.front();
   std::filesystem::create_directories(dir);
+  const std::set<int64_t> distinct(run.feature_layer_ids.begin(), run.feature_layer_ids.end());
+  const std::vector<int64_t> layers(distinct.begin(), distinct.end());
   for (const auto& plan : run.plans().get(0)->batches()) {
     const auto padded = nodes::collate_padded(run, plan, {}, 0, false);
-    const auto hidden = torch::stack(target.forward(padded.input_ids, run.feature_layer_ids, false).hidden_states, 2);
+    const auto hidden = torch::stack(target.forward(padded.input_ids, layers, false).hidden_states, 2);
     for (const auto& place : nodes::sample_places(plan, run.dataset.lengths())) {
       auto rows = hidden[place.row].narrow(0, place.first, place.length);  // [L, n, H]
       auto slots = torch::cat({rows, torch::zeros({place.length, 1, rows.size(2)})}, 1).contiguous();
