@@ -143,7 +143,11 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
 std::string summarize(const TrainResult& r) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(4);
-  out << "trained " << r.completed_steps << "/" << r.total_steps << " steps";
+  // Counted to where the run ends (its records' total_steps: run.max_steps when
+  // that ends it sooner), as the console line and the report count it.
+  const int64_t run_end = r.last_record.is_object() ? r.last_record.value("total_steps", r.total_steps) : r.total_steps;
+  out << "trained " << r.completed_steps << "/" << run_end << " steps";
+  if (run_end < r.total_steps) out << " (run.max_steps; train.epochs hold " << r.total_steps << ")";
   if (!r.last_record.empty()) {
     const auto& rec = r.last_record;
     out << "\n  final loss " << (rec["loss"].is_number() ? rec["loss"].get<double>() : NAN);

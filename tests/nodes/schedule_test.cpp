@@ -61,6 +61,10 @@ TEST_CASE("Train.Schedule.a_run_that_max_steps_ends_counts_its_progress_to_that_
   CHECK(records.back()["run_progress"].get<double>() == doctest::Approx(1.0));
   report::RecordSlimmer page;
   CHECK(page.slim(records.back())["tot"] == 4);  // the report header's total
+  const std::string summary = nodes::summarize(result);  // the end-of-run line
+  CHECK_MESSAGE(summary.rfind("trained 4/4 steps (run.max_steps; train.epochs hold " +
+                                  std::to_string(result.total_steps) + ")", 0) == 0,
+                summary);
 }
 
 TEST_CASE("Train.Schedule.a_resume_continues_the_schedule_the_run_started_with") {
