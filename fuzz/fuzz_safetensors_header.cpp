@@ -1,9 +1,10 @@
 // safetensors headers (model/safetensors_header.cpp, the torch-free part of
 // SafetensorsFile): the input is the whole file. Only std::runtime_error may
 // come out; every accepted entry must lie inside the data section and (in a
-// dtype dflow reads) span exactly shape * dtype bytes, which is what SafetensorsFile::tensor relies
-// on when it hands out a tensor over the mapped bytes (touched here, so ASan
-// sees any read outside the input), and the shape must be one torch accepts.
+// dtype dflow reads) span exactly shape * dtype bytes, which is what
+// SafetensorsFile::tensor relies on when it hands out a tensor over the mapped
+// bytes (touched here, so ASan sees any read outside the input), and the
+// shape must be one torch accepts.
 #include <cstdlib>
 #include <vector>
 
