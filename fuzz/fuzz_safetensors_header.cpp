@@ -1,9 +1,10 @@
 // safetensors headers (model/safetensors_header.cpp, the torch-free part of
 // SafetensorsFile): the input is the whole file. Only std::runtime_error may
-// come out; every accepted entry must lie inside the data section and span
-// exactly shape * dtype bytes, which is what SafetensorsFile::tensor relies
-// on when it hands out a tensor over the mapped bytes (touched here, so ASan
-// sees any read outside the input), and the shape must be one torch accepts.
+// come out; every accepted entry must lie inside the data section and (in a
+// dtype dflow reads) span exactly shape * dtype bytes, which is what
+// SafetensorsFile::tensor relies on when it hands out a tensor over the mapped
+// bytes (touched here, so ASan sees any read outside the input), and the
+// shape must be one torch accepts.
 #include <cstdlib>
 #include <vector>
 
@@ -35,7 +36,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       strides *= static_cast<uint64_t>(dim > 0 ? dim : 1);
       if (strides > static_cast<unsigned __int128>(INT64_MAX)) std::abort();
     }
-    if (numel * entry.element_bytes != entry.data_end_bytes - entry.data_begin_bytes) std::abort();
+    // A dtype dflow does not read (element_bytes 0) is never sized, only skipped.
+    if (entry.element_bytes != 0 && numel * entry.element_bytes != entry.data_end_bytes - entry.data_begin_bytes)
+      std::abort();
     const uint8_t* bytes = file.data() + header.data_section_offset_bytes + entry.data_begin_bytes;
     for (uint64_t i = 0; i < entry.data_end_bytes - entry.data_begin_bytes; ++i) sink = sink ^ bytes[i];
   }

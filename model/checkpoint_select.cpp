@@ -1,6 +1,8 @@
 // Reading a few named tensors of a Hugging Face checkpoint directory without
 // mapping or reading the rest: each file's header is read with pread and
 // checked as SafetensorsFile checks it, then only the wanted tensors' bytes.
+// The others are skipped whatever their dtype, so a head read from an FP8 or
+// INT4-packed checkpoint needs only the head to be stored in a dtype dflow reads.
 // A run that needs only the target's embedding and LM head then holds those
 // (about 1.2 GB for an 8B target) rather than touching 16 GB.
 #include <fcntl.h>
@@ -86,6 +88,7 @@ void read_from_file(const fs::path& path, const std::set<std::string>& wanted, T
     const auto it = header.entries.find(name);
     if (it == header.entries.end()) continue;
     const auto& entry = it->second;
+    if (entry.element_bytes == 0) throw safetensors_dtype_error(path, name, entry.dtype_name);
     torch::Tensor tensor = torch::empty(entry.shape, torch::TensorOptions().dtype(safetensors_dtype_to_torch(entry.dtype_name)));
     file.read_exactly(tensor.data_ptr(), entry.data_end_bytes - entry.data_begin_bytes,
                       header.data_section_offset_bytes + entry.data_begin_bytes);

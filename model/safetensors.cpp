@@ -1,5 +1,6 @@
 // safetensors reader: mmap the file, validate the whole header up front, and
-// hand out tensors over the mapping.
+// hand out tensors over the mapping (a dtype dflow does not read is refused
+// when its tensor is asked for, not when the file is opened).
 #include "model/safetensors.hpp"
 
 #include <fcntl.h>
@@ -112,7 +113,6 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
     SafetensorsEntry entry;
     entry.name = name;
     entry.dtype_name = std::move(parsed.dtype_name);
-    entry.dtype = safetensors_dtype_to_torch(entry.dtype_name);
     entry.shape = std::move(parsed.shape);
     entry.data_begin_bytes = parsed.data_begin_bytes;
     entry.data_end_bytes = parsed.data_end_bytes;
@@ -137,10 +137,11 @@ const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
 
 torch::Tensor SafetensorsFile::tensor(const std::string& name) const {
   const SafetensorsEntry& info = entry(name);
-  const auto options = torch::TensorOptions().dtype(info.dtype);
+  const size_t element_bytes = safetensors_dtype_bytes(info.dtype_name);
+  if (element_bytes == 0) throw safetensors_dtype_error(path_, name, info.dtype_name);
+  const auto options = torch::TensorOptions().dtype(safetensors_dtype_to_torch(info.dtype_name));
   uint8_t* bytes = mapping_->data() + data_section_offset_bytes_ + info.data_begin_bytes;
   const uint64_t size_bytes = info.data_end_bytes - info.data_begin_bytes;
-  const auto element_bytes = c10::elementSize(info.dtype);
   if (size_bytes == 0) return torch::empty(info.shape, options);
   if (reinterpret_cast<uintptr_t>(bytes) % element_bytes != 0) {
     // Misaligned for its dtype (allowed by the format): copy into owned memory.

@@ -30,7 +30,6 @@ std::string safetensors_dtype_named(const std::string& torch_name);
 struct SafetensorsEntry {
   std::string name;
   std::string dtype_name;       // as written in the header, e.g. "BF16"
-  torch::Dtype dtype;
   std::vector<int64_t> shape;
   uint64_t data_begin_bytes = 0;  // relative to the data section
   uint64_t data_end_bytes = 0;
@@ -39,7 +38,9 @@ struct SafetensorsEntry {
 class FileMapping;  // read-only private mmap of a whole file
 
 // An open, validated safetensors file. Every entry's offsets were checked
-// against the file size and its shape*dtype size when the file was opened.
+// against the file size and its shape*dtype size when the file was opened
+// (for a dtype dflow does not read, e.g. F8_E4M3, only the offsets: such an
+// entry is listed, and tensor() refuses it naming the tensor, dtype and file).
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::filesystem::path& path);

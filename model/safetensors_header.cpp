@@ -31,11 +31,7 @@ SafetensorsHeaderEntry parse_entry(const std::filesystem::path& path, const std:
   SafetensorsHeaderEntry entry;
   if (!value["dtype"].is_string()) throw entry_error("dtype is not a string");
   entry.dtype_name = value["dtype"].get<std::string>();
-  entry.element_bytes = safetensors_dtype_bytes(entry.dtype_name);
-  if (entry.element_bytes == 0) {
-    throw entry_error("unknown safetensors dtype '" + entry.dtype_name + "' (supported: " +
-                      kSafetensorsDtypeList + ")");
-  }
+  entry.element_bytes = safetensors_dtype_bytes(entry.dtype_name);  // 0: not read, so kept unsized
   const auto& shape = value["shape"];
   const auto& offsets = value["data_offsets"];
   if (!shape.is_array()) throw entry_error("shape is not an array");
@@ -69,6 +65,7 @@ SafetensorsHeaderEntry parse_entry(const std::filesystem::path& path, const std:
     throw entry_error("data_offsets " + offsets.dump() + " fall outside the file's data section of " +
                       std::to_string(data_size_bytes) + " bytes (file truncated or header corrupt)");
   }
+  if (entry.element_bytes == 0) return entry;
   uint64_t expected_bytes = 0;
   if (__builtin_mul_overflow(numel, static_cast<uint64_t>(entry.element_bytes), &expected_bytes)) {
     throw entry_error("shape " + shape.dump() + " of dtype " + entry.dtype_name + " needs more than 2^64 bytes");
@@ -95,6 +92,12 @@ size_t safetensors_dtype_bytes(std::string_view dtype_name) {
 
 std::runtime_error safetensors_file_error(const std::filesystem::path& path, const std::string& what) {
   return std::runtime_error("safetensors file '" + path.string() + "': " + what);
+}
+
+std::runtime_error safetensors_dtype_error(const std::filesystem::path& path, const std::string& name,
+                                           const std::string& dtype_name) {
+  return safetensors_file_error(path, "tensor '" + name + "' is stored as " + dtype_name +
+                                          ", a dtype dflow does not read (it reads " + kSafetensorsDtypeList + ")");
 }
 
 SafetensorsHeader parse_safetensors_header(const std::filesystem::path& path, const uint8_t* data,

@@ -3,6 +3,12 @@
 // that it can be fuzzed on its own): the 8-byte length, the JSON header and
 // each entry's dtype, shape and offsets against the file size and
 // shape * dtype size. SafetensorsFile (safetensors.hpp) maps the bytes.
+//
+// An entry in a dtype dflow does not read (F8_E4M3, F8_E5M2, a packed INT4
+// layout's companions...) is kept, its shape and offsets checked but not its
+// span (dflow does not know its element size): a reader that needs only some
+// tensors of a checkpoint (a target's head) skips it, and reading it is
+// refused (safetensors_dtype_error).
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -22,7 +28,7 @@ extern const char* const kSafetensorsDtypeList;
 
 struct SafetensorsHeaderEntry {
   std::string dtype_name;         // as written in the header, e.g. "BF16"
-  size_t element_bytes = 0;
+  size_t element_bytes = 0;       // 0: a dtype dflow does not read
   std::vector<int64_t> shape;
   uint64_t data_begin_bytes = 0;  // relative to the data section
   uint64_t data_end_bytes = 0;
@@ -36,6 +42,11 @@ struct SafetensorsHeader {
 
 // "safetensors file '<path>': <what>"
 std::runtime_error safetensors_file_error(const std::filesystem::path& path, const std::string& what);
+
+// "safetensors file '<path>': tensor '<name>' is stored as <dtype>, a dtype
+// dflow does not read (...)": for a tensor that is needed but unreadable.
+std::runtime_error safetensors_dtype_error(const std::filesystem::path& path, const std::string& name,
+                                           const std::string& dtype_name);
 
 // Parses and checks the header of the file `path` whose bytes are
 // [data, data + size_bytes). Throws std::runtime_error naming the file (and

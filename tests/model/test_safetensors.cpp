@@ -159,13 +159,43 @@ TEST_CASE("Model.Safetensors.CorruptFilesAreRefusedWithTheReason") {
     write_raw(path, R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})", 16);
     CHECK(open_error(path).find("fall outside") != std::string::npos);
   }
-  SUBCASE("unknown dtype") {
-    const auto path = dir.path() / "bad-dtype.safetensors";
-    write_raw(path, R"({"w": {"dtype": "F8_E4M3", "shape": [4], "data_offsets": [0, 4]}})", 4);
+  SUBCASE("a dtype dflow does not read, with offsets outside the data section") {
+    const auto path = dir.path() / "bad-fp8.safetensors";
+    write_raw(path, R"({"w": {"dtype": "F8_E4M3", "shape": [4], "data_offsets": [0, 8]}})", 4);
     const std::string error = open_error(path);
-    CHECK(error.find("unknown safetensors dtype 'F8_E4M3'") != std::string::npos);
     CHECK(error.find("tensor 'w'") != std::string::npos);
+    CHECK(error.find("fall outside the file's data section") != std::string::npos);
   }
+}
+
+// Large targets ship their layers in FP8 or packed INT4: such entries are
+// listed, their offsets checked, and only reading one is refused, naming the
+// tensor, its dtype and the file; the file's other tensors read as usual.
+TEST_CASE("Model.Safetensors.entries_in_dtypes_dflow_does_not_read_are_listed_and_refused_only_when_read") {
+  ScratchDir dir("st-unread-dtype");
+  const auto path = dir.path() / "fp8.safetensors";
+  write_raw(path,
+            R"({"a.weight": {"dtype": "F8_E4M3", "shape": [2, 3], "data_offsets": [0, 6]},)"
+            R"( "a.weight_scale_inv": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]},)"
+            R"( "b": {"dtype": "F4", "shape": [4], "data_offsets": [12, 14]}})",
+            14);
+  REQUIRE(open_error(path).empty());
+  const SafetensorsFile file(path);
+  CHECK(file.names() == std::vector<std::string>{"a.weight", "a.weight_scale_inv", "b"});
+  CHECK(file.entry("a.weight").dtype_name == "F8_E4M3");
+  CHECK(file.entry("a.weight").shape == std::vector<int64_t>{2, 3});
+  CHECK(file.tensor("a.weight_scale_inv").item<float>() == 0.0f);
+  const std::string refusal =
+      "safetensors file '" + path.string() + "': tensor 'a.weight' is stored as F8_E4M3, a dtype dflow does not read";
+  CHECK_THROWS_WITH_AS(file.tensor("a.weight"), doctest::Contains(refusal.c_str()), std::runtime_error);
+  CHECK_THROWS_WITH_AS(file.all_tensors(), doctest::Contains("tensor 'a.weight' is stored as F8_E4M3"),
+                       std::runtime_error);
+  CHECK_THROWS_WITH_AS(file.tensor("b"), doctest::Contains("tensor 'b' is stored as F4"), std::runtime_error);
+  // Read by name from a checkpoint directory, the F32 tensor alone is read; asking for the FP8 one is refused.
+  std::filesystem::copy_file(path, dir.path() / "model.safetensors");
+  CHECK(read_checkpoint_tensors(dir.path(), {"a.weight_scale_inv"}).at("a.weight_scale_inv").item<float>() == 0.0f);
+  CHECK_THROWS_WITH_AS(read_checkpoint_tensors(dir.path(), {"a.weight"}),
+                       doctest::Contains("tensor 'a.weight' is stored as F8_E4M3"), std::runtime_error);
 }
 
 TEST_CASE("Model.Safetensors.WriterRefusesDuplicateNames") {
