@@ -342,7 +342,7 @@ int run_init(const InitOptions& o, const Common& common) {
                                      objective, available);
   if (!fit.fits && !user_sets(common.overrides, "pipeline.nodes.drafter.params.recompute")) {
     choices.push_back({"pipeline.nodes.drafter.params.recompute", "true",
-                       "without it the largest micro-batch does not fit the memory below"});
+                       "recompute: true, as without it the largest micro-batch does not fit the memory (the fit above)"});
     if (fit.largest_fitting_anchors_other < config.train.anchors_per_sequence && fit.largest_fitting_anchors_other > 0)
       choices.push_back({"train.anchors_per_sequence", std::to_string(fit.largest_fitting_anchors_other),
                          "the most anchors that fit with recomputation"});
@@ -363,7 +363,7 @@ int run_init(const InitOptions& o, const Common& common) {
        << (o.recipe == "recommended" ? " (README \"Which recipe to pick\"; --recipe specforge for examples/qwen3-8b.yaml)"
                                      : " (examples/qwen3-8b.yaml)")
        << ".\n# Memory on " << config.devices.drafter << ": " << gib(memory.device_bytes) << " (" << memory.source << ")";
-  if (target_beside) text << ", less the target's " << bytes_text(target_bytes) << " of safetensors beside the drafter";
+  if (target_bytes > 0) text << ", less the target's " << bytes_text(target_bytes) << " of safetensors beside the drafter";
   text << ".\n# " << fit.describe("node 'drafter'", config.devices.drafter) << ".\n"
        << "# Next: dflow prepare your data into data.train, then dflow train " << (o.out.empty() ? "THIS_FILE" : o.out)
        << " (README \"Your own model: conversations to a trained drafter\").\n";

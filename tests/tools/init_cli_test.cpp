@@ -135,6 +135,34 @@ TEST_CASE("Cli.Init.engine_files_give_the_extractions_layer_ids") {
   CHECK(has(unknown.output, "MistralForCausalLM is not a target dflow runs"));
   CHECK(has(unknown.output, "engine_layer_ids: [2, 9, 16, 23, 30, 32]"));
   CHECK(has(unknown.output, "point dir at its output (--engine-files DIR)"));
+
+  // A quantization dflow does not load (Qwen3-8B-FP8): head only as well.
+  std::string fp8 = qwen3_config(36);
+  fp8.insert(fp8.rfind('}'), R"(, "quantization_config": {"quant_method": "fp8"})");
+  auto quantized = run_dflow("init " + config_only(root / "fp8", fp8).string());
+  INFO(quantized.output);
+  REQUIRE(quantized.exit_code == 0);
+  CHECK(has(quantized.output, "Qwen3ForCausalLM is not a target dflow runs (quantization_config "
+                              "{\"quant_method\":\"fp8\"} is not supported for qwen3"));
+  CHECK(has(quantized.output, "type: features.engine"));
+}
+
+TEST_CASE("Cli.Init.a_recipe_that_does_not_fit_the_device_recomputes_then_takes_fewer_anchors") {
+  const auto dir = config_only(testing::fresh_dir("init-memory"), qwen3_config(36));
+  auto roomy = run_dflow("init " + dir.string() + " --memory-gib 80");
+  REQUIRE(roomy.exit_code == 0);
+  CHECK(!has(roomy.output, "recompute: true"));
+  CHECK(has(roomy.output, "anchors_per_sequence: 512\n"));
+  // 0.1 GiB holds the drafter's weights but not 512 anchors of its activations.
+  auto tight = run_dflow("init " + dir.string() + " --memory-gib 0.1");
+  INFO(tight.output);
+  REQUIRE(tight.exit_code == 0);
+  CHECK(has(tight.output, "; recompute: true, as without it the largest micro-batch does not fit the memory (the fit "
+                          "above)\n"
+                          "    - {name: drafter, type: drafter_step, params: {head: dspark, recompute: true}}"));
+  CHECK(has(tight.output, "  # the most anchors that fit with recomputation\n  anchors_per_sequence: "));
+  CHECK(!has(tight.output, "anchors_per_sequence: 512\n"));
+  CHECK(has(tight.output, " available on cuda: fits;"));
 }
 
 TEST_CASE("Cli.Init.what_it_cannot_read_is_refused_naming_the_file_and_key") {
