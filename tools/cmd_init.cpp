@@ -23,6 +23,7 @@
 #include "graph/description.hpp"
 #include "model/drafter.hpp"
 #include "model/hf_config.hpp"
+#include "model/target.hpp"
 #include "nodes/drafter_heads.hpp"
 #include "nodes/drafter_memory_fit.hpp"
 #include "nodes/features_engine.hpp"
@@ -127,7 +128,7 @@ bool user_sets(const std::vector<std::string>& overrides, const std::string& key
 }
 
 // The drafter's feature layers: the user's --set, else z-lab's rule for the
-// draft layers as make_drafter_spec applies it.
+// draft layers, one feature each, as make_drafter_spec applies it.
 std::vector<int64_t> feature_layers(const InitOptions& o, const model::HeadConfig& head,
                                     const std::vector<std::string>& overrides) {
   const std::string key = "model.drafter.target_layer_ids";
@@ -138,10 +139,7 @@ std::vector<int64_t> feature_layers(const InitOptions& o, const model::HeadConfi
       throw ConfigError("--set " + key + "=" + set + ": expected a list of layer ids, such as [1, 9, 17]");
     }
   }
-  model::DrafterOptions layers;
-  layers.num_layers = o.draft_layers;
-  layers.mask_token_id = 0;  // the layer ids only
-  return model::make_drafter_spec(head, layers).target_layer_ids;
+  return model::distinct_feature_layer_ids(head.num_hidden_layers, o.draft_layers);
 }
 
 config::Config resolve(const std::vector<Choice>& choices, const std::vector<std::string>& user) {
@@ -196,6 +194,14 @@ Memory device_memory(const InitOptions& o) {
   return {80.0 * 1024 * 1024 * 1024, "assumed: an 80 GB H100 or A100, as no GPU is usable here; give --memory-gib"};
 }
 
+std::string layer_rule(int64_t target_layers, const std::vector<int64_t>& ids) {
+  const auto formula = model::feature_layer_ids(target_layers, static_cast<int64_t>(ids.size()));
+  std::string why = "z-lab's rule for " + std::to_string(target_layers) + " target layers and " +
+                    std::to_string(ids.size()) + " features (one per draft layer): round(1 + i * (L - 4) / (n - 1))";
+  if (formula != ids) why += ", whose [" + ids_text(formula) + "] repeats a layer here, made distinct";
+  return why;
+}
+
 std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, const model::HeadConfig& head,
                                    const std::vector<int64_t>& layer_ids, bool engine) {
   const bool gpu = o.device == "cuda";
@@ -213,9 +219,7 @@ std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, co
       {"model.drafter.num_layers", std::to_string(o.draft_layers), "--draft-layers (default 5, " + examples + ")"},
       {"model.drafter.block_size", "16", examples},
       {"model.drafter.target_layer_ids", "[" + ids_text(layer_ids) + "]",
-       "z-lab's rule for " + std::to_string(head.num_hidden_layers) + " target layers and " +
-           std::to_string(layer_ids.size()) + " features (one per draft layer): round(1 + i * (L - 4) / (n - 1)), "
-           "made distinct on a very shallow target"},
+       layer_rule(head.num_hidden_layers, layer_ids)},
       {"model.drafter.dtype", dtype, gpu ? "as the target's (AdamW keeps fp32 masters)" : "as the target's"},
       {"data.train", "[data/" + name + "]", "where `dflow prepare` should write the training data"},
       {"data.max_length", "3072", examples},

@@ -108,6 +108,11 @@ TEST_CASE("Cli.Init.feature_layers_follow_z_labs_rule") {
   CHECK(has(three.output, "target_layer_ids: [1, 17, 33]"));
   CHECK(has(three.output, "{name: optimizer, type: optimizer_step.adamw}"));
   CHECK(!has(three.output, "sliding_attention"));
+  // A target too shallow for the rule: its repeat is made distinct, and said.
+  const auto shallow = config_only(dir.parent_path() / (dir.filename().string() + "-shallow"), qwen3_config(4));
+  auto distinct = run_dflow("init " + shallow.string() + " --draft-layers 3");
+  REQUIRE(distinct.exit_code == 0);
+  CHECK(has(distinct.output, "whose [1, 1, 1] repeats a layer here, made distinct\n    target_layer_ids: [1, 2, 3]\n"));
 }
 
 TEST_CASE("Cli.Init.engine_files_give_the_extractions_layer_ids") {
