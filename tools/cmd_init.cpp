@@ -73,11 +73,12 @@ std::string gib(double bytes) {
 model::HeadConfig read_target(const fs::path& dir) {
   if (!fs::is_directory(dir))
     throw ConfigError("CHECKPOINT_DIR " + dir.string() + (fs::exists(dir) ? " is not a directory" : " does not exist") +
-                      ": give the target's Hugging Face checkpoint directory (config.json, *.safetensors)");
+                      ": to write a config for a target, give its Hugging Face checkpoint directory: dflow init "
+                      "/models/Qwen3-8B");
   if (!fs::exists(dir / "config.json"))
     throw ConfigError((dir / "config.json").string() +
-                      " does not exist: dflow init reads the target's Hugging Face config.json; give the checkpoint "
-                      "directory that holds it");
+                      " does not exist: to write a config for a target, give the Hugging Face checkpoint directory "
+                      "that holds its config.json: dflow init /models/Qwen3-8B");
   model::HeadConfig head;
   try {
     head = model::load_head_config(dir);
@@ -87,7 +88,8 @@ model::HeadConfig read_target(const fs::path& dir) {
   if (head.architecture.empty())
     throw ConfigError((dir / "config.json").string() +
                       ": names no architecture (neither 'architectures' nor 'model_type'), so dflow cannot tell "
-                      "which model it is; add the checkpoint's 'architectures'");
+                      "which model it is; to go on, add the checkpoint's 'architectures' (\"Qwen3ForCausalLM\") and "
+                      "run dflow init again");
   return head;
 }
 
@@ -100,8 +102,8 @@ Choice mask_token(const fs::path& dir, const model::HeadConfig& head) {
   const fs::path file = dir / "tokenizer.json";
   if (!fs::exists(file))
     throw ConfigError(file.string() + " does not exist and " + (dir / "config.json").string() +
-                      " has no 'dflow_mask_token_id': dflow init takes the mask token from one of them; give a row of "
-                      "the embedding that no text produces with --set " + key + "=ID");
+                      " has no 'dflow_mask_token_id', where dflow init finds the mask token; to choose one (a row of "
+                      "the embedding that no text produces): dflow init " + dir.string() + " --set " + key + "=ID");
   const auto tokenizer = text::Tokenizer::load(file);
   if (const auto id = tokenizer->token_id("<|MASK|>"))
     return {key, std::to_string(*id), "the tokenizer's <|MASK|> token"};
@@ -111,8 +113,8 @@ Choice mask_token(const fs::path& dir, const model::HeadConfig& head) {
                 " tokens (of " + std::to_string(head.vocab_size) + "), which no text produces, as SpecForge's <|MASK|>"};
   throw ConfigError(file.string() + ": its " + std::to_string(tokenizer->vocab_size()) +
                     " tokens fill the embedding's 'vocab_size' " + std::to_string(head.vocab_size) +
-                    " and none is <|MASK|>, so there is no free row for the mask token; give one with --set " + key +
-                    "=ID");
+                    " and none is <|MASK|>, so there is no free row for the mask token; to choose one: dflow init " +
+                    dir.string() + " --set " + key + "=ID");
 }
 
 // The value of the last `--set key=...`, or "".
@@ -267,7 +269,7 @@ std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, co
       (void)nodes::engine_slots_for(engine_ids, layer_ids, head.num_hidden_layers);
     } catch (const std::invalid_argument& e) {
       throw ConfigError("features.engine cannot give these feature layers: " + std::string(e.what()) +
-                        "; choose others with --set model.drafter.target_layer_ids=[...]");
+                        "; to read others: dflow init " + dir.string() + " --set model.drafter.target_layer_ids=[...]");
     }
     std::vector<int64_t> ids(engine_ids.begin(), engine_ids.end());
     const std::string launch(ids_text(std::vector<int64_t>(ids.begin(), ids.end() - 1), " "));
@@ -380,7 +382,9 @@ int run_init(const InitOptions& o, const Common& common) {
   if (o.out.empty()) {
     std::cout << text.str();
   } else {
-    if (fs::exists(o.out)) throw ConfigError("--out " + o.out + " exists: choose another file, or delete it first");
+    if (fs::exists(o.out))
+      throw ConfigError("--out " + o.out + " exists: to keep it, write elsewhere: dflow init " + o.dir +
+                        " --out OTHER.yaml (or delete it first)");
     std::ofstream(o.out) << text.str();
     std::cout << "wrote " << o.out << "; train with: dflow train " << o.out << "\n";
   }
