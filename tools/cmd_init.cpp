@@ -39,7 +39,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct InitOptions {
-  std::string dir, out, recipe = "recommended", device = "cuda", engine_files;
+  std::string dir, out, recipe = "recommended", device = "cuda", engine_files, cache;
   int draft_layers = 5;
   double memory_gib = 0;
 };
@@ -253,6 +253,13 @@ std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, co
     c.push_back({"pipeline.nodes.drafter.params.head", "dspark",
                  std::string("DSpark's heads gave 27% more tau than DFlash's: ") + bench});
   }
+  if (!o.cache.empty()) {
+    c.push_back({"pipeline.nodes.target.type", "features.cached",
+                 "--cache: `dflow cache-features` runs the target once and every epoch reads its features back "
+                 "(README \"Feature cache\")"});
+    c.push_back({"pipeline.nodes.target.params", "{dir: " + quoted(o.cache) + ", dtype: bfloat16}",
+                 "--cache DIR, in bfloat16 as examples/qwen3-8b-cached.yaml"});
+  }
   if (engine) {
     c.push_back({"pipeline.nodes.target.type", "features.engine",
                  head.runnable() ? "--engine-files: the features come from a serving engine's extraction"
@@ -327,6 +334,13 @@ int run_init(const InitOptions& o, const Common& common) {
   const fs::path dir = o.dir;
   const auto head = read_target(dir);
   const bool engine = !o.engine_files.empty() || !head.runnable();
+  if (!o.cache.empty() && (engine || !o.engine_files.empty()))
+    throw ConfigError("--cache " + o.cache + ": filling a feature cache runs the target in-process, but " +
+                      (o.engine_files.empty() ? head.architecture + " is not a target dflow runs (" +
+                                                    head.not_runnable_because + ")"
+                                              : std::string("--engine-files takes the features from a serving engine")) +
+                      "; to train from a serving engine's files instead: dflow init " + o.dir +
+                      " --engine-files DIR");
   std::vector<Choice> choices;
   if (!user_sets(common.overrides, "model.drafter.mask_token_id")) choices.push_back(mask_token(dir, head));
   const auto layer_ids = feature_layers(o, head, common.overrides);
@@ -337,7 +351,7 @@ int run_init(const InitOptions& o, const Common& common) {
   // fewer anchors, when the recipe does not fit.
   auto config = resolve(choices, common.overrides);
   const Memory memory = device_memory(o);
-  const bool target_beside = !engine && !config.devices.target.empty() &&
+  const bool target_beside = !engine && o.cache.empty() && !config.devices.target.empty() &&
                              config.devices.target.front() == config.devices.drafter;
   const double target_bytes = target_beside ? checkpoint_bytes(dir) : 0;
   const double available = memory.device_bytes - target_bytes;
@@ -363,6 +377,9 @@ int run_init(const InitOptions& o, const Common& common) {
   if (engine)
     text << "# dflow runs: head only (the embedding and LM head); the features come from engine files "
             "(features.engine; README \"Engine files\"), and tau is measured in the serving engine.\n";
+  else if (!o.cache.empty())
+    text << "# dflow runs: the target in-process once, in dflow cache-features (" << to_string(head.family)
+         << " family); training reads the cache (features.cached) and only the target's embedding and LM head.\n";
   else
     text << "# dflow runs: the target in-process (target_forward), " << to_string(head.family) << " family.\n";
   text << "# Recipe: " << o.recipe
@@ -371,8 +388,9 @@ int run_init(const InitOptions& o, const Common& common) {
        << ".\n# Memory on " << config.devices.drafter << ": " << gib(memory.device_bytes) << " (" << memory.source << ")";
   if (target_bytes > 0) text << ", less the target's " << bytes_text(target_bytes) << " of safetensors beside the drafter";
   text << ".\n# " << fit.describe("node 'drafter'", config.devices.drafter) << ".\n"
-       << "# Next: dflow prepare your data into data.train, then dflow train " << (o.out.empty() ? "THIS_FILE" : o.out)
-       << " (README \"Your own model: conversations to a trained drafter\").\n";
+       << "# Next: dflow prepare your data into data.train, then "
+       << (o.cache.empty() ? "" : "dflow cache-features " + (o.out.empty() ? std::string("THIS_FILE") : o.out) + ", then ")
+       << "dflow train " << (o.out.empty() ? "THIS_FILE" : o.out) << " (README \"Your own model: conversations to a trained drafter\").\n";
   std::vector<Choice> notes;
   for (const auto& c : choices)
     if (!user_sets(common.overrides, c.key)) notes.push_back(c);
@@ -386,7 +404,11 @@ int run_init(const InitOptions& o, const Common& common) {
       throw ConfigError("--out " + o.out + " exists: to keep it, write elsewhere: dflow init " + o.dir +
                         " --out OTHER.yaml (or delete it first)");
     std::ofstream(o.out) << text.str();
-    std::cout << "wrote " << o.out << "; train with: dflow train " << o.out << "\n";
+    if (o.cache.empty())
+      std::cout << "wrote " << o.out << "; train with: dflow train " << o.out << "\n";
+    else
+      std::cout << "wrote " << o.out << "; fill the cache, then train: dflow cache-features " << o.out
+                << " && dflow train " << o.out << "\n";
   }
   return 0;
 }
@@ -414,6 +436,8 @@ void add_init_command(CLI::App& app, Common& common, Action& action) {
   sub->add_option("--memory-gib", options.memory_gib,
                   "the device's memory for the fit check (default: asked of the device here)")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--cache", options.cache,
+                  "train from a feature cache in DIR that dflow cache-features fills once (features.cached)");
   sub->add_option("--engine-files", options.engine_files,
                   "train from a serving engine's hidden-state files in DIR (features.engine); the config says which "
                   "layer ids to start the extraction with");

@@ -94,6 +94,41 @@ TEST_CASE("Cli.Init.a_tiny_targets_config_is_accepted_and_trains") {
   CHECK(has(again.output, "--out " + file.string() + " exists"));
 }
 
+TEST_CASE("Cli.Init.a_feature_cache_config_fills_and_trains") {
+  const auto dir = testing::fresh_dir("init-cache");
+  const auto target = dir / "target";
+  auto made = run_dflow("make-tiny-target --out " + target.string() +
+                        " --layers 6 --hidden-size 32 --heads 2 --kv-heads 1 --intermediate-size 64 --vocab 512");
+  REQUIRE_MESSAGE(made.exit_code == 0, made.output);
+  const auto file = dir / "cached.yaml";
+  auto init = run_dflow("init " + target.string() + " --device cpu --draft-layers 2 --recipe specforge --cache " +
+                        (dir / "features").string() + " --out " + file.string() + " --set data.train=[" +
+                        (testing::assets_dir() / "data").string() +
+                        "] --set data.max_length=128 --set data.buckets=[64,128] --set data.tokens_per_batch=512"
+                        " --set train.anchors_per_sequence=8 --set run.threads=2 --set run.torch_threads=1"
+                        " --set run.out_dir=" + (dir / "run").string());
+  INFO(init.output);
+  REQUIRE(init.exit_code == 0);
+  CHECK(has(init.output, "fill the cache, then train: dflow cache-features " + file.string() + " && dflow train " +
+                             file.string()));
+  auto filled = run_dflow("cache-features " + file.string(), 300);
+  CHECK_MESSAGE(filled.exit_code == 0, filled.output);
+  auto trained = run_dflow("train " + file.string() + " --set run.max_steps=2", 300);
+  INFO(trained.output);
+  CHECK(trained.exit_code == 0);
+  CHECK(has(trained.output, "the target is not run"));
+  CHECK(testing::records_of_kind(dir / "run", "step").size() == 2);
+
+  // A target dflow cannot run cannot fill a cache: refused, pointing at engine files.
+  const auto other = config_only(dir / "other", qwen3_config(32, "MistralForCausalLM", "mistral"));
+  auto refused = run_dflow("init " + other.string() + " --cache " + (dir / "features").string());
+  CHECK(refused.exit_code == 2);
+  CHECK(has(refused.output, "filling a feature cache runs the target in-process, but MistralForCausalLM is not a target "
+                            "dflow runs"));
+  CHECK(has(refused.output, "to train from a serving engine's files instead: dflow init " + other.string() +
+                            " --engine-files DIR"));
+}
+
 TEST_CASE("Cli.Init.feature_layers_follow_z_labs_rule") {
   const auto dir = config_only(testing::fresh_dir("init-layers"), qwen3_config(36));
   auto five = run_dflow("init " + dir.string() + " --memory-gib 80");
