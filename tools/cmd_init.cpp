@@ -385,12 +385,15 @@ int run_init(const InitOptions& o, const Common& common) {
   text << "# Recipe: " << o.recipe
        << (o.recipe == "recommended" ? " (README \"Which recipe to pick\"; --recipe specforge for examples/qwen3-8b.yaml)"
                                      : " (examples/qwen3-8b.yaml)")
-       << ".\n# Memory on " << config.devices.drafter << ": " << gib(memory.device_bytes) << " (" << memory.source << ")";
-  if (target_bytes > 0) text << ", less the target's " << bytes_text(target_bytes) << " of safetensors beside the drafter";
+       << ".\n# Memory on " << config.devices.drafter << ": " << gib(memory.device_bytes) << " (" << memory.source
+       << ")";
+  if (target_bytes > 0)
+    text << ", less the target's " << bytes_text(target_bytes) << " of safetensors beside the drafter";
+  const std::string file = o.out.empty() ? "THIS_FILE" : o.out;
   text << ".\n# " << fit.describe("node 'drafter'", config.devices.drafter) << ".\n"
        << "# Next: dflow prepare your data into data.train, then "
-       << (o.cache.empty() ? "" : "dflow cache-features " + (o.out.empty() ? std::string("THIS_FILE") : o.out) + ", then ")
-       << "dflow train " << (o.out.empty() ? "THIS_FILE" : o.out) << " (README \"Your own model: conversations to a trained drafter\").\n";
+       << (o.cache.empty() ? "" : "dflow cache-features " + file + ", then ") << "dflow train " << file
+       << " (README \"Your own model: conversations to a trained drafter\").\n";
   std::vector<Choice> notes;
   for (const auto& c : choices)
     if (!user_sets(common.overrides, c.key)) notes.push_back(c);
