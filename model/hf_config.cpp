@@ -76,6 +76,11 @@ void read_dense_family(const nlohmann::json& json, HFConfig& config, const std::
     throw config_error(source, "use_sliding_window is true; sliding-window attention is not supported");
   }
   if (optional_bool(json, "mlp_bias", false)) throw config_error(source, "mlp_bias is true; MLP biases are not supported");
+  if (json.contains("quantization_config") && !json["quantization_config"].is_null()) {
+    throw config_error(source, "quantization_config " + json["quantization_config"].dump() +
+                                   " is not supported for " + to_string(config.family) +
+                                   " (dflow loads unquantized weights only)");
+  }
   read_plain_rope(json, config, source);
   const bool configured_bias = optional_bool(json, "attention_bias", false);
   config.attention_bias = config.family == ModelFamily::Qwen2 ? true : configured_bias;

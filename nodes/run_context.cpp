@@ -6,6 +6,7 @@
 #include "config/log.hpp"
 #include "data/feature_cache.hpp"
 #include "graph/description.hpp"
+#include "nodes/drafter_heads.hpp"
 #include "nodes/node_kind.hpp"
 #include "nodes/registry.hpp"
 #include "text/dataset_tokenizer.hpp"
@@ -51,34 +52,6 @@ std::vector<int64_t> drafter_feature_layers(const config::Config& config, const 
     }
   }
   return ids;
-}
-
-// The DSpark heads the drafter node's params add (RunHooks::drafter_heads),
-// none without such a node; and who needs the target's last hidden state
-// (RunHooks::teacher). Bad params are a ConfigError naming the node.
-model::DraftHeads drafter_heads(const config::Config& config, const graph::NodeRegistry& kinds,
-                                std::string* teacher_because) {
-  model::DraftHeads heads;
-  for (size_t i = 0; i < config.pipeline.nodes.size(); ++i) {
-    const auto& n = config.pipeline.nodes[i];
-    const RunHooks* hooks = run_hooks(kinds, n.type);
-    if (!hooks || (!hooks->drafter_heads && !hooks->teacher)) continue;
-    const std::string key = "pipeline.nodes[" + std::to_string(i) + "].params";
-    try {
-      if (hooks->drafter_heads) {
-        config::YamlSection params(n.params, key, config.pipeline.origins);
-        heads = hooks->drafter_heads(params);
-      }
-      if (hooks->teacher && teacher_because->empty()) {
-        config::YamlSection params(n.params, key, config.pipeline.origins);
-        const std::string why = hooks->teacher(params);
-        if (!why.empty()) *teacher_because = "node '" + n.name + "' (" + n.type + ") " + why;
-      }
-    } catch (const std::invalid_argument& e) {
-      throw ConfigError(n.mark, key, "node '" + n.name + "' (" + n.type + "): " + e.what());
-    }
-  }
-  return heads;
 }
 
 bool makes_features(const graph::NodeSpec& spec) {
@@ -143,6 +116,31 @@ config::Config described(config::Config config, const graph::NodeRegistry& kinds
 }
 
 }  // namespace
+
+model::DraftHeads drafter_heads(const config::Config& config, const graph::NodeRegistry& kinds,
+                                std::string* teacher_because) {
+  model::DraftHeads heads;
+  for (size_t i = 0; i < config.pipeline.nodes.size(); ++i) {
+    const auto& n = config.pipeline.nodes[i];
+    const RunHooks* hooks = run_hooks(kinds, n.type);
+    if (!hooks || (!hooks->drafter_heads && !hooks->teacher)) continue;
+    const std::string key = "pipeline.nodes[" + std::to_string(i) + "].params";
+    try {
+      if (hooks->drafter_heads) {
+        config::YamlSection params(n.params, key, config.pipeline.origins);
+        heads = hooks->drafter_heads(params);
+      }
+      if (hooks->teacher && teacher_because->empty()) {
+        config::YamlSection params(n.params, key, config.pipeline.origins);
+        const std::string why = hooks->teacher(params);
+        if (!why.empty()) *teacher_because = "node '" + n.name + "' (" + n.type + ") " + why;
+      }
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(n.mark, key, "node '" + n.name + "' (" + n.type + "): " + e.what());
+    }
+  }
+  return heads;
+}
 
 std::string Batching::signature() const {
   const std::string params = policy->params_text(), who = type.empty() ? policy->name() : type;

@@ -112,6 +112,14 @@ TEST_CASE("Model.HFConfig.RefusalsNameTheProblem") {
     json.erase("hidden_size");
     CHECK_THROWS_WITH_AS(parse_hf_config(json, "x.json"), doctest::Contains("'hidden_size'"), std::runtime_error);
   }
+  SUBCASE("quantized weights") {  // FP8 checkpoints (Qwen3-8B-FP8): dflow would read the scales as weights
+    nlohmann::json json = qwen3_8b_like();
+    json["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+    CHECK_THROWS_WITH_AS(parse_hf_config(json, "x.json"),
+                         doctest::Contains("quantization_config {\"quant_method\":\"fp8\",\"weight_block_size\":[128,128]} "
+                                           "is not supported for qwen3"),
+                         std::runtime_error);
+  }
   SUBCASE("sliding window") {
     nlohmann::json json = qwen3_8b_like();
     json["use_sliding_window"] = true;

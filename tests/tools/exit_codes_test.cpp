@@ -87,6 +87,8 @@ TEST_CASE("Cli.ExitCodes.every_refusal_of_user_input_exits_2_and_runtime_failure
       {"regenerate without --prompts or --chats", "regenerate --target t --out o", 2, "exactly one of --prompts and --chats"},
       {"prepare with an unknown --too-long policy", "prepare " + config + " --out " + (empty / "p").string() +
        " --too-long maybe", 2, "--too-long"},
+      {"init of a directory without config.json", "init " + empty.string(), 2,
+       (empty / "config.json").string() + " does not exist"},
       {"make-tiny-target with an unknown preset", "make-tiny-target --out x --preset llama-70b", 2, "qwen3-0.6b"},
       // Run time: what was given is fine, what happened is not.
       {"inspect of a checkpoint that fails its checksum", "inspect " + (empty / "damaged").string(), 1,
