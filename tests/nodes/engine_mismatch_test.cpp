@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine_files.hpp"
+#include "error_of.hpp"
 #include "nodes/trainer.hpp"
 
 using namespace dflow;
@@ -45,12 +46,7 @@ void rewrite_with_other_tokens(const fs::path& path) {
 }
 
 std::string error_of(const config::Config& config) {
-  try {
-    nodes::run_training(config, {});
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of([&] { nodes::run_training(config, {}); });
 }
 
 const std::string kSkip = "engine_layer_ids: [2, 4], dtype: float32, on_mismatch: skip";
