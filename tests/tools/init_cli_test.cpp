@@ -26,6 +26,11 @@ testing::Outcome run_dflow(const std::string& args, int limit_s = 120) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 std::string without(std::string text, const std::string& part) {
   REQUIRE(has(text, part));
   return text.erase(text.find(part), part.size());
@@ -66,8 +71,7 @@ TEST_CASE("Cli.Init.a_tiny_targets_config_is_accepted_and_trains") {
   INFO(init.output);
   REQUIRE(init.exit_code == 0);
   CHECK(has(init.output, "wrote " + file.string() + "; train with: dflow train " + file.string()));
-  std::ifstream in(file);
-  const std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string yaml = read_text(file);
   INFO(yaml);
   // What it chose, each with why.
   CHECK(has(yaml, "# dflow runs: the target in-process (target_forward), qwen3 family."));
@@ -156,8 +160,7 @@ TEST_CASE("Cli.Init.engine_files_give_the_extractions_layer_ids") {
   auto engine = run_dflow("init " + dense.string() + " --engine-files /shared/hidden_states --out " +
                       (root / "engine.yaml").string());
   REQUIRE_MESSAGE(engine.exit_code == 0, engine.output);
-  std::ifstream in(root / "engine.yaml");
-  const std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string yaml = read_text(root / "engine.yaml");
   INFO(yaml);
   CHECK(has(yaml, "type: features.engine"));
   CHECK(has(yaml, "dir: /shared/hidden_states"));
