@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "model/objective.hpp"
+#include "drafter/objective.hpp"
 
 namespace {
 

@@ -9,12 +9,12 @@
 //      read per parameter;
 //   4. activation recomputation: time and peak bytes of forward + backward,
 //      and the growth per anchor measured against the memory model
-//      (model/drafter_memory.hpp).
+//      (drafter/drafter_memory.hpp).
 // The drafter is Qwen3-8B's shape narrowed (hidden 256, 4 query heads of 64
 // over 1 K/V head: Qwen3-8B's 4 query heads per K/V head, intermediate 3x
 // hidden, 5 target features, block 16), and chunks hold as many blocks as
 // Qwen3-8B's 32 heads would get from the default score budget. Peak bytes
-// come from a counting CPU allocator (model/cpu_memory_counter.hpp) on the
+// come from a counting CPU allocator (drafter/cpu_memory_counter.hpp) on the
 // CPU, from the caching allocator's statistics on CUDA.
 //
 //   bench_drafter_compute [--device cpu|cuda] [--dtype float32|bfloat16] [--threads 2]
@@ -33,10 +33,10 @@
 #include <string>
 #include <vector>
 
-#include "model/cpu_memory_counter.hpp"
-#include "model/drafter_memory.hpp"
-#include "model/objective.hpp"
-#include "model/tiny_target.hpp"
+#include "drafter/cpu_memory_counter.hpp"
+#include "drafter/drafter_memory.hpp"
+#include "drafter/objective.hpp"
+#include "target/tiny_target.hpp"
 #include "train/optimizer.hpp"
 
 namespace {

@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "model/objective.hpp"
-#include "model/target.hpp"
-#include "model/varlen_attention.hpp"
+#include "drafter/objective.hpp"
+#include "target/target.hpp"
+#include "target/varlen_attention.hpp"
 #include "train/adamw.hpp"
 #include "train/distributed.hpp"
 #include "train/launch_env.hpp"

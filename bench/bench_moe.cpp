@@ -1,4 +1,4 @@
-// The routed experts' compute (model/moe.hpp) as a ratio to a dense SwiGLU
+// The routed experts' compute (target/moe.hpp) as a ratio to a dense SwiGLU
 // MLP of the same active parameters (intermediate = top_k x the experts'
 // intermediate), over one micro-batch, on the CPU. Qwen3-30B-A3B's ratios
 // scaled down to fit a few minutes of a small CPU: by default hidden 1024,
@@ -20,8 +20,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/layers.hpp"
-#include "model/moe.hpp"
+#include "target/layers.hpp"
+#include "target/moe.hpp"
 
 namespace {
 

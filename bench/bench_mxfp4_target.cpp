@@ -17,7 +17,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/target.hpp"
+#include "target/target.hpp"
 
 namespace {
 

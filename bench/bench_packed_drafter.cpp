@@ -34,8 +34,8 @@
 #include <string>
 #include <vector>
 
-#include "model/objective.hpp"
-#include "model/tiny_target.hpp"
+#include "drafter/objective.hpp"
+#include "target/tiny_target.hpp"
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 namespace {

@@ -1,5 +1,5 @@
 // The README's table "Memory per GPU with the recipe", from the memory model
-// (model/drafter_memory.hpp) as drafter_step's fit check applies it at start
+// (drafter/drafter_memory.hpp) as drafter_step's fit check applies it at start
 // (nodes/drafter_memory_fit.hpp): the config's drafter, data and
 // anchors_per_sequence, with a target preset's shapes (no weights are made or
 // read). The resident part (the target's weights, counted from its shapes;
@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "model/drafter_memory.hpp"
-#include "model/objective.hpp"
-#include "model/tiny_target.hpp"
+#include "drafter/drafter_memory.hpp"
+#include "drafter/objective.hpp"
+#include "target/tiny_target.hpp"
 #include "nodes/drafter_memory_fit.hpp"
 #include "train/devices.hpp"
 
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
                                                       (dtype == torch::kFloat32 ? 0 : 4));
 
     std::printf("bench_recipe_memory: %s with the %s preset's shapes; drafter %s, target %s; the memory model of "
-                "model/drafter_memory.hpp over the micro-batches drafter_step's fit check checks\n\n",
+                "drafter/drafter_memory.hpp over the micro-batches drafter_step's fit check checks\n\n",
                 o.config.c_str(), o.preset.c_str(), config.model.drafter.dtype.c_str(), config.model.target.dtype.c_str());
     std::printf("| what | size |\n| --- | --- |\n");
     std::printf("| target, %s: %.2f B parameters (%lld layers x %.1f M, embedding and %s LM head %.0f M each) | %s |\n",

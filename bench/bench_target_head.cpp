@@ -16,8 +16,8 @@
 #include <map>
 #include <string>
 
-#include "model/target.hpp"
-#include "model/target_head.hpp"
+#include "target/target.hpp"
+#include "target/target_head.hpp"
 #include "train/devices.hpp"
 
 namespace {

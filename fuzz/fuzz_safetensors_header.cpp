@@ -1,4 +1,4 @@
-// safetensors headers (model/safetensors_header.cpp, the torch-free part of
+// safetensors headers (formats/safetensors_header.cpp, the torch-free part of
 // SafetensorsFile): the input is the whole file. Only std::runtime_error may
 // come out; every accepted entry must lie inside the data section and (in a
 // dtype dflow reads) span exactly shape * dtype bytes, which is what
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_common.hpp"
-#include "model/safetensors_header.hpp"
+#include "formats/safetensors_header.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dflow::model;

@@ -23,7 +23,7 @@ class Accumulate final : public graph::FunctionBody {
     if (micro.position.micro_in_step == 0) {
       current_ = StepStats{};
       current_.position = micro.position;
-      current_.totals = StepTotals::zeros(run_.drafter_spec.block_size, run_.config.data.buckets.size());
+      current_.totals = run_.step_totals_zeros();
     }
     if (micro.position.global_step != current_.position.global_step)
       throw std::logic_error("micro-batch of step " + std::to_string(micro.position.global_step) +

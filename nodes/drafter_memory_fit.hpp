@@ -1,6 +1,6 @@
 #pragma once
 // Before training: whether drafter_step's micro-batches fit the drafter
-// device's memory, from the memory model of model/drafter_memory.hpp, so
+// device's memory, from the memory model of drafter/drafter_memory.hpp, so
 // that a configuration that cannot fit says so at start, with the largest
 // anchors_per_sequence that would, instead of running out of memory hours in.
 //
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "model/drafter_memory.hpp"
-#include "model/objective.hpp"
+#include "drafter/drafter_memory.hpp"
+#include "drafter/objective.hpp"
 
 namespace dflow::nodes {
 

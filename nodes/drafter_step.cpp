@@ -10,7 +10,7 @@
 // draft layer's activations in backward (same math, less memory, one more
 // forward), so a resume may change it; at start the node says whether the
 // configured micro-batches fit the drafter device's memory
-// (model/drafter_memory.hpp) and the largest anchors_per_sequence that would.
+// (drafter/drafter_memory.hpp) and the largest anchors_per_sequence that would.
 // Rows of samples quarantined during this invocation are dropped here (the
 // loader drops those known at the start): the live set only changes under
 // the model token, which this node holds, so the run stays deterministic.
@@ -20,8 +20,9 @@
 #include <stdexcept>
 
 #include "config/errors.hpp"
-#include "model/dspark_limits.hpp"
-#include "model/objective.hpp"
+#include "drafter/kind.hpp"
+#include "drafter/loss.hpp"
+#include "drafter/objective.hpp"
 #include "nodes/drafter_memory_fit.hpp"
 #include "nodes/exclude_samples.hpp"
 #include "nodes/messages.hpp"
@@ -35,30 +36,19 @@ namespace dflow::nodes {
 
 namespace {
 
-// params: the objective's position weighting, activation recomputation,
-// the DSpark heads and the distillation loss.
+// params: the objective's position weighting, activation recomputation and
+// the drafter kind (`head:`); the kind's own params and the loss's are
+// declared by the kind (drafter/kind.hpp) and the losses (drafter/loss.hpp).
 struct ObjectiveParams {
   std::string objective = "decay";
   double alpha = 0.5;
   bool recompute = false;
-  // DSpark heads (README "DSpark heads and distillation"): head: dspark turns
-  // them on with speculators' defaults; the other keys need head: dspark.
   std::string head = "dflash";
-  int64_t markov_rank = 256;
-  std::string markov_head = "vanilla";
-  bool confidence_head = true;
-  bool confidence_with_markov = true;
-  double confidence_alpha = 1.0;
-  std::string loss = "ce";
-  double kl_temperature = 1.0;
 };
 
-// The keys that only a DSpark drafter takes.
-const std::vector<std::string>& head_keys() {
-  static const std::vector<std::string> keys{"markov_rank", "markov_head", "confidence_head", "confidence_with_markov",
-                                             "confidence_alpha"};
-  return keys;
-}
+struct LossParams {
+  double kl_temperature = 1.0;
+};
 
 std::string number_text(double v) {
   std::ostringstream out;
@@ -80,38 +70,24 @@ const config::KeySet<ObjectiveParams>& objective_keys() {
           "recompute each draft layer's activations in backward: same gradients, activation memory of about one "
           "layer instead of all, a slower backward");
     k.add("head", [](ObjectiveParams& p) -> auto& { return p.head; }, OnResume::must_match,
-          "dflash (the backbone alone) or dspark (adds the Markov and confidence heads, speculators' defaults)",
-          config::one_of({"dflash", "dspark"}));
-    k.add("markov_rank", [](ObjectiveParams& p) -> auto& { return p.markov_rank; }, OnResume::must_match,
-          "dspark: rank of the Markov head's low-rank logit bias (256; 1 to " +
-              std::to_string(model::kMaxMarkovRank) + ")",
-          [](const int64_t& r) -> std::optional<std::string> {
-            constexpr int64_t most = model::kMaxMarkovRank;
-            if (r >= 1 && r <= most) return std::nullopt;
-            if (r < 1) return "must be >= 1 (the Markov head's rank), got " + std::to_string(r);
-            return "must be at most " + std::to_string(most) + " (the Markov head is a low-rank bias: larger, its " +
-                   "factors W1, W2 [vocabulary, rank] outweigh the drafter), got " + std::to_string(r);
-          });
-    k.add("markov_head", [](ObjectiveParams& p) -> auto& { return p.markov_head; }, OnResume::must_match,
-          "dspark: the Markov head's variant: vanilla, gated or rnn", config::one_of({"vanilla", "gated", "rnn"}));
-    k.add("confidence_head", [](ObjectiveParams& p) -> auto& { return p.confidence_head; }, OnResume::must_match,
-          "dspark: a confidence head predicting each slot's acceptance (true)");
-    k.add("confidence_with_markov", [](ObjectiveParams& p) -> auto& { return p.confidence_with_markov; },
-          OnResume::must_match, "dspark: the confidence head also reads the Markov embedding of the previous token (true)");
-    k.add("confidence_alpha", [](ObjectiveParams& p) -> auto& { return p.confidence_alpha; }, OnResume::must_match,
-          "dspark: weight of the confidence head's BCE in the loss (1.0; > 0)",
-          [](const double& a) -> std::optional<std::string> {
-            if (a > 0.0 && std::isfinite(a)) return std::nullopt;
-            return "must be > 0: a confidence head without its loss weight, got " + number_text(a);
-          });
-    k.add("loss", [](ObjectiveParams& p) -> auto& { return p.loss; }, OnResume::must_match,
-          "ce (cross-entropy on the data's tokens) or kl (distillation on the target's own distribution)",
-          config::one_of({"ce", "kl"}));
-    k.add("kl_temperature", [](ObjectiveParams& p) -> auto& { return p.kl_temperature; }, OnResume::must_match,
-          "kl: both distributions at this temperature (1.0; >= " + number_text(model::kMinKlTemperature) + ")",
+          "the drafter kind: dflash (the backbone alone) or another registered kind, with its own params "
+          "(dflow nodes drafter_step lists them)",
+          [](const std::string& head) { return config::one_of(model::drafter_kind_names())(head); });
+    return k;
+  }();
+  return keys;
+}
+
+const config::KeySet<LossParams>& loss_keys() {
+  using config::OnResume;
+  static const config::KeySet<LossParams> keys = [] {
+    config::KeySet<LossParams> k;
+    k.add("kl_temperature", [](LossParams& p) -> auto& { return p.kl_temperature; }, OnResume::must_match,
+          "the losses that use a temperature (kl): both distributions at it (1.0; >= " +
+              number_text(model::kMinLossTemperature) + ")",
           [](const double& t) -> std::optional<std::string> {
-            if (t >= model::kMinKlTemperature && std::isfinite(t)) return std::nullopt;
-            return "must be >= " + number_text(model::kMinKlTemperature) +
+            if (t >= model::kMinLossTemperature && std::isfinite(t)) return std::nullopt;
+            return "must be >= " + number_text(model::kMinLossTemperature) +
                    " (below it both distributions are nearly one-hot and the loss's gradient grows as 1/T), got " +
                    number_text(t);
           });
@@ -120,98 +96,160 @@ const config::KeySet<ObjectiveParams>& objective_keys() {
   return keys;
 }
 
-// Reads and checks the params across keys; throws ConfigError naming the
-// key (pipeline.nodes[i].params.<key>), the value and what is wrong (the
-// graph's description adds the node's name and kind).
-ObjectiveParams read_objective_params(config::YamlSection& params) {
-  std::vector<std::string> given;
-  for (const auto& key : head_keys())
-    if (params.has(key)) given.push_back(key);
-  const bool temperature_given = params.has("kl_temperature");
-  ObjectiveParams p = read_params(objective_keys(), params);
-  if (p.head == "dflash" && !given.empty())
-    throw params.error(given.front(), given.front() + " is a DSpark head's param, and head is dflash (no heads): "
-                                             "set head: dspark, or leave " + given.front() + " out");
-  if (p.head == "dspark" && !p.confidence_head && params.has("confidence_alpha"))
-    throw params.error("confidence_alpha", "confidence_alpha " + number_text(p.confidence_alpha) +
-                                               " weighs the confidence head's loss, but confidence_head is false");
-  if (p.head == "dspark" && !p.confidence_head && params.has("confidence_with_markov"))
-    throw params.error("confidence_with_markov", std::string("confidence_with_markov ") +
-                                                     (p.confidence_with_markov ? "true" : "false") +
-                                                     " chooses the confidence head's input, but confidence_head is "
-                                                     "false: leave it out, or set confidence_head: true");
-  if (p.loss == "ce" && temperature_given)
-    throw params.error("kl_temperature", "kl_temperature " + number_text(p.kl_temperature) +
-                                             " needs loss: kl (loss is ce)");
-  if (p.loss == "kl" && p.objective == "dpace")
-    throw params.error("loss", "loss: kl with objective: dpace: D-PACE reweights by the cross-entropy's "
-                                      "acceptance estimate; train kl with objective: decay");
-  return p;
+// What the params chose.
+struct DrafterChoice {
+  ObjectiveParams base;
+  nlohmann::json kind_params = nlohmann::json::object();  // the kind's, resolved
+  model::LossMix loss;
+  double kl_temperature = 1.0;
+  const model::DrafterKind& kind() const { return model::drafter_kind(base.head); }
+};
+
+// The keys of `params` among `names`, as a section of their own (errors
+// still name pipeline.nodes[i].params.<key> and its line), marked read in
+// `params` so the graph does not refuse them as unknown.
+config::YamlSection only(config::YamlSection& params, const std::vector<std::string>& names) {
+  YAML::Node node(YAML::NodeType::Map);
+  if (params.node() && params.node().IsMap()) {
+    for (auto it = params.node().begin(); it != params.node().end(); ++it) {
+      if (!it->first.IsScalar()) continue;
+      const std::string key = it->first.Scalar();
+      if (std::find(names.begin(), names.end(), key) != names.end()) node.force_insert(it->first, it->second);
+    }
+  }
+  for (const auto& name : names) (void)params.raw(name);  // known: a typo of one gets a suggestion
+  return params.child(node, params.path());
 }
 
-// What a resume must keep: the keys declared must_match, the heads' and the
-// loss's only when they differ from plain DFlash with cross-entropy (so a
-// DFlash run's signature is what it always was).
-std::vector<std::pair<std::string, std::string>> objective_terms(const ObjectiveParams& p) {
-  const bool plain = p.head == "dflash" && p.loss == "ce";
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& k : objective_keys().keys()) {
-    if (k.on_resume != config::OnResume::must_match) continue;
-    const bool base = k.name() == "objective" || k.name() == "alpha";
-    if (!base && plain) continue;
-    if (p.head == "dflash" && std::find(head_keys().begin(), head_keys().end(), k.name()) != head_keys().end()) continue;
-    if (p.head == "dspark" && !p.confidence_head && (k.name() == "confidence_alpha" || k.name() == "confidence_with_markov"))
-      continue;
-    if (p.loss == "ce" && k.name() == "kl_temperature") continue;
-    out.emplace_back(k.name(), objective_keys().value_text(k, p));
-  }
+template <class S>
+std::vector<std::string> names_of(const config::KeySet<S>& keys) {
+  std::vector<std::string> out;
+  for (const auto& k : keys.keys()) out.push_back(k.name());
   return out;
 }
 
-std::string objective_resume_text(const ObjectiveParams& p) {
+// `loss: ce`, `loss: kl`, or a weighted mix `loss: {ce: 0.1, kl: 0.9}`.
+model::LossMix read_loss(config::YamlSection& params) {
+  model::LossMix mix;
+  if (!params.has("loss")) return mix;
+  const YAML::Node node = params.raw("loss");
+  const auto names = model::draft_loss_names();
+  auto known = [&](const std::string& name) {
+    if (const auto problem = config::one_of(names)(name)) throw params.error("loss", *problem);
+  };
+  if (node.IsScalar()) {
+    known(node.Scalar());
+    return model::LossMix::single(node.Scalar());
+  }
+  if (!node.IsMap() || node.size() == 0)
+    throw params.error("loss", "must be a loss (" + model::LossMix{}.text() + ", ...) or a weighted mix such as "
+                               "{ce: 0.1, kl: 0.9}");
+  mix.terms.clear();
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string name = it->first.as<std::string>("");
+    known(name);
+    double weight = 0.0;
+    try {
+      weight = it->second.as<double>();
+    } catch (const YAML::Exception&) {
+      throw params.error("loss", "loss " + name + "'s weight must be a number > 0");
+    }
+    if (!(weight > 0.0) || !std::isfinite(weight))
+      throw params.error("loss", "loss " + name + "'s weight must be > 0, got " + number_text(weight));
+    mix.terms.emplace_back(name, weight);
+  }
+  return mix;
+}
+
+// Reads and checks the params across keys; throws ConfigError naming the
+// key (pipeline.nodes[i].params.<key>), the value and what is wrong (the
+// graph's description adds the node's name and kind).
+DrafterChoice read_drafter_params(config::YamlSection& params) {
+  DrafterChoice c;
+  config::YamlSection base = only(params, names_of(objective_keys()));
+  c.base = read_params(objective_keys(), base);
+  const model::DrafterKind& kind = c.kind();
+  std::vector<std::string> own;
+  for (const auto& p : kind.params()) own.push_back(p.name);
+  // Another kind's param under this head: say whose it is.
+  for (const auto& other : model::drafter_kind_names()) {
+    if (other == kind.name()) continue;
+    for (const auto& p : model::drafter_kind(other).params())
+      if (params.has(p.name) && std::find(own.begin(), own.end(), p.name) == own.end())
+        throw params.error(p.name, p.name + " is a param of head: " + other + ", and head is " + kind.name() +
+                                       ": set head: " + other + ", or leave " + p.name + " out");
+  }
+  config::YamlSection kind_section = only(params, own);
+  c.kind_params = kind.read_params(kind_section);
+  c.loss = read_loss(params);
+  config::YamlSection loss_section = only(params, names_of(loss_keys()));
+  const LossParams loss_params = read_params(loss_keys(), loss_section);
+  c.kl_temperature = loss_params.kl_temperature;
+  if (loss_section.has("kl_temperature") && !c.loss.uses_temperature()) {
+    std::string users;
+    for (const auto& name : model::draft_loss_names())
+      if (model::draft_loss(name).uses_temperature()) users += (users.empty() ? "" : " or ") + name;
+    throw params.error("kl_temperature", "kl_temperature " + number_text(c.kl_temperature) + " needs loss: " + users +
+                                             " (loss is " + c.loss.text() + ")");
+  }
+  if (!c.loss.is("ce") && c.base.objective == "dpace")
+    throw params.error("loss", "loss: " + c.loss.text() + " with objective: dpace: D-PACE reweights by the "
+                                       "cross-entropy's acceptance estimate; train " + c.loss.text() +
+                                       " with objective: decay");
+  params.finish();  // a key no one declared, now rather than when the graph is built
+  return c;
+}
+
+// What a resume must keep: the objective's keys, then (unless the drafter
+// is plain DFlash with cross-entropy, whose signature stays what it always
+// was) the kind, its params, the loss and its temperature.
+std::vector<std::pair<std::string, std::string>> objective_terms(const DrafterChoice& c) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const ObjectiveParams& p = c.base;
+  out.emplace_back("objective", objective_keys().value_text(*objective_keys().find("objective"), p));
+  out.emplace_back("alpha", objective_keys().value_text(*objective_keys().find("alpha"), p));
+  if (p.head == "dflash" && c.loss.is("ce")) return out;
+  out.emplace_back("head", p.head);
+  for (auto& term : c.kind().resume_terms(c.kind_params)) out.push_back(std::move(term));
+  out.emplace_back("loss", c.loss.text());
+  if (c.loss.uses_temperature())
+    out.emplace_back("kl_temperature", loss_keys().value_text(*loss_keys().find("kl_temperature"),
+                                                              LossParams{c.kl_temperature}));
+  return out;
+}
+
+std::string objective_resume_text(const DrafterChoice& c) {
   std::string out;
-  for (const auto& [name, value] : objective_terms(p)) out += (out.empty() ? "{" : ", ") + name + ": " + value;
+  for (const auto& [name, value] : objective_terms(c)) out += (out.empty() ? "{" : ", ") + name + ": " + value;
   return out.empty() ? out : out + "}";
 }
 
 // What the loss means: the objective's terms (D-PACE's alpha only under
 // dpace) and, under decay, the position weighting's gamma (resolved).
-std::map<std::string, std::string> loss_terms(const config::Config& config, const ObjectiveParams& p) {
+std::map<std::string, std::string> loss_terms(const config::Config& config, const DrafterChoice& c) {
   std::map<std::string, std::string> out;
-  for (const auto& [name, value] : objective_terms(p))
-    if (name != "alpha" || p.objective == "dpace") out["params." + name] = value;
-  if (p.objective == "decay")
+  for (const auto& [name, value] : objective_terms(c))
+    if (name != "alpha" || c.base.objective == "dpace") out["params." + name] = value;
+  if (c.base.objective == "decay")
     out["train.loss_decay_gamma"] =
         number_text(config.train.loss_decay_gamma > 0.0 ? config.train.loss_decay_gamma
                                                         : model::default_loss_decay_gamma(config.model.drafter.block_size));
   return out;
 }
 
-model::DraftHeads heads_of(const ObjectiveParams& p) {
-  model::DraftHeads heads;
-  if (p.head != "dspark") return heads;
-  heads.markov_rank = p.markov_rank;
-  heads.markov_type = p.markov_head;
-  heads.confidence = p.confidence_head;
-  heads.confidence_with_markov = p.confidence_head && p.confidence_with_markov;
-  return heads;
-}
-
 class DrafterStep final : public graph::FunctionBody {
  public:
   DrafterStep(const RunEnvironment& env, std::string name, config::YamlSection& params)
       : run_(env.run), home_(env.home), name_(std::move(name)), objective_(run_.objective) {
-    const ObjectiveParams chosen = read_objective_params(params);
-    if (chosen.objective == "dpace") {
+    const DrafterChoice chosen = read_drafter_params(params);
+    if (chosen.base.objective == "dpace") {
       objective_.weighting = model::PositionWeighting::DPace;
-      objective_.dpace_alpha = chosen.alpha;
+      objective_.dpace_alpha = chosen.base.alpha;
     }
-    objective_.recompute_layers = chosen.recompute;
-    if (chosen.loss == "kl") {
-      objective_.loss = model::Distillation::KL;
-      objective_.kl_temperature = chosen.kl_temperature;
-    }
-    if (chosen.head == "dspark" && chosen.confidence_head) objective_.confidence_alpha = chosen.confidence_alpha;
+    objective_.recompute_layers = chosen.base.recompute;
+    objective_.loss = chosen.loss;
+    objective_.kl_temperature = chosen.kl_temperature;
+    objective_.kind_options = chosen.kind_params;
     log_memory_fit(run_, objective_, name_);
     const auto& head = *run_.target_head;
     // Frozen [V, H], in the drafter's compute dtype: a bf16 drafter runs the
@@ -231,15 +269,15 @@ class DrafterStep final : public graph::FunctionBody {
 
  private:
   StepTotals step(TrainableState& state, const FeatureBatch& received) {
-    if (objective_.loss == model::Distillation::KL && received.batch.plan.rows() > 0 &&
-        !received.teacher_hidden.defined())
-      throw std::runtime_error("node '" + name_ + "' (drafter_step) trains with loss: kl, but its batch came without "
-                               "the target's last hidden state: the feature source feeding it cannot give it");
+    if (objective_.loss.needs_teacher() && received.batch.plan.rows() > 0 && !received.teacher_hidden.defined())
+      throw std::runtime_error("node '" + name_ + "' (drafter_step) trains with loss: " + objective_.loss.text() +
+                               ", but its batch came without the target's last hidden state: the feature source "
+                               "feeding it cannot give it");
     const FeatureBatch features = without_samples(run_, received, state.quarantined);
     const auto& batch = features.batch;
     const auto& position = batch.position;
     inject_node_faults(run_, name_, position.global_step);
-    auto s = StepTotals::zeros(run_.drafter_spec.block_size, run_.config.data.buckets.size());
+    auto s = run_.step_totals_zeros();
     s.excluded_samples = batch.excluded_samples;
     // A rank's empty share of a short last step is no micro-batch; a planned
     // batch whose rows were all quarantined still is one.
@@ -280,9 +318,8 @@ class DrafterStep final : public graph::FunctionBody {
 
     s.weighted_ce_sum = weighted_ce_sum;
     s.main_loss_sum = result.main_loss_sum;
-    s.confidence_loss_sum = result.confidence_loss_sum;
+    s.add_terms(result.term_loss_sums, result.term_series_per_position);
     add_per_position(s.accept_rate_per_position, result.accept_rate_per_position);
-    add_per_position(s.confidence_per_position, result.confidence_per_position);
     s.weight_sum = result.weight_sum;
     s.correct_per_position = result.correct_per_position;
     s.count_per_position = result.count_per_position;
@@ -340,11 +377,10 @@ class DrafterStep final : public graph::FunctionBody {
 void register_drafter_step(graph::NodeRegistry& registry) {
   graph::NodeSpec spec;
   spec.type = "drafter_step";
-  spec.description = "DFlash forward + backward of one micro-batch; needs the model token; params: objective "
-                     "(decay | dpace), alpha (dpace), recompute (activations in backward), head (dflash | dspark: "
-                     "markov_rank, markov_head, confidence_head, confidence_with_markov, confidence_alpha), loss "
-                     "(ce | kl), kl_temperature";
-  spec.check_params = [](config::YamlSection& params) { read_objective_params(params); };
+  spec.description = "the drafter's forward + backward of one micro-batch; needs the model token; params: "
+                     "objective (decay | dpace), alpha (dpace), recompute (activations in backward), head (the "
+                     "drafter kind, with its own params), loss (a loss or a weighted mix), kl_temperature";
+  spec.check_params = [](config::YamlSection& params) { read_drafter_params(params); };
   spec.inputs = {{"batch", "FeatureBatch"}, {"token", "ModelToken"}};
   spec.outputs = {{"out", "MicroStats"}};
   spec.compute = true;  // the drafter's forward and backward
@@ -353,14 +389,18 @@ void register_drafter_step(graph::NodeRegistry& registry) {
   };
   RunHooks hooks;
   hooks.resume_signature = [](config::YamlSection& params) {
-    return objective_resume_text(read_objective_params(params));
+    return objective_resume_text(read_drafter_params(params));
   };
   hooks.loss_terms = [](const config::Config& config, config::YamlSection& params) {
-    return loss_terms(config, read_objective_params(params));
+    return loss_terms(config, read_drafter_params(params));
   };
-  hooks.drafter_heads = [](config::YamlSection& params) { return heads_of(read_objective_params(params)); };
+  hooks.drafter_kind = [](config::YamlSection& params) {
+    const DrafterChoice c = read_drafter_params(params);
+    return DrafterKindChoice{c.base.head, c.kind().spec_fields(c.kind_params)};
+  };
   hooks.teacher = [](config::YamlSection& params) -> std::string {
-    return read_objective_params(params).loss == "kl" ? "trains with loss: kl" : "";
+    const DrafterChoice c = read_drafter_params(params);
+    return c.loss.needs_teacher() ? "trains with loss: " + c.loss.text() : "";
   };
   add_node_kind(registry, std::move(spec), std::move(hooks));
 }

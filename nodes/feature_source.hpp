@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "data/feature_cache.hpp"
-#include "model/target.hpp"
+#include "target/target.hpp"
 #include "nodes/messages.hpp"
 
 namespace dflow::nodes {

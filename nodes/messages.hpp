@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "data/plan.hpp"
-#include "model/documents.hpp"
+#include "target/documents.hpp"
 #include "nodes/model_token.hpp"
 #include "nodes/progress.hpp"
 #include "nodes/step_record.hpp"

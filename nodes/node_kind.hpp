@@ -17,7 +17,7 @@
 #include "config/yaml_reader.hpp"
 #include "data/batching_policy.hpp"
 #include "graph/registry.hpp"
-#include "model/drafter.hpp"
+#include "drafter/drafter.hpp"
 #include "nodes/features_cached.hpp"
 #include "train/optimizer.hpp"
 
@@ -31,6 +31,13 @@ enum class CaptureRole {
   none,    // kept as declared when upstream of the feature source (batching, routing)
   loader,  // reads the run's batches: capture.load takes its place (epoch 0's batches the cache lacks)
   target,  // a feature source whose target the capture runs: target_forward.capture takes its place
+};
+
+// The drafter kind a drafter node's params choose, and its fields
+// (DrafterSpec::kind, kind_fields).
+struct DrafterKindChoice {
+  std::string kind = "dflash";
+  nlohmann::json fields = nlohmann::json::object();
 };
 
 struct RunHooks {
@@ -71,13 +78,14 @@ struct RunHooks {
   // prepare checks explicit ids against what it has. Throws
   // std::invalid_argument saying what is wrong with the params.
   std::function<std::vector<int64_t>(config::YamlSection& params, int64_t target_layers)> feature_layers = {};
-  // The drafter node: the DSpark heads its params add to the drafter
-  // (model::DraftHeads, none for plain DFlash), applied to the drafter's
-  // shape before it is made. Throws std::invalid_argument naming the key
-  // and the value. At most one node of a pipeline has this hook.
-  std::function<model::DraftHeads(config::YamlSection& params)> drafter_heads = {};
+  // The drafter node: the drafter kind its params choose and the fields
+  // they give the drafter's shape (drafter/kind.hpp), applied before the
+  // drafter is made. Throws std::invalid_argument naming the key and the
+  // value. At most one node of a pipeline has this hook.
+  std::function<DrafterKindChoice(config::YamlSection& params)> drafter_kind = {};
   // Why the node needs the target's last hidden state with every batch
-  // ("trains with loss: kl"; "" when it does not): RunContext::teacher_because.
+  // ("trains with loss: kl", from what its loss and drafter kind say they
+  // need; "" when it does not): RunContext::teacher_because.
   std::function<std::string(config::YamlSection& params)> teacher = {};
   // A node that makes FeatureBatches and sets their teacher_hidden whenever
   // the run needs the teacher (RunContext::needs_teacher). A run that needs it

@@ -6,7 +6,7 @@
 #include "config/log.hpp"
 #include "data/feature_cache.hpp"
 #include "graph/description.hpp"
-#include "nodes/drafter_heads.hpp"
+#include "nodes/drafter_kind_choice.hpp"
 #include "nodes/node_kind.hpp"
 #include "nodes/registry.hpp"
 #include "text/dataset_tokenizer.hpp"
@@ -117,18 +117,18 @@ config::Config described(config::Config config, const graph::NodeRegistry& kinds
 
 }  // namespace
 
-model::DraftHeads drafter_heads(const config::Config& config, const graph::NodeRegistry& kinds,
-                                std::string* teacher_because) {
-  model::DraftHeads heads;
+DrafterKindChoice drafter_kind_choice(const config::Config& config, const graph::NodeRegistry& kinds,
+                                      std::string* teacher_because) {
+  DrafterKindChoice choice;
   for (size_t i = 0; i < config.pipeline.nodes.size(); ++i) {
     const auto& n = config.pipeline.nodes[i];
     const RunHooks* hooks = run_hooks(kinds, n.type);
-    if (!hooks || (!hooks->drafter_heads && !hooks->teacher)) continue;
+    if (!hooks || (!hooks->drafter_kind && !hooks->teacher)) continue;
     const std::string key = "pipeline.nodes[" + std::to_string(i) + "].params";
     try {
-      if (hooks->drafter_heads) {
+      if (hooks->drafter_kind) {
         config::YamlSection params(n.params, key, config.pipeline.origins);
-        heads = hooks->drafter_heads(params);
+        choice = hooks->drafter_kind(params);
       }
       if (hooks->teacher && teacher_because->empty()) {
         config::YamlSection params(n.params, key, config.pipeline.origins);
@@ -139,7 +139,7 @@ model::DraftHeads drafter_heads(const config::Config& config, const graph::NodeR
       throw ConfigError(n.mark, key, "node '" + n.name + "' (" + n.type + "): " + e.what());
     }
   }
-  return heads;
+  return choice;
 }
 
 std::string Batching::signature() const {
@@ -272,10 +272,10 @@ void RunContext::load_models() {
   drafter_device = train::resolve_device(config.devices.drafter, options.local_rank);
   drafter_dtype = train::parse_dtype(config.model.drafter.dtype);
   const auto need = whole_target_need(config, options);
-  // The drafter node's heads and who needs the teacher, before the target
+  // The drafter node's kind and who needs the teacher, before the target
   // loads: a head-only run then loads the final norm too (features.engine
   // applies it to the files' last layer).
-  const model::DraftHeads heads = drafter_heads(config, options.node_kinds(), &teacher_because);
+  const DrafterKindChoice kind = drafter_kind_choice(config, options.node_kinds(), &teacher_because);
   check_teacher_sources(config, options.node_kinds(), teacher_because);
   std::string loaded;  // for the log line
   if (need) {
@@ -316,7 +316,8 @@ void RunContext::load_models() {
   if (config.model.drafter.mask_token_id >= 0) drafter_options.mask_token_id = config.model.drafter.mask_token_id;
   drafter_options.layer_types = config.model.drafter.layer_types;
   drafter_options.sliding_window = config.model.drafter.sliding_window;
-  drafter_options.heads = heads;
+  drafter_options.kind = kind.kind;
+  drafter_options.kind_fields = kind.fields;
   drafter_spec = model::make_drafter_spec(target_config, drafter_options);
   feature_layer_ids = drafter_spec.target_layer_ids;
   objective.loss_decay_gamma = config.train.loss_decay_gamma;
@@ -390,6 +391,17 @@ const config::FaultDecl* RunContext::fault(const std::string& kind, const std::s
     if (f.kind == kind && f.step == step && (f.node.empty() || f.node == node) && (f.rank < 0 || f.rank == options.rank))
       return &f;
   return nullptr;
+}
+
+std::vector<model::RecordTerm> RunContext::record_terms() const {
+  return model::drafter_kind(drafter_spec.kind).record_terms(drafter_spec.kind_fields);
+}
+
+StepTotals RunContext::step_totals_zeros() const {
+  const auto terms = record_terms();
+  size_t series = 0;
+  for (const auto& t : terms) series += t.series.empty() ? 0 : 1;
+  return StepTotals::zeros(drafter_spec.block_size, config.data.buckets.size(), terms.size(), series);
 }
 
 }  // namespace dflow::nodes

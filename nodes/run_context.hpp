@@ -24,11 +24,13 @@
 #include "data/plan.hpp"
 #include "data/plan_cache.hpp"
 #include "data/quarantine.hpp"
-#include "model/drafter.hpp"
-#include "model/objective.hpp"
-#include "model/target.hpp"
-#include "model/target_head.hpp"
+#include "drafter/drafter.hpp"
+#include "drafter/kind.hpp"
+#include "drafter/objective.hpp"
+#include "target/target.hpp"
+#include "target/target_head.hpp"
 #include "nodes/progress.hpp"
+#include "nodes/step_totals.hpp"
 #include "train/checkpoint.hpp"
 #include "train/distributed.hpp"
 #include "train/optimizer.hpp"
@@ -131,6 +133,10 @@ class RunContext {
   // naming itself and this.
   std::string teacher_because;
   bool needs_teacher() const { return !teacher_because.empty(); }
+  // The drafter kind's extra loss terms as the step record names them.
+  std::vector<model::RecordTerm> record_terms() const;
+  // One micro-batch's (or step's) zero totals, sized for this run.
+  StepTotals step_totals_zeros() const;
   int64_t pad_token_id = 0;
 
   // Where this invocation starts.

@@ -28,17 +28,30 @@ StepRecord make_step_record(const RunContext& run, const StepPosition& p, int64_
   for (size_t k = 1; k < s.count_per_position.size(); ++k)
     r.accuracy_per_position.push_back(s.count_per_position[k] > 0 ? s.correct_per_position[k] / s.count_per_position[k]
                                                                  : 0.0);
-  const bool confidence = run.drafter_spec.heads.confidence;
-  if (confidence) {
-    r.main_loss = s.weight_sum > 0 ? s.main_loss_sum / s.weight_sum : 0.0;
-    r.confidence_loss = s.weight_sum > 0 ? s.confidence_loss_sum / s.weight_sum : 0.0;
-  }
-  auto per_slot = [&](const std::vector<double>& sums, std::vector<double>& out) {
-    for (size_t k = 1; k < s.count_per_position.size() && k < sums.size(); ++k)
+  // The drafter kind's extra terms: the loss's parts, each / loss_weight,
+  // and their per-slot series.
+  const std::vector<model::RecordTerm> terms = run.record_terms();
+  if (!terms.empty()) r.main_loss = s.weight_sum > 0 ? s.main_loss_sum / s.weight_sum : 0.0;
+  auto per_slot = [&](const double* sums, size_t size, std::vector<double>& out) {
+    for (size_t k = 1; k < s.count_per_position.size() && k < size; ++k)
       out.push_back(s.count_per_position[k] > 0 ? sums[k] / s.count_per_position[k] : 0.0);
   };
-  if (confidence || run.needs_teacher()) per_slot(s.accept_rate_per_position, r.accept_rate_per_position);
-  if (confidence) per_slot(s.confidence_per_position, r.confidence_per_position);
+  const size_t block = s.count_per_position.size();
+  size_t series = 0;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    StepRecord::Term term;
+    term.name = terms[i].name;
+    const double sum = i < s.term_loss_sums.size() ? s.term_loss_sums[i] : 0.0;
+    term.loss = s.weight_sum > 0 ? sum / s.weight_sum : 0.0;
+    if (!terms[i].series.empty() && (series + 1) * block <= s.term_series_per_position.size()) {
+      term.series = terms[i].series;
+      per_slot(s.term_series_per_position.data() + series * block, block, term.per_position);
+      ++series;
+    }
+    r.terms.push_back(std::move(term));
+  }
+  if (!terms.empty() || run.needs_teacher())
+    per_slot(s.accept_rate_per_position.data(), s.accept_rate_per_position.size(), r.accept_rate_per_position);
   r.micro_batches = s.micro_batches;
   r.anchors = s.anchors;
   r.real_tokens = s.real_tokens;
@@ -93,9 +106,10 @@ nlohmann::json StepRecord::to_json() const {
   r["loss_weight"] = loss_weight;
   r["accuracy_per_position"] = accuracy_per_position;
   if (main_loss) r["main_loss"] = json_number(*main_loss);
-  if (confidence_loss) r["confidence_loss"] = json_number(*confidence_loss);
+  for (const auto& term : terms) r[term.name + "_loss"] = json_number(term.loss);
   if (!accept_rate_per_position.empty()) r["accept_rate_per_position"] = accept_rate_per_position;
-  if (!confidence_per_position.empty()) r["confidence_per_position"] = confidence_per_position;
+  for (const auto& term : terms)
+    if (!term.series.empty()) r[term.series] = term.per_position;
   r["grad_norm"] = json_number(grad_norm);
   r["lr"] = lr;
   r["micro_batches"] = micro_batches;

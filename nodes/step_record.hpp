@@ -54,11 +54,18 @@ struct StepRecord {
   int64_t total_steps = 0;
   double loss = 0, loss_weight = 0, grad_norm = 0, lr = 0;
   std::vector<double> accuracy_per_position;  // block slots k = 1..B-1
-  // With a confidence head (DSpark): the loss's parts, each / loss_weight,
-  // and per slot k = 1..B-1 the mean predicted acceptance; with it or with
-  // loss: kl, the mean analytical acceptance rate (1 - TV) per slot.
-  std::optional<double> main_loss, confidence_loss;
-  std::vector<double> accept_rate_per_position, confidence_per_position;
+  // With a drafter kind's extra loss terms: the loss's parts, each /
+  // loss_weight ("main_loss", "<term>_loss"), and a term's per-slot series
+  // (k = 1..B-1) under its own key; with them or with a loss that reads the
+  // teacher, the mean analytical acceptance rate (1 - TV) per slot.
+  struct Term {
+    std::string name, series;
+    double loss = 0;
+    std::vector<double> per_position;
+  };
+  std::optional<double> main_loss;
+  std::vector<Term> terms;
+  std::vector<double> accept_rate_per_position;
   int64_t micro_batches = 0, anchors = 0, real_tokens = 0, padded_tokens = 0, excluded_samples = 0;
   std::vector<int64_t> batches_per_bucket;
   std::vector<BucketRecord> buckets;  // buckets present in the step

@@ -19,17 +19,30 @@ void for_each_summed(F&& f) {
 
 }  // namespace
 
-StepTotals StepTotals::zeros(int64_t block_size, size_t buckets) {
+StepTotals StepTotals::zeros(int64_t block_size, size_t buckets, size_t terms, size_t series) {
   StepTotals t;
   t.correct_per_position.assign(static_cast<size_t>(block_size), 0.0);
   t.count_per_position.assign(static_cast<size_t>(block_size), 0.0);
   t.accept_rate_per_position.assign(static_cast<size_t>(block_size), 0.0);
-  t.confidence_per_position.assign(static_cast<size_t>(block_size), 0.0);
+  t.term_loss_sums.assign(terms, 0.0);
+  t.term_series_per_position.assign(series * static_cast<size_t>(block_size), 0.0);
   t.batches_per_bucket.assign(buckets, 0);
   t.bucket_ce_sum.assign(buckets, 0.0);
   t.bucket_weight_sum.assign(buckets, 0.0);
   t.bucket_real_tokens.assign(buckets, 0);
   return t;
+}
+
+void StepTotals::add_terms(const std::vector<double>& term_sums,
+                           const std::vector<std::vector<double>>& series_per_term) {
+  if (term_loss_sums.size() < term_sums.size()) term_loss_sums.resize(term_sums.size(), 0.0);
+  for (size_t i = 0; i < term_sums.size(); ++i) term_loss_sums[i] += term_sums[i];
+  size_t at = 0;
+  for (const auto& series : series_per_term) {
+    if (term_series_per_position.size() < at + series.size()) term_series_per_position.resize(at + series.size(), 0.0);
+    for (size_t k = 0; k < series.size(); ++k) term_series_per_position[at + k] += series[k];
+    at += series.size();
+  }
 }
 
 void StepTotals::add(const StepTotals& o) {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "data/quarantine.hpp"
-#include "model/drafter.hpp"
+#include "drafter/drafter.hpp"
 #include "nodes/progress.hpp"
 #include "nodes/run_context.hpp"
 #include "train/optimizer.hpp"

@@ -8,9 +8,10 @@
 #include "config/config.hpp"
 #include "config/errors.hpp"
 #include "data/feature_cache.hpp"
-#include "model/drafter.hpp"
-#include "model/drafter_export_speculators.hpp"
-#include "model/target.hpp"
+#include "drafter/kind.hpp"
+#include "drafter/drafter.hpp"
+#include "drafter/drafter_export_speculators.hpp"
+#include "target/target.hpp"
 #include "tools/cli.hpp"
 #include "tools/mxfp4_option.hpp"
 #include "tools/thread_option.hpp"
@@ -121,14 +122,6 @@ model::SpeculatorsVerifier find_verifier(const fs::path& drafter, const std::str
   return found;
 }
 
-// "markov_rank 8 (gated), a confidence head" for an export refusal.
-std::string heads_text(const model::DraftHeads& heads) {
-  std::string text;
-  if (heads.markov()) text = "markov_rank " + std::to_string(heads.markov_rank) + " (" + heads.markov_type + ")";
-  if (heads.confidence) text += std::string(text.empty() ? "" : ", ") + "a confidence head";
-  return text;
-}
-
 }  // namespace
 
 void add_export_command(CLI::App& app, Action& action) {
@@ -139,9 +132,9 @@ void add_export_command(CLI::App& app, Action& action) {
   sub->add_option("--out", out, "output directory")->required();
   sub->add_option("--format", format,
                   "dflash: z-lab's config.json and weights (the serving engine is told the target; refused for a "
-                  "drafter with DSpark heads, which it cannot carry); speculators: "
-                  "vllm-project/speculators' layout (DFlash, or DSpark for a drafter with DSpark heads), naming the "
-                  "target and carrying its embedding and LM head")
+                  "drafter kind it cannot carry); speculators: vllm-project/speculators' layout (DFlash, or the "
+                  "speculators model of the drafter's kind), naming the target and carrying its embedding and LM "
+                  "head")
       ->check(CLI::IsMember({"dflash", "speculators"}))
       ->capture_default_str();
   sub->add_option("--verifier", verifier,
@@ -157,23 +150,20 @@ void add_export_command(CLI::App& app, Action& action) {
     action = [] {
       const fs::path dir = drafter_dir(checkpoint);
       auto draft = model::load_pretrained(dir);  // verifies names and shapes
+      const model::DrafterKind& kind = model::drafter_kind(draft->spec().kind);
+      // A format that cannot carry what the drafter's kind adds (z-lab's
+      // layout has only the backbone: a DFlash server would draft without
+      // the rest, accepting less than dflow eval reported) is refused (a
+      // refusal of the option: exit 2) before anything is written.
+      if (const std::string why = kind.refuses_format(format, draft->spec().kind_fields); !why.empty())
+        throw ConfigError("export: the drafter in '" + dir.string() + "' " + why);
       if (format == "speculators") {
         const auto found = find_verifier(dir, verifier, target);
         model::save_speculators_pretrained(*draft, found, out);
         std::cout << "exported drafter to " << out << " (speculators format, "
-                  << (draft->spec().heads.any() ? "dspark" : "dflash") << ", verifier " << found.name_or_path << ")\n";
+                  << kind.speculators_names().model_type << ", verifier " << found.name_or_path << ")\n";
         return 0;
       }
-      // z-lab's layout has no DSpark heads: a DFlash server would load the
-      // backbone and draft without them, accepting less than dflow eval
-      // reported. Refused (a refusal of the option: exit 2) before anything
-      // is written.
-      if (draft->spec().heads.any())
-        throw ConfigError("export: the drafter in '" + dir.string() + "' has DSpark heads (" +
-                          heads_text(draft->spec().heads) +
-                          "), which z-lab's DFlash layout (--format dflash, the default) cannot carry: a DFlash "
-                          "server would draft without them; export it with --format speculators (speculators' "
-                          "DSpark model, which vLLM's dspark method serves)");
       model::save_pretrained(*draft, out);
       std::cout << "exported drafter to " << out << "\n";
       return 0;

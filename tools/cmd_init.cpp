@@ -1,8 +1,8 @@
 // `dflow init CHECKPOINT_DIR`: a commented config that `dflow train` accepts,
 // for a drafter of the target in CHECKPOINT_DIR. Every value it writes is one
 // of the project's own rules applied to the target: the drafter's shape and
-// feature layers (model/drafter_spec.cpp), whether dflow runs the target or
-// only reads its head (model/hf_head_config.cpp), the recipe of the examples
+// feature layers (drafter/drafter_spec.cpp), whether dflow runs the target or
+// only reads its head (target/hf_head_config.cpp), the recipe of the examples
 // and of README "Which recipe to pick", and the memory fit drafter_step logs
 // at start (nodes/drafter_memory_fit.hpp). Each choice is written above its
 // key, with why.
@@ -21,10 +21,11 @@
 #include "config/errors.hpp"
 #include "data/feature_cache.hpp"
 #include "graph/description.hpp"
-#include "model/drafter.hpp"
-#include "model/hf_config.hpp"
-#include "model/target.hpp"
-#include "nodes/drafter_heads.hpp"
+#include "drafter/drafter.hpp"
+#include "target/hf_config.hpp"
+#include "target/target.hpp"
+#include "nodes/drafter_kind_choice.hpp"
+#include "tools/recommended_recipe.hpp"
 #include "nodes/drafter_memory_fit.hpp"
 #include "nodes/features_engine.hpp"
 #include "nodes/registry.hpp"
@@ -165,7 +166,9 @@ model::DrafterSpec drafter_of(const config::Config& config, const model::HeadCon
   if (config.model.drafter.mask_token_id >= 0) o.mask_token_id = config.model.drafter.mask_token_id;
   o.layer_types = config.model.drafter.layer_types;
   o.sliding_window = config.model.drafter.sliding_window;
-  o.heads = nodes::drafter_heads(config, nodes::default_registry(), &teacher);
+  const nodes::DrafterKindChoice kind = nodes::drafter_kind_choice(config, nodes::default_registry(), &teacher);
+  o.kind = kind.kind;
+  o.kind_fields = kind.fields;
   return model::make_drafter_spec(head, o);
 }
 
@@ -202,6 +205,15 @@ std::string layer_rule(int64_t target_layers, const std::vector<int64_t>& ids) {
                     std::to_string(ids.size()) + " features (one per draft layer): round(1 + i * (L - 4) / (n - 1))";
   if (formula != ids) why += ", whose [" + ids_text(formula) + "] repeats a layer here, made distinct";
   return why;
+}
+
+// The drafter kind (the drafter node's head) of the recommended recipe.
+std::string recommended_drafter_kind() {
+  const YAML::Node recipe = YAML::Load(tools::recommended_recipe_yaml());
+  for (const auto& node : recipe["pipeline"]["nodes"])
+    if (node["type"] && node["type"].as<std::string>() == "drafter_step" && node["params"] && node["params"]["head"])
+      return node["params"]["head"].as<std::string>();
+  return "dflash";
 }
 
 std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, const model::HeadConfig& head,
@@ -250,8 +262,8 @@ std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, co
     c.push_back({"pipeline.nodes.optimizer.type", "optimizer_step.muon", std::string("Muon reached tau 8 first: ") + bench});
     c.push_back({"pipeline.nodes.optimizer.params", "{lr: 0.02, weight_decay: 0.01, momentum: 0.95, ns_steps: 5}",
                  "Muon's params of examples/qwen3-8b-2026.yaml"});
-    c.push_back({"pipeline.nodes.drafter.params.head", "dspark",
-                 std::string("DSpark's heads gave 27% more tau than DFlash's: ") + bench});
+    c.push_back({"pipeline.nodes.drafter.params.head", recommended_drafter_kind(),
+                 std::string("the drafter kind ") + tools::kRecommendedRecipe + " trains, the most tau: " + bench});
   }
   if (!o.cache.empty()) {
     c.push_back({"pipeline.nodes.target.type", "features.cached",

@@ -7,7 +7,7 @@
 
 #include "config/errors.hpp"
 #include "data/prepare.hpp"
-#include "model/tiny_target.hpp"
+#include "target/tiny_target.hpp"
 #include "text/chat_encode.hpp"
 #include "text/chat_prepare.hpp"
 #include "tools/cli.hpp"

@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "model/target.hpp"
+#include "target/target.hpp"
 
 namespace dflow::cli {
 

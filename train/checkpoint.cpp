@@ -16,7 +16,7 @@
 #include "data/checksum.hpp"
 #include "train/checkpoint_cleanup.hpp"
 #include "train/checkpoint_files.hpp"
-#include "model/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "train/checkpoint_manifest.hpp"
 
 namespace dflow::train {

@@ -8,7 +8,7 @@
 
 #include "config/log.hpp"
 #include "data/prepare.hpp"
-#include "model/tiny_target.hpp"
+#include "target/tiny_target.hpp"
 #include "train/regenerate.hpp"
 
 namespace dflow::train {

@@ -1,7 +1,7 @@
 #pragma once
 // The embedded default run needs a target and data: when absent, create a
 // tiny Qwen3-architecture target with a learnable pattern ("echo", see
-// model/tiny_target.hpp), a dataset of synthetic prompts whose responses the
+// target/tiny_target.hpp), a dataset of synthetic prompts whose responses the
 // tiny target regenerates itself (as DFlash data is made), and held-out
 // prompts for evaluation that are not among the training prompts.
 #include "config/config.hpp"

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "data/data_error.hpp"
-#include "model/safetensors_header.hpp"
+#include "formats/safetensors_header.hpp"
 
 namespace dflow::train {
 

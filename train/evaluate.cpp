@@ -8,7 +8,8 @@
 #include <sstream>
 
 #include "data/checksum.hpp"
-#include "model/speculative.hpp"
+#include "drafter/kind.hpp"
+#include "drafter/speculative.hpp"
 
 namespace dflow::train {
 
@@ -76,9 +77,11 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
   r.lossless_checked = options.compare_with_target && options.temperature <= 0;
   r.tau_histogram.assign(static_cast<size_t>(block), 0);
   r.acceptance_by_position.assign(static_cast<size_t>(block - 1), 0.0);
-  // The confidence head's calibration counts, summed over prompts, per slot 0 .. B-1.
+  // The calibration counts of the acceptance the drafter's kind predicts
+  // (if it does), summed over prompts, per slot 0 .. B-1.
+  const bool predicts = drafter.kind_modules().predicts_acceptance();
   std::vector<double> verified, predicted, accepted;
-  if (drafter.confidence_head)
+  if (predicts)
     for (auto* v : {&verified, &predicted, &accepted}) v->assign(static_cast<size_t>(block), 0.0);
   int64_t target_tokens = 0, prompts_with_cycles = 0;
   double target_s = 0, tau_sum = 0;
@@ -121,7 +124,7 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
     }
     ++r.prompts;
   }
-  if (drafter.confidence_head) {
+  if (predicts) {
     for (int64_t k = 1; k < block; ++k) {
       const auto i = static_cast<size_t>(k);
       ConfidenceCalibration c;

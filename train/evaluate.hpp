@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "model/drafter.hpp"
-#include "model/target.hpp"
+#include "drafter/drafter.hpp"
+#include "target/target.hpp"
 
 namespace dflow::train {
 
@@ -30,10 +30,11 @@ struct EvalOutput {
   std::vector<int64_t> acceptance_lengths;
 };
 
-// The DSpark confidence head's calibration at block slot k, over every
-// cycle of every prompt in which slots 1 .. k-1 were accepted (slot k was
-// verified on a correct prefix): how many such cycles, the head's mean
-// predicted acceptance sigmoid(c_k), and the share of them that accepted slot k.
+// The calibration of the acceptance a drafter kind predicts (a confidence
+// head: KindModules::predicts_acceptance) at block slot k, over every cycle
+// of every prompt in which slots 1 .. k-1 were accepted (slot k was verified
+// on a correct prefix): how many such cycles, the mean predicted acceptance,
+// and the share of them that accepted slot k.
 struct ConfidenceCalibration {
   int64_t position = 0;   // k = 1 .. B-1
   int64_t verified = 0;
@@ -55,11 +56,11 @@ struct EvalReport {
   double speculative_tokens_per_s = 0;
   double target_tokens_per_s = 0;
   std::vector<EvalOutput> outputs;         // the first options.keep_outputs prompts
-  std::vector<ConfidenceCalibration> confidence_calibration;  // slots 1 .. B-1; empty without a confidence head
+  std::vector<ConfidenceCalibration> confidence_calibration;  // slots 1 .. B-1; empty for a kind that predicts none
   nlohmann::json to_json() const;
   std::string summary() const;
   // [{"position", "verified", "predicted", "observed"}] (the eval record's
-  // "confidence_calibration"); null without a confidence head.
+  // "confidence_calibration"); null for a kind that predicts none.
   nlohmann::json calibration_json() const;
 };
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "data/feature_cache.hpp"
-#include "model/hf_config.hpp"
+#include "target/hf_config.hpp"
 
 namespace dflow::train {
 

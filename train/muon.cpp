@@ -3,15 +3,17 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "drafter/kind.hpp"
+
 namespace dflow::train {
 
 bool is_hidden_matrix(const std::string& name, const torch::Tensor& param) {
-  // DSpark's Markov head is an embedding (markov_w1: a row per previous
-  // token) and a projection onto the vocabulary (markov_w2), and its
-  // confidence head a one-logit output (confidence_head.proj: [1, n]), none
-  // a hidden matrix: orthogonalising a lookup table's update would move
-  // every row, and a single row's would only normalise it.
-  for (const char* not_hidden : {"embed", "lm_head", "markov_w1", "markov_w2", "confidence_head"})
+  // The embedding and LM head, and what the drafter kinds say (their
+  // lookup tables, vocabulary projections and one-row outputs: none a
+  // hidden matrix, DrafterKind::adamw_parameters).
+  for (const char* not_hidden : {"embed", "lm_head"})
+    if (name.find(not_hidden) != std::string::npos) return false;
+  for (const auto& not_hidden : model::adamw_parameter_fragments())
     if (name.find(not_hidden) != std::string::npos) return false;
   return param.dim() == 2;
 }

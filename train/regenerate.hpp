@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "model/target.hpp"
+#include "target/target.hpp"
 #include "train/regenerate_features.hpp"
 
 namespace dflow::train {

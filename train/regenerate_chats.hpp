@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "model/target.hpp"
+#include "target/target.hpp"
 #include "text/tokenizer.hpp"
 #include "train/regenerate_features.hpp"
 

@@ -6,7 +6,7 @@
 #include "config/config.hpp"
 #include "config/errors.hpp"
 #include "data/data_error.hpp"
-#include "model/drafter.hpp"
+#include "drafter/drafter.hpp"
 #include "train/feature_cache.hpp"
 
 namespace dflow::train {

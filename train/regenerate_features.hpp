@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "data/feature_cache.hpp"
-#include "model/target.hpp"
+#include "target/target.hpp"
 
 namespace dflow::train {
 

@@ -11,10 +11,10 @@
 #include "train/devices.hpp"
 #include "train/optimizer.hpp"
 #include "data/plan.hpp"
-#include "model/anchors.hpp"
-#include "model/drafter.hpp"
-#include "model/objective.hpp"
-#include "model/target.hpp"
+#include "drafter/anchors.hpp"
+#include "drafter/drafter.hpp"
+#include "drafter/objective.hpp"
+#include "target/target.hpp"
 #include "train/checkpoint.hpp"
 
 namespace dflow::train {

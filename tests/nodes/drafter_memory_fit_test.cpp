@@ -3,7 +3,7 @@
 // that does, and recomputation's share, from the memory model.
 #include <doctest/doctest.h>
 
-#include "model/tiny_target.hpp"
+#include "target/tiny_target.hpp"
 #include "nodes/drafter_memory_fit.hpp"
 
 using namespace dflow;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "model/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "nodes/feature_source.hpp"
 #include "nodes/run_context.hpp"
 #include "test_paths.hpp"

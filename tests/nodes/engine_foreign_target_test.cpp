@@ -20,11 +20,11 @@ namespace fs = std::filesystem;
 using namespace dflow;
 using namespace dflow::testing;
 
-// tests/model/hf_random_checkpoints.py's checkpoints (vocabulary 300, 2 layers), written once.
+// tests/target/hf_random_checkpoints.py's checkpoints (vocabulary 300, 2 layers), written once.
 const fs::path& foreign_checkpoints() {
   static const fs::path dir = [] {
     const auto d = fresh_dir("foreign-targets");
-    const auto o = run_command(python() + " " + source_dir() + "/tests/model/hf_random_checkpoints.py " + d.string(), 300);
+    const auto o = run_command(python() + " " + source_dir() + "/tests/target/hf_random_checkpoints.py " + d.string(), 300);
     INFO(o.output);
     REQUIRE(o.exit_code == 0);
     return d;

@@ -6,6 +6,7 @@
 
 #include "config/errors.hpp"
 #include "data/dataset.hpp"
+#include "drafter/kinds/dspark/dspark.hpp"
 #include "nodes/eval_tau.hpp"
 #include "nodes/trainer.hpp"
 #include "train/checkpoint.hpp"
@@ -214,9 +215,11 @@ TEST_CASE("Eval.Record.confidence_calibration_only_with_a_confidence_head") {
   for (const bool heads : {false, true}) {
     CAPTURE(heads);
     if (heads) {
-      drafter_options.heads.markov_rank = 4;
-      drafter_options.heads.markov_type = "rnn";
-      drafter_options.heads.confidence = true;
+      model::DraftHeads dspark;
+      dspark.markov_rank = 4;
+      dspark.markov_type = "rnn";
+      dspark.confidence = true;
+      model::set_dspark_heads(drafter_options, dspark);
     }
     model::DFlashDrafter drafter(model::make_drafter_spec(target.config(), drafter_options), 3);
     const auto report = train::evaluate_drafter(*drafter, target, prompts, options);

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "config/errors.hpp"
-#include "model/hf_config.hpp"
+#include "target/hf_config.hpp"
 #include "nodes/cache_fill.hpp"
 #include "nodes/run_context.hpp"
 #include "nodes/trainer.hpp"
@@ -109,7 +109,7 @@ TEST_CASE("HeadOnly.a_node_that_runs_a_target_dflow_cannot_run_is_refused_before
   REQUIRE_FALSE(::dflow::testing::python().empty());
   const auto checkpoints = fresh_dir("head-gpt-oss");
   const auto written = ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
-                                                         "/tests/model/hf_random_checkpoints.py " + checkpoints.string(),
+                                                         "/tests/target/hf_random_checkpoints.py " + checkpoints.string(),
                                                      300);
   INFO(written.output);
   REQUIRE(written.exit_code == 0);

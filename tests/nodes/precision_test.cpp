@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "nodes/trainer.hpp"
 #include "train_fixture.hpp"
 

@@ -18,9 +18,9 @@
 #include <random>
 
 #include "data/prepare.hpp"
-#include "model/safetensors.hpp"
-#include "model/target.hpp"
-#include "model/tiny_target.hpp"
+#include "formats/safetensors.hpp"
+#include "target/target.hpp"
+#include "target/tiny_target.hpp"
 #include "nodes/trainer.hpp"
 #include "train_fixture.hpp"
 

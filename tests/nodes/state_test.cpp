@@ -44,13 +44,13 @@ TEST_CASE("State.Progress.round_trips_and_names_its_cadences") {
 }
 
 TEST_CASE("State.StepTotals.every_summed_field_adds_and_survives_packing") {
-  auto a = nodes::StepTotals::zeros(4, 2), b = nodes::StepTotals::zeros(4, 2);
+  auto a = nodes::StepTotals::zeros(4, 2, 1, 1), b = nodes::StepTotals::zeros(4, 2, 1, 1);
   a.weighted_ce_sum = 1.5, a.weight_sum = 2, a.anchors = 3, a.real_tokens = 100, a.padded_tokens = 128;
   a.micro_batches = 1, a.excluded_samples = 1, a.correct_per_position = {0, 1, 2, 3};
   a.count_per_position = {4, 4, 4, 4}, a.batches_per_bucket = {1, 0}, a.bucket_ce_sum = {1.5, 0};
   a.bucket_weight_sum = {2, 0}, a.bucket_real_tokens = {100, 0}, a.sample_ids = {7, 9}, a.sample_lengths = {50, 50};
-  a.main_loss_sum = 1.25, a.confidence_loss_sum = 0.25, a.accept_rate_per_position = {0, 1, 1, 2};
-  a.confidence_per_position = {0, 2, 1, 1};
+  a.main_loss_sum = 1.25, a.term_loss_sums = {0.25}, a.accept_rate_per_position = {0, 1, 1, 2};
+  a.term_series_per_position = {0, 2, 1, 1};
   b = a;
   b.sample_ids = {11};
   b.sample_lengths = {60};
@@ -60,19 +60,20 @@ TEST_CASE("State.StepTotals.every_summed_field_adds_and_survives_packing") {
   CHECK(a.excluded_samples == 2);
   CHECK(a.count_per_position == std::vector<double>{8, 8, 8, 8});
   CHECK(a.bucket_real_tokens == std::vector<int64_t>{200, 0});
-  CHECK(a.confidence_loss_sum == 0.5);
+  CHECK(a.term_loss_sums == std::vector<double>{0.5});
+  CHECK(a.term_series_per_position == std::vector<double>{0, 4, 2, 2});
   CHECK(a.accept_rate_per_position == std::vector<double>{0, 2, 2, 4});
   CHECK(a.sample_ids == std::vector<int64_t>{7, 9, 11});  // concatenated, not summed
 
   std::vector<double> packed;
   a.pack_into(packed);
-  CHECK(packed.size() == 9 + 4 * 4 + 4 * 2);  // 9 scalars, 4 per-position, 4 per-bucket fields
-  auto c = nodes::StepTotals::zeros(4, 2);
+  CHECK(packed.size() == 8 + 1 + 4 * 4 + 4 * 2);  // 8 scalars, 1 term, 4 per-position (1 a term's), 4 per-bucket
+  auto c = nodes::StepTotals::zeros(4, 2, 1, 1);
   CHECK(c.unpack_from(packed, 0) == packed.size());
   std::vector<double> again;
   c.pack_into(again);
   CHECK(again == packed);
-  CHECK_THROWS(nodes::StepTotals::zeros(5, 2).unpack_from(packed, 0));
+  CHECK_THROWS(nodes::StepTotals::zeros(5, 2, 1, 1).unpack_from(packed, 0));
 }
 
 TEST_CASE("State.ModelToken.a_second_initial_token_is_refused_naming_the_node") {

@@ -10,8 +10,8 @@
 
 #include "../nodes/engine_files.hpp"
 #include "config/config.hpp"
-#include "model/quantized_checkpoint.hpp"
-#include "model/safetensors.hpp"
+#include "target/quantized_checkpoint.hpp"
+#include "formats/safetensors.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
 

@@ -13,7 +13,7 @@
 
 #include "../nodes/train_fixture.hpp"
 #include "config/config.hpp"
-#include "model/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "run_command.hpp"
 
 using namespace dflow;
@@ -99,7 +99,7 @@ TEST_CASE("Cli.Export.speculators_format_names_a_gpt_oss_target") {
 }
 
 // A drafter with DSpark heads exports as speculators' DSpark model (its
-// logits against DSparkDraftModel's: tests/model/test_speculators_reference.cpp).
+// logits against DSparkDraftModel's: tests/drafter/test_speculators_reference.cpp).
 TEST_CASE("Cli.Export.speculators_format_writes_dspark_for_a_drafter_with_heads") {
   const auto dir = testing::fresh_dir("export-spec-dspark");
   const auto target = testing::assets_dir() / "target";

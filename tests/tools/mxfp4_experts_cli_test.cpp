@@ -2,7 +2,7 @@
 // target with MXFP4 experts: dflow train and replay read it from their config
 // (replay also from --set), eval and regenerate take --mxfp4-experts. Each
 // says which form it loaded, and dequantize gives what resident gives (the
-// same bits: tests/model/test_mxfp4_resident.cpp).
+// same bits: tests/target/test_mxfp4_resident.cpp).
 #include "test_paths.hpp"
 #include <doctest/doctest.h>
 

@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "data/data_error.hpp"
-#include "model/safetensors.hpp"
+#include "formats/safetensors.hpp"
 #include "train/engine_files.hpp"
 
 namespace fs = std::filesystem;

@@ -12,7 +12,7 @@
 #include "data/checksum.hpp"
 #include "data/data_error.hpp"
 #include "data/feature_cache.hpp"
-#include "model/model_fixtures.hpp"
+#include "target/model_fixtures.hpp"
 #include "train/feature_cache.hpp"
 #include "train/regenerate.hpp"
 #include "train/regenerate_features.hpp"

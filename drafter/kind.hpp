@@ -1,0 +1,203 @@
+// Drafter kinds: what a drafter adds to the shared DFlash backbone (the
+// drafter node's `head:`), each declared once, in its own folder under
+// drafter/kinds/, and registered by name as a node kind is. A kind says
+// everything the rest of dflow asks about it, so nothing outside its folder
+// names it or its params:
+// - its params (read from the drafter node's `params:` beside `head:`, each
+//   with its type, default, allowed values, one line of help, whether a
+//   resume must keep it) and the fields they give the drafter's shape
+//   (DrafterSpec::kind_fields, which its config.json carries);
+// - the modules it adds to the backbone and which parameters an optimizer
+//   must leave to AdamW;
+// - its part of the training forward (a bias on the draft logits, extra
+//   loss terms with their weights and record fields);
+// - its drafting of a block for `dflow eval` (greedy, lossless; sampled)
+//   and the acceptance it predicts, if any;
+// - its export (the config.json fields it writes and reads back, the
+//   speculators names, the formats that would serve it wrongly);
+// - what it adds to the memory fit.
+// DFlash (the backbone alone) is the kind "dflash".
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/yaml_reader.hpp"
+#include "drafter/chunked_cross_entropy.hpp"
+
+namespace dflow::model {
+
+class DFlashDrafterImpl;
+struct DrafterSpec;
+
+// One declared param of a drafter kind or an objective, as the node catalog
+// and the refusals show it.
+struct KindParam {
+  std::string name;
+  std::string type;                  // "integer", "number", "string", "boolean"
+  std::string default_text;          // the value when left out, as YAML
+  std::vector<std::string> allowed;  // a fixed set of values, else empty
+  std::string help;                  // one line
+  bool must_match = true;            // a resume must keep it
+};
+
+// The trained slots of one micro-batch, as the objective hands them to a
+// kind: every block's slots, and the P label-bearing ones among them.
+struct TrainedSlots {
+  torch::Tensor hidden;       // [K, Bs, H]: the backbone's hidden states after its final norm
+  torch::Tensor prev_tokens;  // [K, Bs] int64: the data's token just before each slot (slot 0: the anchor)
+  torch::Tensor rows;         // [P] int64: the trained slots' flat index in K * Bs
+  torch::Tensor selected;     // [P, H]: their hidden states
+};
+
+// The main loss's rows, for the terms a kind computes after it.
+struct MainLossRows {
+  torch::Tensor accept_rate;  // [P] detached: 1 - TV(p, q) at temperature 1 (q(label) without a teacher)
+  torch::Tensor row_loss;     // [P] detached, in the reduction dtype
+  torch::Tensor row_weights;  // [P]: the weights applied
+};
+
+// A term a kind adds to the loss: loss_sum += weight * weighted_sum.
+struct ExtraLossTerm {
+  torch::Tensor weighted_sum;  // differentiable scalar: sum_i w_i * term_i
+  torch::Tensor row_terms;     // [P] detached: w_i * term_i (per-sample and per-bucket sums)
+  double weight = 1.0;
+  torch::Tensor slot_values;   // [P] detached: the value summed per block slot into the term's series, if it has one
+};
+
+// What a kind's terms are called in the step record: "<name>_loss" (each
+// / loss_weight, beside "main_loss"), and the per-slot mean of its
+// slot_values under `series` ("" for none).
+struct RecordTerm {
+  std::string name;
+  std::string series;
+};
+
+// One block being drafted (speculative decoding).
+class SlotSampler {
+ public:
+  virtual ~SlotSampler() = default;
+  virtual torch::Tensor probabilities(const torch::Tensor& logits) const = 0;  // softmax(logits / T), float64 CPU
+  virtual int64_t draw(const torch::Tensor& probabilities) = 0;                // [V]
+  virtual std::vector<int64_t> draw_rows(const torch::Tensor& probabilities) = 0;  // [N, V]
+};
+
+struct BlockDraftInputs {
+  torch::Tensor hidden;           // [B, H]: the backbone's, slot 0 (the bonus token) included
+  torch::Tensor backbone_logits;  // [B-1, V]: slots 1 .. B-1 through the target's LM head
+  int64_t bonus_token = 0;
+  SlotSampler* sampler = nullptr;  // null: greedy
+  bool want_logits = false;
+};
+
+struct BlockDraft {
+  std::vector<int64_t> drafts;        // slots 1 .. B-1
+  torch::Tensor logits;               // want_logits or sampling: [B-1, V] float32 on the CPU, drafted from
+  torch::Tensor probabilities;        // sampling: each slot's q, [B-1, V] float64
+  std::vector<double> predicted_accept;  // slots 1 .. B-1, for a kind that predicts acceptance; else empty
+};
+
+// A kind's part of one drafter: the modules it registered on it and what
+// they compute. The default is the backbone alone.
+class KindModules {
+ public:
+  virtual ~KindModules() = default;
+  // Training. Whether logits_bias / extra_terms read TrainedSlots::prev_tokens.
+  virtual bool reads_previous_tokens() const { return false; }
+  // A trained low-rank bias added to the draft logits of the selected slots.
+  virtual std::optional<LogitsBias> logits_bias(const TrainedSlots&) { return std::nullopt; }
+  // Terms added after the main loss, in record_terms' order; `options` are
+  // the kind's params (DrafterKind::read_params).
+  virtual std::vector<ExtraLossTerm> extra_terms(const TrainedSlots&, const MainLossRows&,
+                                                 const nlohmann::json& /*options*/) {
+    return {};
+  }
+  // Drafting: the backbone's slots in parallel (argmax, or one draw per row).
+  virtual BlockDraft draft_block(const BlockDraftInputs& in);
+  // Whether draft_block gives predicted_accept (the eval then records its calibration).
+  virtual bool predicts_acceptance() const { return false; }
+};
+
+// speculators' names for a kind's export (`dflow export --format speculators`).
+struct SpeculatorsNames {
+  std::string architecture = "DFlashSpeculator";
+  std::string model_type = "dflash";
+  std::string algorithm = "dflash";
+};
+
+class DrafterKind {
+ public:
+  virtual ~DrafterKind() = default;
+  virtual std::string name() const = 0;
+  virtual std::string summary() const = 0;  // one line, for the catalog
+
+  // Params, beside `head: <name>` in the drafter node's params.
+  virtual std::vector<KindParam> params() const { return {}; }
+  // Reads the kind's own keys (the section holds only those) with their
+  // defaults; throws ConfigError naming the key and the value.
+  virtual nlohmann::json read_params(config::YamlSection& /*params*/) const { return nlohmann::json::object(); }
+  // What a resume must keep of them, resolved, in declaration order.
+  virtual std::vector<std::pair<std::string, std::string>> resume_terms(const nlohmann::json& /*params*/) const {
+    return {};
+  }
+
+  // The drafter's shape: the fields the params give (config.json's names).
+  virtual nlohmann::json spec_fields(const nlohmann::json& /*params*/) const { return nlohmann::json::object(); }
+  // Throws std::invalid_argument naming the first bad field.
+  virtual void validate(const nlohmann::json& /*fields*/) const {}
+  // Reading a drafter's config.json: this kind's fields when the config
+  // carries them (nullopt: not this kind). Throws naming `source` and the key.
+  virtual std::optional<nlohmann::json> fields_from_config(const nlohmann::json& /*config*/,
+                                                           const std::string& /*source*/) const {
+    return std::nullopt;
+  }
+  // The fields written into config.json (both export layouts).
+  virtual nlohmann::json config_fields(const nlohmann::json& fields) const { return fields; }
+  // What the fields add, in words, for messages.
+  virtual std::string describe(const nlohmann::json& /*fields*/) const { return name(); }
+
+  // The modules it adds, registered on `drafter` after the backbone's.
+  virtual std::shared_ptr<KindModules> add_modules(DFlashDrafterImpl& drafter) const;
+  // Parameter-name fragments an optimizer must leave to AdamW (tables and
+  // vocabulary projections, one-row outputs: Muon's AdamW group).
+  virtual std::vector<std::string> adamw_parameters() const { return {}; }
+  // Parameters the modules add, and float32 activations per trained slot
+  // (the memory fit).
+  virtual int64_t parameter_count(const DrafterSpec&) const { return 0; }
+  virtual int64_t activation_floats_per_slot(const DrafterSpec&) const { return 0; }
+
+  // The record's extra terms, for a drafter of these fields.
+  virtual std::vector<RecordTerm> record_terms(const nlohmann::json& /*fields*/) const { return {}; }
+
+  // Export: "" when `format` ("dflash", "speculators") serves a drafter of
+  // these fields, else what it has that the format cannot carry and what to
+  // use ("has ..., which the format cannot carry: export it with ...").
+  virtual std::string refuses_format(const std::string& /*format*/, const nlohmann::json& /*fields*/) const {
+    return "";
+  }
+  virtual SpeculatorsNames speculators_names() const { return {}; }
+};
+
+// The registered kinds: the built-in ones (drafter/kinds/registry.cpp) and
+// any registered since. Unknown names throw std::invalid_argument naming
+// the known ones.
+const DrafterKind& drafter_kind(const std::string& name);
+const DrafterKind* find_drafter_kind(const std::string& name);
+std::vector<std::string> drafter_kind_names();  // sorted
+// Adds a kind; a name already taken throws std::logic_error.
+void register_drafter_kind(std::shared_ptr<const DrafterKind> kind);
+// Every kind's adamw_parameters, together.
+std::vector<std::string> adamw_parameter_fragments();
+
+// The kind of a drafter's config.json (the one whose fields it carries;
+// "dflash" when none) and its fields. Throws naming `source`.
+std::pair<std::string, nlohmann::json> drafter_kind_of_config(const nlohmann::json& config, const std::string& source);
+
+}  // namespace dflow::model

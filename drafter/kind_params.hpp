@@ -1,0 +1,89 @@
+#pragma once
+// A drafter kind's or an objective's params declared as a node's are (a
+// config::KeySet of its own params struct P): the declarations give the
+// catalog's lines, the reading with its refusals, the resume terms and the
+// JSON the kind works from.
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/keys.hpp"
+#include "drafter/kind.hpp"
+
+namespace dflow::model {
+
+template <class P>
+class KeySetParams {
+ public:
+  using ToJson = std::function<nlohmann::json(const P&)>;
+  // Checks across keys after each key's own: `section` says which were given.
+  using CrossCheck = std::function<void(config::YamlSection& section, const P&)>;
+
+  KeySetParams(config::KeySet<P> keys, ToJson to_json, CrossCheck cross_check = {},
+               std::map<std::string, std::vector<std::string>> allowed = {})
+      : keys_(std::move(keys)), to_json_(std::move(to_json)), cross_check_(std::move(cross_check)),
+        allowed_(std::move(allowed)) {}
+
+  std::vector<KindParam> params() const {
+    std::vector<KindParam> out;
+    const P defaults{};
+    for (const auto& k : keys_.keys()) {
+      KindParam p;
+      p.name = k.name();
+      p.type = k.type;
+      p.default_text = keys_.value_text(k, defaults);
+      if (const auto it = allowed_.find(p.name); it != allowed_.end()) p.allowed = it->second;
+      p.help = k.doc;
+      p.must_match = k.on_resume == config::OnResume::must_match;
+      out.push_back(std::move(p));
+    }
+    return out;
+  }
+
+  // Reads every declared key of `section` (which holds only these) and checks them.
+  nlohmann::json read(config::YamlSection& section) const {
+    P p{};
+    keys_.read(section, p);
+    if (cross_check_) cross_check_(section, p);
+    return to_json_(p);
+  }
+
+  // The must_match keys' values in `params` (read's JSON) as YAML text, in
+  // declaration order, those `skip` names left out.
+  std::vector<std::pair<std::string, std::string>> resume_terms(
+      const nlohmann::json& params, const std::function<bool(const std::string&)>& skip = {}) const {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& k : keys_.keys()) {
+      if (k.on_resume != config::OnResume::must_match || !params.contains(k.name())) continue;
+      if (skip && skip(k.name())) continue;
+      out.emplace_back(k.name(), value_text(params[k.name()]));
+    }
+    return out;
+  }
+
+  const config::KeySet<P>& keys() const { return keys_; }
+
+  // A value as the run config prints it ("16", "1.0", "true", "vanilla").
+  static std::string value_text(const nlohmann::json& v) {
+    YAML::Emitter out;
+    out.SetDoublePrecision(17);
+    out << YAML::Flow;
+    if (v.is_boolean()) config::emit_value(out, v.get<bool>());
+    else if (v.is_number_integer()) config::emit_value(out, v.get<int64_t>());
+    else if (v.is_number()) config::emit_value(out, v.get<double>());
+    else if (v.is_string()) config::emit_value(out, v.get<std::string>());
+    else return v.dump();
+    return out.c_str();
+  }
+
+ private:
+  config::KeySet<P> keys_;
+  ToJson to_json_;
+  CrossCheck cross_check_;
+  std::map<std::string, std::vector<std::string>> allowed_;
+};
+
+}  // namespace dflow::model

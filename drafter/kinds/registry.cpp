@@ -1,0 +1,9 @@
+#include "drafter/kinds/registry.hpp"
+
+namespace dflow::model {
+
+std::vector<std::shared_ptr<const DrafterKind>> builtin_drafter_kinds() {
+  return {dflash_kind(), dspark_kind()};
+}
+
+}  // namespace dflow::model

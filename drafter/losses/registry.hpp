@@ -1,0 +1,16 @@
+#pragma once
+// The losses dflow ships, one line each in registry.cpp; a loss of its own
+// is one file in drafter/losses/ and its line there.
+#include <memory>
+#include <vector>
+
+#include "drafter/loss.hpp"
+
+namespace dflow::model {
+
+std::vector<std::shared_ptr<const DraftLoss>> builtin_draft_losses();
+
+std::shared_ptr<const DraftLoss> ce_loss();
+std::shared_ptr<const DraftLoss> kl_loss();
+
+}  // namespace dflow::model

@@ -1,0 +1,158 @@
+"""vllm-project/speculators' own code as the reference for dflow's DSpark
+export and kl loss (tests/drafter/test_speculators_reference.cpp writes the
+cases). speculators 0.9.0 is installed without its dependencies (tools/setup.sh):
+its package __init__ imports its training stack (openai, datasets), so the
+modules used here are loaded with bare parent packages instead.
+
+    speculators_reference.py dspark EXPORT_DIR CASE.safetensors
+        EXPORT_DIR: `dflow export --format speculators` of a drafter with DSpark
+        heads; CASE: input_ids [1, T], features [1, T, n*H], anchors [N], and
+        dflow's logits [N, Bs, V] (backbone plus Markov bias) and confidence
+        [N, Bs] at those anchors. DSparkDraftModel is built from the export's
+        config.json, loads its model.safetensors, and computes the same.
+    speculators_reference.py kl CASE.safetensors
+        dflow's chunked kl (row_loss, accept_rate, hidden_grad) against
+        speculators.losses.eager.kl_div_loss (and autograd through it).
+
+Prints "ok" and exits 0, or names the disagreement and exits 1.
+"""
+import importlib.metadata
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+# float32 throughout: dflow and speculators differ only in summation order.
+TOLERANCE = 2e-5
+
+
+def load_speculators():
+    spec = importlib.util.find_spec("speculators")
+    if spec is None:
+        sys.exit("speculators is not installed (tools/setup.sh installs speculators==0.9.0)")
+    root = Path(spec.submodule_search_locations[0])
+    for name, path in (("speculators", root), ("speculators.models", root / "models")):
+        package = types.ModuleType(name)
+        package.__path__ = [str(path)]
+        sys.modules[name] = package
+    import speculators.config as config  # noqa: E402
+    import speculators.model as model  # noqa: E402
+
+    sys.modules["speculators"].SpeculatorModelConfig = config.SpeculatorModelConfig
+    sys.modules["speculators"].SpeculatorsConfig = config.SpeculatorsConfig
+    sys.modules["speculators"].VerifierConfig = config.VerifierConfig
+    sys.modules["speculators"].SpeculatorModel = model.SpeculatorModel
+    import speculators.models.attention  # noqa: E402,F401  (registers the attention functions)
+    import speculators.models.dspark as dspark  # noqa: E402
+    import speculators.losses.eager as eager  # noqa: E402
+
+    # What speculators/__init__.py does once its imports are done: resolve the
+    # configs' torch annotations, DSpark's among them.
+    config.reload_schemas()
+    return dspark, eager
+
+
+def fail(what):
+    print("FAIL: " + what)
+    sys.exit(1)
+
+
+def compare(name, got, expected, tolerance=TOLERANCE):
+    scale = max(expected.abs().max().item(), 1.0)
+    error = (got.double() - expected.double()).abs().max().item()
+    print("%s: max |dflow - speculators| %.3g (scale %.3g)" % (name, error, scale))
+    if not error <= tolerance * scale:
+        fail("%s differs by %.3g > %.3g" % (name, error, tolerance * scale))
+
+
+def check_dspark(export_dir, case_path):
+    dspark, _ = load_speculators()
+    case = load_file(case_path)
+    config_json = json.loads((Path(export_dir) / "config.json").read_text())
+    if config_json.get("speculators_model_type") != "dspark":
+        fail("speculators_model_type %r" % config_json.get("speculators_model_type"))
+    # The export names the release whose layout it is checked against here.
+    installed = importlib.metadata.version("speculators")
+    if config_json.get("speculators_version") != installed:
+        fail("speculators_version %r, but the layout is checked against speculators %s"
+             % (config_json.get("speculators_version"), installed))
+    config = dspark.DSparkSpeculatorConfig(**config_json)
+    config.transformer_layer_config._attn_implementation = "eager"
+    model = dspark.DSparkDraftModel(config).float().eval()
+    weights = load_file(str(Path(export_dir) / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    # Reloaded from the verifier by speculators (load_verifier_weights), never saved.
+    missing = [k for k in missing if k not in ("verifier_lm_head.weight", "verifier_norm.weight")]
+    if missing or unexpected:
+        fail("state dict: missing %s, unexpected %s" % (missing, unexpected))
+    if (model.markov_head is None) != ("markov_head.markov_w1.weight" not in weights):
+        fail("markov_head presence")
+    if (model.confidence_head is None) != ("confidence_head.proj.weight" not in weights):
+        fail("confidence_head presence")
+
+    input_ids, features, anchors = case["input_ids"], case["features"], case["anchors"]
+    T, N, Bs = input_ids.shape[1], anchors.numel(), config.block_size
+    # Anchors exactly where the loss mask is 1, and as many as there are
+    # (select_anchors then takes them all, sorted).
+    loss_mask = torch.zeros(1, T, dtype=torch.long)
+    loss_mask[0, anchors] = 1
+    document_ids = torch.zeros(1, T, dtype=torch.long)
+    verifier_last = torch.zeros(1, T, config.transformer_layer_config.hidden_size)
+    with torch.no_grad():
+        hidden, logits, _, _, indices = model._backbone_forward(
+            features, input_ids, loss_mask, verifier_last, document_ids, max_anchors=N)
+        if not torch.equal(indices.view(N, Bs)[:, 0], anchors):
+            fail("speculators took anchors %s" % indices.view(N, Bs)[:, 0].tolist())
+        # DSparkDraftModel.forward's heads, sample_from_anchor False.
+        block_tokens = input_ids[0, indices].view(N, Bs)
+        prev = torch.cat([block_tokens[:, :1], block_tokens[:, :-1]], dim=1)
+        hidden_blocks = hidden.view(N, Bs, -1)
+        logits = logits.view(N, Bs, -1)
+        prev_emb = None
+        if model.markov_head is not None:
+            prev_emb = model.markov_head.prev_embeddings(prev)
+            logits = logits + model.markov_head.block_bias(prev_token_ids=prev, hidden_states=hidden_blocks,
+                                                           prev_emb=prev_emb)
+        compare("logits", case["logits"], logits)
+        if model.confidence_head is not None:
+            if config.confidence_head_with_markov:
+                conf_features = torch.cat([hidden_blocks, prev_emb.to(hidden_blocks.dtype)], dim=-1)
+            else:
+                conf_features = hidden_blocks
+            compare("confidence", case["confidence"], model.confidence_head(conf_features))
+        elif "confidence" in case:
+            fail("dflow has a confidence head the export does not give")
+    print("ok")
+
+
+def check_kl(case_path):
+    _, eager = load_speculators()
+    case = load_file(case_path)
+    temperature = case["temperature"].item()
+    hidden = case["hidden"].clone().requires_grad_(True)
+    logits = hidden @ case["lm_head"].T + case["features"] @ case["bias_weight"].T
+    targets = case["teacher"] @ case["lm_head"].T
+    # dflow's temperature divides both logits (speculators' kl_div has none: 1).
+    kl = eager.kl_div_loss((logits / temperature).unsqueeze(0), (targets / temperature).unsqueeze(0))[0]
+    compare("kl per row", case["row_loss"], kl.detach())
+    (kl * case["weights"]).sum().backward()
+    compare("d(sum w kl)/d hidden", case["hidden_grad"], hidden.grad)
+    # The acceptance rate, 1 - TV at temperature 1 (speculators' tv_loss is TV).
+    tv = eager.tv_loss(logits.detach().unsqueeze(0), targets.unsqueeze(0))[0]
+    compare("accept rate", case["accept_rate"], 1.0 - tv)
+    print("ok")
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    if len(sys.argv) == 4 and sys.argv[1] == "dspark":
+        check_dspark(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 3 and sys.argv[1] == "kl":
+        check_kl(sys.argv[2])
+    else:
+        sys.exit(__doc__)

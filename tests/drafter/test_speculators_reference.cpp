@@ -1,0 +1,150 @@
+// dflow's DSpark drafter and kl loss against vllm-project/speculators' own
+// code (tests/drafter/speculators_reference.py, speculators 0.9.0 installed by
+// tools/setup.sh as a test-only reference): the exported drafter's logits and
+// confidence logits equal DSparkDraftModel's on the same weights and inputs,
+// and chunked_draft_loss's kl equals speculators' kl_div_loss.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "target/hf_reference_fixtures.hpp"
+#include "drafter/kinds/dspark/dspark.hpp"
+#include "drafter/block_attention.hpp"
+#include "drafter/chunked_cross_entropy.hpp"
+#include "drafter/drafter_export_speculators.hpp"
+#include "target/target_head.hpp"
+
+using namespace dflow::model;
+using dflow::model::testing::ScratchDir;
+using dflow::model::testing::tiny_target_dir;
+
+namespace {
+
+::dflow::testing::Outcome run_reference(const std::string& arguments) {
+  if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
+  return ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
+                                           "/tests/drafter/speculators_reference.py " + arguments,
+                                       300);
+}
+
+using Named = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// One DSpark drafter on the tiny target (V 512, H 64, 4 layers), every
+// parameter drawn large enough to move the logits (the heads start near zero
+// otherwise), its block logits (backbone plus Markov bias) and confidence
+// logits at four anchors of one 48-token row, exported with
+// --format speculators and compared by speculators' DSparkDraftModel.
+void check_dspark_against_speculators(const DraftHeads& heads, int64_t num_layers) {
+  torch::set_num_threads(1);
+  const auto target_dir = tiny_target_dir();
+  const HFConfig target_config = load_hf_config(target_dir);
+  DrafterOptions options;
+  options.num_layers = num_layers;
+  options.block_size = 8;
+  options.target_layer_ids = {0, 2};  // rising, not the last layer (servable)
+  set_dspark_heads(options, heads);
+  DFlashDrafter drafter(make_drafter_spec(target_config, options), 5);
+  const DrafterSpec& spec = drafter->spec();
+  torch::manual_seed(11);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : drafter->parameters()) p.add_(torch::randn_like(p) * 0.05);
+  }
+  const TargetHead head = TargetHead::load(target_dir);
+
+  const int64_t T = 48, Bs = spec.block_size;
+  const std::vector<int64_t> anchor_list{3, 11, 20, 37};  // speculators' anchors lie below T - Bs
+  const int64_t N = static_cast<int64_t>(anchor_list.size());
+  const torch::Tensor input_ids = torch::randint(0, spec.vocab_size - 2, {1, T}, torch::kInt64);
+  const torch::Tensor features = torch::randn({1, T, spec.num_features() * spec.hidden_size});
+  const torch::Tensor anchors = torch::tensor(anchor_list, torch::kInt64).view({1, N});
+  const torch::Tensor positions = (anchors.unsqueeze(-1) + torch::arange(Bs, torch::kInt64)).view({1, N * Bs});
+
+  torch::NoGradGuard no_grad;
+  // Slot 0 of a block is its anchor's token, the others the mask token.
+  torch::Tensor block_tokens = torch::full({N, Bs}, spec.mask_token_id, torch::kInt64);
+  block_tokens.select(1, 0).copy_(input_ids[0].index_select(0, anchors[0]));
+  const torch::Tensor embeddings = torch::embedding(head.embedding_weight(), block_tokens.view({1, N * Bs}));
+  const auto plan = plan_block_attention(anchors, torch::ones({1, N}, torch::kBool), T, Bs, 0, torch::kCPU);
+  const torch::Tensor hidden = drafter->forward(features, embeddings, positions, plan).view({N, Bs, -1});
+  torch::Tensor logits = torch::matmul(hidden, head.lm_head_weight().t());
+  // Training's previous tokens (sample_from_anchor false): slot k's is the
+  // data's token at anchor + k - 1, slot 0 its own anchor's.
+  const torch::Tensor data_blocks = input_ids[0].index_select(0, positions[0].clamp_max(T - 1)).view({N, Bs});
+  const torch::Tensor prev = torch::cat({data_blocks.narrow(1, 0, 1), data_blocks.narrow(1, 0, Bs - 1)}, 1);
+  torch::Tensor prev_embedding;
+  if (heads.markov()) {
+    prev_embedding = markov_head(*drafter)->prev_embeddings(prev);
+    logits = logits + markov_head(*drafter)->bias(markov_head(*drafter)->block_features(prev, hidden));
+  }
+  Named tensors{{"input_ids", input_ids}, {"features", features}, {"anchors", anchors.view({N})},
+                {"logits", logits.contiguous()}};
+  if (heads.confidence)
+    tensors.emplace_back("confidence", confidence_logits(*drafter, hidden, prev_embedding).contiguous());
+
+  ScratchDir scratch("dspark-reference");
+  save_speculators_pretrained(*drafter, {target_dir.string(), target_dir}, scratch.path() / "export");
+  write_safetensors(scratch.path() / "case.safetensors", tensors, {});
+  const auto o = run_reference("dspark " + (scratch.path() / "export").string() + " " +
+                               (scratch.path() / "case.safetensors").string());
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  CHECK(o.output.find("ok") != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("Model.SpeculatorsReference.DsparkExportEqualsDSparkDraftModel") {
+  DraftHeads heads;
+  heads.markov_rank = 16;
+  heads.confidence = true;
+  heads.confidence_with_markov = true;
+  for (const std::string type : {"vanilla", "gated", "rnn"}) {
+    CAPTURE(type);
+    heads.markov_type = type;
+    check_dspark_against_speculators(heads, type == "vanilla" ? 2 : 1);
+  }
+  // A confidence head alone (markov_rank 0 in speculators' config), on the hidden state.
+  DraftHeads confidence_only;
+  confidence_only.confidence = true;
+  confidence_only.confidence_with_markov = false;
+  check_dspark_against_speculators(confidence_only, 1);
+  // A Markov head without the confidence head.
+  DraftHeads markov_only;
+  markov_only.markov_rank = 8;
+  check_dspark_against_speculators(markov_only, 1);
+}
+
+TEST_CASE("Model.SpeculatorsReference.KlEqualsSpeculatorsKlDiv") {
+  torch::set_num_threads(1);
+  torch::manual_seed(3);
+  const int64_t P = 37, H = 24, V = 1000, r = 6;
+  // Logits spread over several nats, as a trained head's are.
+  const torch::Tensor lm_head = torch::randn({V, H}) * 0.8;
+  const torch::Tensor teacher = torch::randn({P, H});
+  const torch::Tensor hidden = torch::randn({P, H}).requires_grad_(true);
+  const torch::Tensor features = torch::randn({P, r});
+  const torch::Tensor bias_weight = torch::randn({V, r}) * 0.3;
+  const torch::Tensor weights = torch::rand({P}) + 0.1;
+  LogitsBias bias{features, bias_weight};
+  for (const double temperature : {1.0, 2.0}) {
+    CAPTURE(temperature);
+    hidden.mutable_grad() = torch::Tensor();
+    const auto result = chunked_draft_loss(hidden, lm_head, &bias, torch::zeros({P}, torch::kInt64), teacher,
+                                           temperature, weights, 8);
+    result.weighted_loss_sum.backward();
+    ScratchDir scratch("kl-reference");
+    write_safetensors(scratch.path() / "case.safetensors",
+                      {{"hidden", hidden.detach()}, {"lm_head", lm_head}, {"teacher", teacher},
+                       {"features", features}, {"bias_weight", bias_weight}, {"weights", weights},
+                       {"row_loss", result.row_loss}, {"accept_rate", result.accept_rate},
+                       {"hidden_grad", hidden.grad()}, {"temperature", torch::full({1}, temperature)}},
+                      {});
+    const auto o = run_reference("kl " + (scratch.path() / "case.safetensors").string());
+    INFO(o.output);
+    CHECK(o.exit_code == 0);
+    CHECK(o.output.find("ok") != std::string::npos);
+  }
+}
