@@ -41,7 +41,7 @@ struct ObjectiveParams {
   std::string objective = "decay";
   double alpha = 0.5;
   bool recompute = false;
-  // DSpark heads (README "DSpark heads and distillation"): head: dspark turns
+  // DSpark heads (docs/drafters.md "DSpark heads and distillation"): head: dspark turns
   // them on with speculators' defaults; the other keys need head: dspark.
   std::string head = "dflash";
   int64_t markov_rank = 256;
