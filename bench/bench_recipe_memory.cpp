@@ -1,4 +1,4 @@
-// The README's table "Memory per GPU with the recipe", from the memory model
+// The table of docs/gpus.md "Memory per GPU", from the memory model
 // (drafter/drafter_memory.hpp) as drafter_step's fit check applies it at start
 // (nodes/drafter_memory_fit.hpp): the config's drafter, data and
 // anchors_per_sequence, with a target preset's shapes (no weights are made or

@@ -18,6 +18,6 @@ void check_across_keys(const Config& c, const std::map<std::string, YamlSection>
 }  // namespace dflow::config
 
 namespace dflow::config {
-// The README's configuration reference: one table row per declared key.
+// The configuration reference (docs/reference/config.md): one table row per declared key.
 std::string config_reference_markdown();
 }  // namespace dflow::config

@@ -2,8 +2,8 @@
 // Settings declared once. A key's declaration gives its path, type, default
 // (the value in a default-built struct), validation, one line of
 // documentation and whether a resume may change it; reading, validating,
-// printing (`to_yaml`), "did you mean", the resume check and the README's
-// configuration reference all walk the same declarations. The run config's
+// printing (`to_yaml`), "did you mean", the resume check and the generated
+// configuration reference (docs/reference/config.md) all walk the same declarations. The run config's
 // keys are declared in config/config_keys.cpp; a node declares its `params:`
 // the same way (a KeySet of its own params struct).
 #include <yaml-cpp/yaml.h>

@@ -42,7 +42,7 @@ void add_config_command(CLI::App& app, Common& common, Action& action) {
   static bool reference = false;
   sub->add_option("FILE", file, "YAML config file")->check(CLI::ExistingFile);
   sub->add_flag("--reference", reference,
-                "print every key as a Markdown table (type, default, whether a resume may change it), as in the README");
+                "print every key as a Markdown table (type, default, whether a resume may change it), as docs/reference/config.md holds it");
   add_common_options(*sub, common);
   sub->callback([&action, &common] {
     action = [&common] {

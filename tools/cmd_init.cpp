@@ -3,7 +3,7 @@
 // of the project's own rules applied to the target: the drafter's shape and
 // feature layers (drafter/drafter_spec.cpp), whether dflow runs the target or
 // only reads its head (target/hf_head_config.cpp), the recipe of the examples
-// and of README "Which recipe to pick", and the memory fit drafter_step logs
+// and of docs/drafters.md "Which recipe to pick", and the memory fit drafter_step logs
 // at start (nodes/drafter_memory_fit.hpp). Each choice is written above its
 // key, with why.
 #include <torch/torch.h>
@@ -229,7 +229,7 @@ std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, co
       {"run.torch_threads", "4", examples},
       {"model.target.path", quoted(dir.string()), "the checkpoint given"},
       {"model.target.dtype", dtype,
-       gpu ? "mixed precision on GPUs (README \"Your own model on GPUs\")" : "float32 on the CPU (bf16 is slow there)"},
+       gpu ? "mixed precision on GPUs (docs/gpus.md \"Mixed precision\")" : "float32 on the CPU (bf16 is slow there)"},
       {"model.drafter.num_layers", std::to_string(o.draft_layers), "--draft-layers (default 5, " + examples + ")"},
       {"model.drafter.block_size", "16", examples},
       {"model.drafter.target_layer_ids", "[" + ids_text(layer_ids) + "]",
@@ -250,7 +250,7 @@ std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, co
                 "eval.every_steps) to measure tau"},
   };
   if (o.recipe == "recommended") {
-    const char* bench = "README \"Which recipe to pick\" (tools/recipes_bench.sh, tools/tau_bench.sh)";
+    const char* bench = "docs/drafters.md \"Which recipe to pick\" (tools/recipes_bench.sh, tools/tau_bench.sh)";
     if (o.draft_layers > 1) {
       std::string types;
       for (int i = 0; i < o.draft_layers; ++i)
@@ -268,7 +268,7 @@ std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, co
   if (!o.cache.empty()) {
     c.push_back({"pipeline.nodes.target.type", "features.cached",
                  "--cache: `dflow cache-features` runs the target once and every epoch reads its features back "
-                 "(README \"Feature cache\")"});
+                 "(docs/features.md \"Feature cache: pay for the target once\")"});
     c.push_back({"pipeline.nodes.target.params", "{dir: " + quoted(o.cache) + ", dtype: bfloat16}",
                  "--cache DIR, in bfloat16 as examples/qwen3-8b-cached.yaml"});
   }
@@ -388,14 +388,14 @@ int run_init(const InitOptions& o, const Common& common) {
   text << "# dflow init " << o.dir << ": a drafter for " << describe_target(head) << ".\n";
   if (engine)
     text << "# dflow runs: head only (the embedding and LM head); the features come from engine files "
-            "(features.engine; README \"Engine files\"), and tau is measured in the serving engine.\n";
+            "(features.engine; docs/features.md \"Engine files: features from a serving engine (`features.engine`)\"), and tau is measured in the serving engine.\n";
   else if (!o.cache.empty())
     text << "# dflow runs: the target in-process once, in dflow cache-features (" << to_string(head.family)
          << " family); training reads the cache (features.cached) and only the target's embedding and LM head.\n";
   else
     text << "# dflow runs: the target in-process (target_forward), " << to_string(head.family) << " family.\n";
   text << "# Recipe: " << o.recipe
-       << (o.recipe == "recommended" ? " (README \"Which recipe to pick\"; --recipe specforge for examples/qwen3-8b.yaml)"
+       << (o.recipe == "recommended" ? " (docs/drafters.md \"Which recipe to pick\"; --recipe specforge for examples/qwen3-8b.yaml)"
                                      : " (examples/qwen3-8b.yaml)")
        << ".\n# Memory on " << config.devices.drafter << ": " << gib(memory.device_bytes) << " (" << memory.source
        << ")";
@@ -405,7 +405,7 @@ int run_init(const InitOptions& o, const Common& common) {
   text << ".\n# " << fit.describe("node 'drafter'", config.devices.drafter) << ".\n"
        << "# Next: dflow prepare your data into data.train, then "
        << (o.cache.empty() ? "" : "dflow cache-features " + file + ", then ") << "dflow train " << file
-       << " (README \"Your own model: conversations to a trained drafter\").\n";
+       << " (docs/your-own-model.md).\n";
   std::vector<Choice> notes;
   for (const auto& c : choices)
     if (!user_sets(common.overrides, c.key)) notes.push_back(c);
@@ -438,7 +438,7 @@ void add_init_command(CLI::App& app, Common& common, Action& action) {
       ->required();
   sub->add_option("--out", options.out, "write the config to this file (default: print it)");
   sub->add_option("--recipe", options.recipe,
-                  "recommended (Muon, sliding layers, DSpark heads: README \"Which recipe to pick\") or specforge "
+                  "recommended (Muon, sliding layers, DSpark heads: docs/drafters.md \"Which recipe to pick\") or specforge "
                   "(examples/qwen3-8b.yaml)")
       ->check(CLI::IsMember({"recommended", "specforge"}))
       ->capture_default_str();

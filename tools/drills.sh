@@ -4,7 +4,7 @@
 # with resume, a disk that fills while a checkpoint is written (a tmpfs: needs
 # root), a killed and a stopped rank of a 2-rank run, and many live-view
 # clients during training. Prints the figures and writes them to
-# RELIABILITY-drills.md. About 15 minutes on 2 cores.
+# docs/reliability-drills.md. About 15 minutes on 2 cores.
 #   tools/drills.sh [doctest args, e.g. -tc='Drill.Kill*']
 # Sizes (environment): DFLOW_DRILL_TRIALS (20 kill trials), DFLOW_DRILL_SEED
 # (the clock), DFLOW_DRILL_LOAD_S (60 s of load per run), DFLOW_DRILL_PAIRS (3
@@ -48,6 +48,6 @@ verdict=$([ "$status" = 0 ] && echo "all passed" || echo "FAILED (exit $status)"
     elif .drill == "live_view_load" then
       "| live view under load | \(.clients) clients polling /, /metrics, /graph.json, /records.json (from its cursor, as the page does) every 50-100 ms, \(.load_s) s x \(.pairs) | \(.requests) requests (\(.requests_per_s | round)/s), \(.failed) failed; median step \(.median_step_s_quiet * 1000 | round) ms quiet vs \(.median_step_s_loaded * 1000 | round) ms loaded: throughput ratio \(.throughput_ratio * 1000 | round / 1000); POST/PUT/DELETE/PATCH 4xx, path escapes 4xx, records unchanged |"
     else empty end' "$figures"
-} > RELIABILITY-drills.md
-cat RELIABILITY-drills.md
+} > docs/reliability-drills.md
+cat docs/reliability-drills.md
 exit "$status"

@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
   using namespace dflow;
   CLI::App app{"dflow: train DFlash speculative-decoding drafters; the training loop is a oneTBB flow graph declared in YAML."};
   app.require_subcommand(1);
+  app.footer("To try it: dflow train (the demo). To train a drafter for your own checkpoint: dflow init "
+             "CHECKPOINT_DIR --out drafter.yaml, then dflow train drafter.yaml (docs/your-own-model.md). "
+             "Every command: docs/commands.md.");
   app.set_version_flag("--version", "dflow 0.1.0");
   cli::Common common;
   cli::Action action;

@@ -1,11 +1,9 @@
 // Every declared key (config/config_keys.cpp) is read, printed, suggested,
 // type-checked and documented through its one declaration; a test here fails
 // when a key is missing from any of those.
-#include "test_paths.hpp"
 #include <doctest/doctest.h>
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
 #include <sstream>
 
 #include "config/config.hpp"
@@ -68,19 +66,4 @@ TEST_CASE("ConfigKeys.a_key_that_moved_names_its_new_place") {
   CHECK(message.find("data.batch_size") != std::string::npos);
   CHECK(message.find("has moved") != std::string::npos);
   CHECK(message.find("pad_bucket.fixed_batch") != std::string::npos);
-}
-
-TEST_CASE("ConfigKeys.the_readme_reference_is_the_declared_keys") {
-  std::ifstream in(::dflow::testing::source_dir() + "/README.md");
-  std::stringstream readme;
-  readme << in.rdbuf();
-  const std::string text = readme.str();
-  const std::string begin = "<!-- config-reference: begin (dflow config --reference) -->\n";
-  const std::string end = "<!-- config-reference: end -->";
-  const auto from = text.find(begin), to = text.find(end);
-  REQUIRE_MESSAGE(from != std::string::npos, "README.md has no generated configuration reference");
-  REQUIRE(to != std::string::npos);
-  CHECK_MESSAGE(text.substr(from + begin.size(), to - from - begin.size()) == dflow::config::config_reference_markdown(),
-                "README.md's configuration reference is stale: paste the output of `dflow config --reference`");
-  for (const auto& k : config_keys().keys()) CHECK(text.find("| `" + k.path + "` |") != std::string::npos);
 }

@@ -137,7 +137,7 @@ inline double max_abs_difference(const torch::Tensor& got, const torch::Tensor& 
 // each that far from the exact result, so their distance is at most about
 // twice it; kOtherOrders allows twice that again for a largest difference
 // drawn from other sums (measured with PyTorch's kernels forced to each ISA:
-// at most 1.6 times; RELIABILITY.md, "Tests on other CPUs"). A wrong
+// at most 1.6 times; docs/reliability.md "Tests on other CPUs"). A wrong
 // position, mask or document moves a state by O(1), 10^4 times more.
 constexpr double kOtherOrders = 4.0;
 

@@ -2,7 +2,7 @@
 // dequantized while it computes) against the same checkpoint dequantized on
 // load: the same bits out of every layer, in float32 and bfloat16, the
 // packed form holding only uint8 blocks and scales, its bytes the MXFP4
-// formula's, and gpt-oss-120b's expert memory as the README states it. The
+// formula's, and gpt-oss-120b's expert memory as docs/targets.md states it. The
 // checkpoints are transformers' (tests/target/hf_gpt_oss_reference.py).
 #include "test_paths.hpp"
 #include <doctest/doctest.h>
@@ -116,7 +116,7 @@ TEST_CASE("Model.Mxfp4Resident.GptOss120bExpertsFitOneGpuOnlyResident") {
   const int64_t layers = 36, e = 128, h = 2880, i = 2880;
   const int64_t resident = layers * (mxfp4_bytes(e * 2 * i, h) + mxfp4_bytes(e * h, i));
   const int64_t bf16 = layers * e * 3 * h * i * 2;
-  CHECK(resident == 60'914'073'600);  // the README's and bench/RESULTS.md's figure
+  CHECK(resident == 60'914'073'600);  // docs/targets.md's and bench/RESULTS.md's figure
   CHECK(bf16 == 229'323'571'200);
 }
 

@@ -1,4 +1,4 @@
-// Exit codes as the README documents them: 2 for every refusal of what the
+// Exit codes as docs/commands.md documents them: 2 for every refusal of what the
 // user gave (arguments, config, a resume that does not fit the run), 1 for a
 // failure at run time; each refusal says what to change.
 #include "test_paths.hpp"
