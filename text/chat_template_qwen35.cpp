@@ -47,16 +47,18 @@ bool python_truthy(const json& value) {
 json call_arguments(const ToolCall& call, size_t i, size_t k) {
   const std::string where = fmt::format("messages[{}].tool_calls[{}].arguments", i, k);
   json arguments;
-  try {
-    arguments = json::parse(call.arguments);  // a string as given, or the JSON the reader wrote
-  } catch (const json::parse_error&) {
-    if (!call.arguments_is_string) throw;
+  if (!call.arguments_is_string) {
+    arguments = json::parse(call.arguments);  // the JSON the reader wrote
+    if (!python_truthy(arguments)) return json::object();
+  } else {
     if (call.arguments.empty()) return json::object();
-    throw ChatTemplateError(fmt::format("{} is a string that is not JSON: the {} chat template writes each argument "
-                                        "as a <parameter=NAME> block; give the arguments as a JSON object",
-                                        where, kName));
+    arguments = json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+    if (arguments.is_discarded()) {
+      throw ChatTemplateError(fmt::format("{} is a string that is not JSON: the {} chat template writes each "
+                                          "argument as a <parameter=NAME> block; give the arguments as a JSON object",
+                                          where, kName));
+    }
   }
-  if (!call.arguments_is_string && !python_truthy(arguments)) return json::object();
   if (!arguments.is_object()) {
     throw ChatTemplateError(fmt::format("{} is {}, not an object: the {} chat template writes each argument as a "
                                         "<parameter=NAME> block (its Jinja raises 'Can only get item pairs from a "
