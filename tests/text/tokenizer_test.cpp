@@ -230,6 +230,39 @@ TEST_CASE("Tokenizer.EqualsHuggingFaceOnTheQwen35Vocabulary") {
   CHECK(qwen35->decode({248046, 248070}, /*skip_special_tokens=*/true).empty());
 }
 
+// Qwen3.5/3.6 checkpoints list their audio and TTS tokens only in
+// tokenizer_config.json's added_tokens_decoder: transformers adds them, each at
+// the next id, and so does dflow (the fixture above is laid out that way).
+TEST_CASE("Tokenizer.AddsTheTokensOnlyTokenizerConfigListsAsTransformersDoes") {
+  TempDir dir;
+  const auto entry = [](const std::string& content, bool special) {
+    return json{{"content", content}, {"special", special}, {"normalized", false}, {"lstrip", false},
+                {"rstrip", false}, {"single_word", false}};
+  };
+  const auto with_config = [&](const json& decoder) {
+    write_json(dir / "tokenizer_config.json", {{"tokenizer_class", "Qwen2Tokenizer"}, {"added_tokens_decoder", decoder}});
+    return tiny(dir);
+  };
+  SUBCASE("tokens tokenizer.json lacks are added at their ids; those it has stay as it says") {
+    auto tok = with_config({{"301", entry("<|im_end|>", true)}, {"303", entry("<tts_pad>", true)},
+                            {"302", entry("<|audio_start|>", true)}});
+    CHECK(tok->vocab_size() == 304);
+    CHECK(tok->encode("hello<|audio_start|><tts_pad><|im_end|>") == Ids{259, 302, 303, 301});
+    CHECK(tok->decode({302, 259, 303}, /*skip_special_tokens=*/true) == "hello");
+    TempDir plain;
+    CHECK(tok->fingerprint() != tiny(plain)->fingerprint());
+  }
+  SUBCASE("an id the token would not get is refused, naming the file, the token and both ids") {
+    std::string message = error_of([&] { with_config({{"305", entry("<|audio_start|>", true)}}); });
+    CHECK_MESSAGE(message.find((dir / "tokenizer_config.json").string()) != std::string::npos, message);
+    CHECK_MESSAGE(message.find("\"<|audio_start|>\" at id 305") != std::string::npos, message);
+    CHECK_MESSAGE(message.find("at id 302") != std::string::npos, message);
+    message = error_of([&] { with_config({{"30x", entry("<|audio_start|>", true)}}); });
+    CHECK_MESSAGE(message.find("key \"30x\" is not a token id") != std::string::npos, message);
+    CHECK_THROWS_AS(with_config({{"302", 7}}), dflow::ConfigError);
+  }
+}
+
 TEST_CASE("Tokenizer.SameIdsFromTwoThreadsAndFromTheCache") {
   auto qwen = Tokenizer::load(real_tokenizer("qwen2"));
   const auto cases = read_cases();
