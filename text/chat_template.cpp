@@ -7,6 +7,7 @@
 
 #include "config/errors.hpp"
 #include "text/chat_template_harmony.hpp"
+#include "text/chat_template_qwen35.hpp"
 #include "text/segment_output.hpp"
 #include "text/tojson.hpp"
 #include "text/utf8.hpp"
@@ -107,20 +108,7 @@ class Qwen3 final : public ChatTemplate {
   static void add_assistant(SegmentOutput& out, const Conversation& c, size_t i, size_t last_query) {
     const Message& message = c.messages[i];
     const int index = static_cast<int>(i);
-    std::string content = message.content;
-    std::string reasoning;
-    if (message.reasoning) {
-      reasoning = *message.reasoning;
-    } else if (const auto close = content.find("</think>"); close != std::string::npos) {
-      // Python: content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n')
-      std::string_view before = rstrip_chars(std::string_view(content).substr(0, close), "\n");
-      if (const auto open = before.rfind("<think>"); open != std::string_view::npos) {
-        before = before.substr(open + 7);
-      }
-      reasoning = std::string(lstrip_chars(before, "\n"));
-      // content.split('</think>')[-1].lstrip('\n')
-      content = std::string(lstrip_chars(std::string_view(content).substr(content.rfind("</think>") + 8), "\n"));
-    }
+    auto [reasoning, content] = split_reasoning(message, message.content);
     out.add("<|im_start|>assistant\n");
     const bool last = i + 1 == c.messages.size();
     if (i > last_query && (last || !reasoning.empty())) {
@@ -219,6 +207,18 @@ class Llama3 final : public ChatTemplate {
 
 }  // namespace
 
+std::pair<std::string, std::string> split_reasoning(const Message& message, std::string_view content) {
+  if (message.reasoning) return {*message.reasoning, std::string(content)};
+  const auto close = content.find("</think>");
+  if (close == std::string_view::npos) return {"", std::string(content)};
+  // Python: content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n')
+  std::string_view before = rstrip_chars(content.substr(0, close), "\n");
+  if (const auto open = before.rfind("<think>"); open != std::string_view::npos) before = before.substr(open + 7);
+  // content.split('</think>')[-1].lstrip('\n')
+  const std::string_view after = content.substr(content.rfind("</think>") + 8);
+  return {std::string(lstrip_chars(before, "\n")), std::string(lstrip_chars(after, "\n"))};
+}
+
 void refuse_role(const Conversation& conversation, Role role, std::string_view template_name,
                  std::string_view advice) {
   for (size_t i = 0; i < conversation.messages.size(); ++i) {
@@ -235,14 +235,17 @@ const ChatTemplate& chat_template(std::string_view name) {
   static const Llama3 llama3;
   for (const ChatTemplate* t : std::initializer_list<const ChatTemplate*>{&qwen3, &qwen25, &chatml, &llama3,
                                                                           &harmony_template("harmony"),
-                                                                          &harmony_template("gpt-oss")}) {
+                                                                          &harmony_template("gpt-oss"),
+                                                                          &qwen35_template()}) {
     if (t->name() == name) return *t;
   }
   throw ConfigError(fmt::format("unknown chat template '{}'; known: {}{}", name, fmt::join(chat_template_names(), ", "),
                                 did_you_mean(name, chat_template_names())));
 }
 
-std::vector<std::string> chat_template_names() { return {"qwen3", "qwen2.5", "chatml", "llama3", "harmony", "gpt-oss"}; }
+std::vector<std::string> chat_template_names() {
+  return {"qwen3", "qwen2.5", "chatml", "llama3", "harmony", "gpt-oss", "qwen3.5"};
+}
 
 std::string join_segments(const std::vector<Segment>& segments) {
   std::string text;

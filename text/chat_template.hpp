@@ -26,7 +26,7 @@ struct Segment {
 
 struct RenderOptions {
   bool add_generation_prompt = false;  // end with the prompt of a new assistant turn
-  bool enable_thinking = true;         // qwen3: false puts an empty think block into the generation prompt
+  bool enable_thinking = true;         // qwen3, qwen3.5: false puts an empty think block into the generation prompt
   // harmony: the system message's "Current date: YYYY-MM-DD". Empty: today's
   // date in the local time zone, as transformers' strftime_now writes it.
   std::string current_date;
@@ -46,7 +46,7 @@ class ChatTemplate {
   virtual std::vector<std::string_view> stop_tokens() const { return {end_of_turn()}; }
 };
 
-// "qwen3", "qwen2.5" (alias "chatml"), "llama3", "harmony" (alias "gpt-oss").
+// "qwen3", "qwen2.5" (alias "chatml"), "llama3", "harmony" (alias "gpt-oss"), "qwen3.5".
 // Throws ConfigError listing the known names for any other.
 const ChatTemplate& chat_template(std::string_view name);
 std::vector<std::string> chat_template_names();

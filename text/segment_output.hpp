@@ -31,4 +31,10 @@ class SegmentOutput {
 void refuse_role(const Conversation& conversation, Role role, std::string_view template_name,
                  std::string_view advice);
 
+// The Qwen templates' reasoning of an assistant message and its content:
+// `reasoning_content` when given, else what `content` holds between <think>
+// and </think> (newlines stripped) and what follows </think>; the content as
+// it is when it has no </think>.
+std::pair<std::string, std::string> split_reasoning(const Message& message, std::string_view content);
+
 }  // namespace dflow::text

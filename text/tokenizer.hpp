@@ -30,7 +30,9 @@ struct Encoding {
 
 class Tokenizer {
  public:
-  // `path`: a tokenizer.json or a directory holding one. Throws ConfigError
+  // `path`: a tokenizer.json or a directory holding one; the added tokens of a
+  // tokenizer_config.json beside it that tokenizer.json lacks are added as
+  // transformers adds them (Qwen3.5/3.6's audio and TTS tokens). Throws ConfigError
   // naming the file for a missing file, bad JSON, or a tokenizer type dflow
   // does not implement (naming the type).
   static std::shared_ptr<const Tokenizer> load(const std::filesystem::path& path);

@@ -1,6 +1,8 @@
 // Reading Hugging Face's tokenizer.json into a Tokenizer::Spec.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -154,23 +156,73 @@ void read_model(const json& model, int64_t limit, Tokenizer::Spec& spec) {
   }
 }
 
+// An added token's content and flags, as tokenizer.json's added_tokens and
+// tokenizer_config.json's added_tokens_decoder write them (its id aside).
+AddedToken added_token(const json& node, const std::filesystem::path& file) {
+  AddedToken token;
+  token.content = node.at("content").get<std::string>();
+  token.special = flag(node, "special", false);
+  token.normalized = flag(node, "normalized", !token.special);
+  for (const char* key : {"lstrip", "rstrip", "single_word"}) {
+    if (flag(node, key, false)) {
+      refuse(file, fmt::format("added token {} has {}: true, which dflow does not implement",
+                               json(token.content).dump(), key));
+    }
+  }
+  return token;
+}
+
 void read_added_tokens(const json& list, int64_t limit, Tokenizer::Spec& spec) {
   for (const json& node : list) {
-    AddedToken token;
-    token.content = node.at("content").get<std::string>();
+    AddedToken token = added_token(node, spec.file);
     // get<int32_t>() would wrap 2^32 + 300 to 300: checked first.
     const json& id = node.at("id");
     check_id(spec, id, token.content, "added", limit);
     token.id = id.get<int32_t>();
-    token.special = flag(node, "special", false);
-    token.normalized = flag(node, "normalized", !token.special);
-    for (const char* key : {"lstrip", "rstrip", "single_word"}) {
-      if (flag(node, key, false)) {
-        refuse(spec.file, fmt::format("added token {} has {}: true, which dflow does not implement",
-                                      json(token.content).dump(), key));
-      }
-    }
     spec.added_tokens.push_back(std::move(token));
+  }
+}
+
+// transformers also adds the tokens of tokenizer_config.json's
+// added_tokens_decoder that tokenizer.json lacks (Qwen3.5/3.6 list their audio
+// and TTS tokens only there), in id order, each at the id `tokenizers` gives
+// it: its vocabulary id when the text is a token, else the next one.
+void read_config_added_tokens(const std::filesystem::path& file, Tokenizer::Spec& spec) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  try {
+    const json root = json::parse(buffer.str());
+    if (!root.is_object() || !root.contains("added_tokens_decoder")) return;
+    std::vector<std::pair<int64_t, const json*>> listed;
+    for (const auto& [key, node] : root.at("added_tokens_decoder").items()) {
+      int64_t id = -1;
+      const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (error != std::errc() || end != key.data() + key.size() || id < 0) {
+        refuse(file, fmt::format("added_tokens_decoder key {} is not a token id", json(key).dump()));
+      }
+      listed.emplace_back(id, &node);
+    }
+    std::sort(listed.begin(), listed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    int64_t next = static_cast<int64_t>(spec.vocab.size());
+    for (const auto& token : spec.added_tokens) next = std::max<int64_t>(next, int64_t{token.id} + 1);
+    for (const auto& [declared, node] : listed) {
+      AddedToken token = added_token(*node, file);
+      const auto same = [&](const AddedToken& t) { return t.content == token.content; };
+      if (std::any_of(spec.added_tokens.begin(), spec.added_tokens.end(), same)) continue;
+      const auto in_vocab = std::find(spec.vocab.begin(), spec.vocab.end(), token.content);
+      const int64_t id = in_vocab != spec.vocab.end() ? in_vocab - spec.vocab.begin() : next++;
+      if (id != declared) {
+        refuse(file, fmt::format("added_tokens_decoder lists {} at id {}, which {} lacks; transformers would add it "
+                                 "at id {}, so the two files disagree",
+                                 json(token.content).dump(), declared, spec.file.filename().string(), id));
+      }
+      token.id = static_cast<int32_t>(id);
+      spec.added_tokens.push_back(std::move(token));
+    }
+  } catch (const json::exception& e) {
+    throw ConfigError(fmt::format("{}: not a Hugging Face tokenizer_config.json: {}", file.string(), e.what()));
   }
 }
 
@@ -200,6 +252,7 @@ Tokenizer::Spec read_tokenizer_spec(const std::filesystem::path& path) {
   } catch (const json::exception& e) {
     throw ConfigError(fmt::format("{}: not a Hugging Face tokenizer.json: {}", spec.file.string(), e.what()));
   }
+  read_config_added_tokens(spec.file.parent_path() / "tokenizer_config.json", spec);
   return spec;
 }
 

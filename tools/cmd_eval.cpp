@@ -212,13 +212,13 @@ void add_regenerate_command(CLI::App& app, Action& action) {
   sub->add_option("--chats", chats,
                   "JSONL conversations ({\"messages\"} or ShareGPT {\"conversations\"}): each is answered from "
                   "its last user turn; a rerun with the same --out continues where it stopped");
-  sub->add_option("--chat-template", chat_template, "with --chats: qwen3 | qwen2.5 | chatml | llama3 | harmony (gpt-oss)")
+  sub->add_option("--chat-template", chat_template, "with --chats: qwen3 | qwen3.5 | qwen2.5 | chatml | llama3 | harmony (gpt-oss)")
       ->capture_default_str();
   static std::string current_date;
   sub->add_option("--current-date", current_date,
                   "with --chats and harmony: the system message's \"Current date\" (YYYY-MM-DD; default today's, "
                   "as gpt-oss's template writes it), for prompts that do not change with the day they are made");
-  sub->add_flag("--enable-thinking", enable_thinking, "with --chats and qwen3: let the target think (default: off, "
+  sub->add_flag("--enable-thinking", enable_thinking, "with --chats and qwen3 or qwen3.5: let the target think (default: off, "
                                                       "as the DFlash recipe regenerates)");
   sub->add_option("--out", out, "output JSONL")->required();
   sub->add_option("--max-new-tokens", options.max_new_tokens)->capture_default_str();

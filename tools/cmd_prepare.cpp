@@ -55,7 +55,7 @@ void add_prepare_command(CLI::App& app, Action& action) {
   sub->add_option("--tokenizer", tokenizer,
                   "conversations: the target directory (its tokenizer.json) to tokenize {\"messages\"} / ShareGPT "
                   "{\"conversations\"} lines with");
-  sub->add_option("--chat-template", chat_template, "conversations: qwen3 | qwen2.5 | chatml | llama3 | harmony (gpt-oss)");
+  sub->add_option("--chat-template", chat_template, "conversations: qwen3 | qwen3.5 | qwen2.5 | chatml | llama3 | harmony (gpt-oss)");
   static std::string current_date;
   sub->add_option("--current-date", current_date,
                   "conversations with harmony: the system message's \"Current date\" (YYYY-MM-DD; default today's, "

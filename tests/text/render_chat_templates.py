@@ -7,6 +7,9 @@ the `jinja2` PyPI package the way transformers' apply_chat_template renders it
 Writes OUT_DIR/chat_cases.jsonl: {"template", "messages", "tools", "add_generation_prompt",
 "enable_thinking", "text"} per line. Conversations with tool calls or a tools list are
 rendered with the Qwen templates only: Llama 3's drops them, and dflow refuses them there.
+Qwen3.5's is rendered as vLLM renders it: string tool-call arguments parsed into objects
+first (its template iterates them with `items`); a conversation its template raises on (or
+whose arguments are not a JSON object) is written with "error" and no text, as for gpt-oss.
 gpt-oss's (harmony) is rendered on its own conversations (reasoning in `thinking`, one call
 per message), with `chat_template_kwargs` and a fixed date for strftime_now (the line's
 "current_date"); a conversation its template raises on is written with "error" (its message)
@@ -22,7 +25,8 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TEMPLATES = {"qwen3": "qwen3.jinja", "qwen2.5": "qwen2.5.jinja", "llama3": "llama3.jinja"}
+TEMPLATES = {"qwen3": "qwen3.jinja", "qwen2.5": "qwen2.5.jinja", "llama3": "llama3.jinja", "qwen3.5": "qwen3.5.jinja"}
+THINKING_TEMPLATES = ("qwen3", "qwen3.5")  # rendered with enable_thinking false as well
 HARMONY_DATE = "2026-05-14"
 
 
@@ -96,6 +100,49 @@ CONVERSATIONS = [
     [u("Reason, then answer"), a("answer", reasoning="\n\nreasoning with blank lines\n\n")],
     [u("one"), a("two", reasoning="why two"), u("three"), a("four")],
 ]
+
+# Qwen3.5's template on its own: every argument kind of a <parameter=...> block, reasoning and
+# calls after the last query (each such turn has a think block), content and reasoning trimmed,
+# a tool-response user turn that is no query, a tool result first, arguments as vLLM hands them
+# over (a JSON string parsed, an empty one {}), and what the template raises on.
+QWEN35_CONVERSATIONS = [
+    [u("Arguments"), ac("", [call("f", {"s": "two\nlines ", "i": 7, "neg": -3, "x": 1.5, "tiny": 1e-7, "big": 1e16,
+                                        "whole": 2.0, "t": True, "no": False, "nothing": None, "list": [1, "a", None, 0.5],
+                                        "obj": {"k": [True], "z": "ü"}, "empty": "", "none_list": [], "uni": "Zürich 🌍"})]),
+     t("ok"), a("done")],
+    [s("  sys  "), u("  Plan a trip  "),
+     ac("  I'll look.  ", [call("search", {"q": "Paris"}), call("book", '{"day": 2, "who": ["a", "b"]}')],
+        reasoning="  think first  \n"),
+     t("  found  "), t("booked"), ac("", [call("confirm", "")], reasoning=""), t("ok"),
+     a("  All set.  ", reasoning="wrap up")],
+    [u("Q"), a("A1", reasoning="r1"), u("<tool_response>\nx\n</tool_response>"), a("A2", reasoning="r2")],
+    [t("a result before any user turn"), u("Q"), a("A")],
+    [u("Q"), a("<think>\nin content\n</think>\n\nanswer", reasoning="given")],
+    [u("Q"), a("  <think>\n\nkept\n\n</think>\n\n  answer  ")],
+    {"tools": [WEATHER], "messages": [s("   "), u("Weather?"), ac("Checking.", [call("get_weather", {"city": "Paris"})]),
+                                      t('{"temp": 22}')]},
+    {"tools": [WEATHER], "messages": [u("Weather?")]},
+    # What the template (or vLLM's parsing before it) raises on:
+    [u("<tool_response>\nonly a tool response\n</tool_response>"), a("A")],
+    [s("only a system message")],
+    [u("Q"), a("A"), s("a late system message"), u("Q2")],
+    [u("Q"), ac("", [call("f", "[1, 2]")])],
+]
+
+
+def vllm_arguments(messages):
+    """The messages as vLLM hands them to the template: string tool-call arguments parsed as JSON, empty or
+    missing ones {} (its chat_utils' _postprocess_messages). Raises ValueError on a string that is not JSON."""
+    out = json.loads(json.dumps(messages))
+    for m in out:
+        for item in m.get("tool_calls") or []:
+            function = item.get("function", item)
+            arguments = function.get("arguments")
+            if not arguments:
+                function["arguments"] = {}
+            elif isinstance(arguments, str):
+                function["arguments"] = json.loads(arguments)
+    return out
 
 
 def at(text, thinking=None):
@@ -250,19 +297,28 @@ def main():
         conversations = [{"messages": m, "tools": None} for m in CONVERSATIONS]
         if name != "llama3":
             conversations += [c if isinstance(c, dict) else {"messages": c, "tools": None} for c in TOOL_CONVERSATIONS]
+        if name == "qwen3.5":
+            conversations += [c if isinstance(c, dict) else {"messages": c, "tools": None} for c in QWEN35_CONVERSATIONS]
         for conversation in conversations:
             messages, tools = conversation["messages"], conversation["tools"]
             ends_with_user = messages[-1]["role"] != "assistant"
+            thinking = name in THINKING_TEMPLATES
             options = [(False, None)]
             if ends_with_user:
-                options += [(True, None), (True, False)] if name == "qwen3" else [(True, None)]
+                options += [(True, None), (True, True), (True, False)] if thinking else [(True, None)]
             else:
-                options += [(True, False)] if name == "qwen3" else []
+                options += [(True, False)] if thinking else []
             for add_generation_prompt, enable_thinking in options:
-                text = render(env, template, messages, tools, add_generation_prompt, enable_thinking)
-                lines.append({"template": name, "messages": messages, "tools": tools,
-                              "add_generation_prompt": add_generation_prompt,
-                              "enable_thinking": enable_thinking, "text": text})
+                line = {"template": name, "messages": messages, "tools": tools,
+                        "add_generation_prompt": add_generation_prompt, "enable_thinking": enable_thinking}
+                try:
+                    given = vllm_arguments(messages) if name == "qwen3.5" else messages
+                    line["text"] = render(env, template, given, tools, add_generation_prompt, enable_thinking)
+                except (jinja2.TemplateError, TypeError, ValueError) as e:
+                    if name != "qwen3.5":
+                        raise
+                    line["error"] = str(e)
+                lines.append(line)
     lines += render_harmony(env)
     path = os.path.join(out_dir, "chat_cases.jsonl")
     with open(path + ".tmp", "w", encoding="utf-8") as f:

