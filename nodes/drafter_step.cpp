@@ -345,6 +345,7 @@ void register_drafter_step(graph::NodeRegistry& registry) {
                      "markov_rank, markov_head, confidence_head, confidence_with_markov, confidence_alpha), loss "
                      "(ce | kl), kl_temperature";
   spec.check_params = [](config::YamlSection& params) { read_objective_params(params); };
+  spec.params = objective_keys().docs();
   spec.inputs = {{"batch", "FeatureBatch"}, {"token", "ModelToken"}};
   spec.outputs = {{"out", "MicroStats"}};
   spec.compute = true;  // the drafter's forward and backward
