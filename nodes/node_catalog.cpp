@@ -77,11 +77,13 @@ std::vector<std::string> needs_of(const graph::NodeSpec& spec) {
           return hooks->needs_target(demo, node);
         }));
   }
-  if (hooks->teacher)
-    say("the teacher (the target's last hidden state with every batch)", first_answer(tried, [&](const YAML::Node& params) {
+  if (hooks->teacher) {
+    const std::string what = "the teacher (the target's last hidden state with every batch)";
+    say(what, first_answer(tried, [&](const YAML::Node& params) {
           config::YamlSection section(params, "params", std::make_shared<config::Origins>());
           return hooks->teacher(section);
         }));
+  }
   return out;
 }
 
@@ -181,7 +183,8 @@ std::string node_catalog(const graph::NodeRegistry& registry, const std::vector<
     out = "# Node kinds\n\nEvery node kind a pipeline may declare (`pipeline.nodes[].type`): its ports, its params "
           "(`params:` of the node) and what it needs of a run, generated from the kinds' registrations. `dflow nodes` "
           "prints the same, `dflow nodes TYPE` one kind.\n";
-  for (const auto& type : listed) out += (out.empty() ? "" : "\n") + (markdown ? markdown_of : text_of)(*registry.find(type));
+  for (const auto& type : listed)
+    out += (out.empty() ? "" : "\n") + (markdown ? markdown_of : text_of)(*registry.find(type));
   return out;
 }
 

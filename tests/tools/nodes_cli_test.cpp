@@ -53,7 +53,7 @@ TEST_CASE("Cli.Nodes.a_kind_shows_its_ports_params_and_needs") {
     REQUIRE(o.exit_code == 0);
     CHECK(o.output.starts_with("features.engine: "));
     CHECK(has(o.output, "  inputs:  in (PaddedBatch)\n  outputs: out (FeatureBatch)\n"));
-    CHECK(has(o.output, "    dtype (string; default bfloat16; one of: bfloat16, float16, float32): the dtype the files"));
+    CHECK(has(o.output, "    dtype (string; default bfloat16; one of: bfloat16, float16, float32): the dtype the "));
     CHECK(has(o.output, "    on_mismatch (string; default fail; one of: fail, skip; a resume may change it): "));
     CHECK(has(o.output, "    max_skipped_fraction (number; default 0.01; only with on_mismatch: skip; a resume may "
                         "change it): "));
@@ -103,7 +103,8 @@ TEST_CASE("Cli.Nodes.the_listed_params_are_the_ones_each_kind_reads") {
     if (spec.params.empty()) CHECK(check_error(spec, "{not_a_param: 1}").empty());
     for (const auto& p : spec.params) {
       CAPTURE(p.name);
-      CHECK(has(check_error(spec, "{" + p.name + "x: " + p.default_text + "}"), "did you mean 'params." + p.name + "'"));
+      const std::string typo = "{" + p.name + "x: " + p.default_text + "}";
+      CHECK(has(check_error(spec, typo), "did you mean 'params." + p.name + "'"));
     }
   }
 }
