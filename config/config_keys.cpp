@@ -263,14 +263,10 @@ void check_across_keys(const Config& c, const std::map<std::string, YamlSection>
 namespace dflow::config {
 
 std::string config_reference_markdown() {
-  const Config defaults;
   std::string out = "| key | type | default | on `--resume` | what it sets |\n| --- | --- | --- | --- | --- |\n";
-  for (const auto& k : config_keys().keys()) {
-    std::string value = config_keys().value_text(k, defaults);
-    if (value.empty() || value == "~") value = "\"\"";
-    out += "| `" + k.path + "` | " + k.type + " | `" + value + "` | " +
+  for (const auto& k : config_keys().docs())
+    out += "| `" + k.name + "` | " + k.type + " | `" + k.default_text + "` | " +
            (k.on_resume == OnResume::may_change ? "may change" : "must match") + " | " + k.doc + " |\n";
-  }
   return out;
 }
 

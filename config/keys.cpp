@@ -36,19 +36,18 @@ std::string not_one_of(const std::string& value, const std::vector<std::string>&
 }
 }  // namespace
 
-Check<std::string> one_of(std::vector<std::string> allowed) {
-  return [allowed](const std::string& v) -> std::optional<std::string> {
-    if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) return std::nullopt;
-    return not_one_of(v, allowed);
-  };
+std::optional<std::string> OneOf::operator()(const std::string& value) const {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return std::nullopt;
+  return not_one_of(value, allowed);
 }
 
-Check<std::vector<std::string>> each_one_of(std::vector<std::string> allowed) {
-  return [allowed](const std::vector<std::string>& values) -> std::optional<std::string> {
-    for (const auto& v : values)
-      if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) return not_one_of(v, allowed);
-    return std::nullopt;
-  };
+std::optional<std::string> EachOneOf::operator()(const std::vector<std::string>& values) const {
+  for (const auto& v : values)
+    if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) return not_one_of(v, allowed);
+  return std::nullopt;
 }
+
+Check<std::string> one_of(std::vector<std::string> allowed) { return OneOf{std::move(allowed)}; }
+Check<std::vector<std::string>> each_one_of(std::vector<std::string> allowed) { return EachOneOf{std::move(allowed)}; }
 
 }  // namespace dflow::config

@@ -29,12 +29,38 @@ enum class OnResume { must_match, may_change };
 template <class T>
 using Check = std::function<std::optional<std::string>(const T&)>;
 
+// A fixed set of values a key takes (one_of, each_one_of): a check that
+// keeps the set, so that the key's documentation can list it.
+struct OneOf {
+  std::vector<std::string> allowed;
+  std::optional<std::string> operator()(const std::string& value) const;  // "'x' is not one of: a, b, ..."
+};
+struct EachOneOf {
+  std::vector<std::string> allowed;
+  std::optional<std::string> operator()(const std::vector<std::string>& values) const;
+};
+
+// What a key's declaration says about it, for a reader: `dflow config
+// --reference`, and the params of a node kind (graph::NodeSpec::params,
+// which `dflow nodes` lists).
+struct KeyDoc {
+  std::string name;                  // the declared path ("batch_size"; "train.lr")
+  std::string type;                  // "integer", "list of strings", ...
+  std::string default_text;          // one line of YAML ("0.0006", "[64, 128]"; "\"\"" when empty)
+  std::vector<std::string> allowed;  // the values it takes when the set is fixed (one_of); else empty
+  std::string doc;                   // one line
+  OnResume on_resume = OnResume::must_match;
+  std::string when;                  // "on_mismatch: skip": it applies only then; "" always
+};
+
 template <class S>
 struct KeyDecl {
   std::string path;  // dotted, within S: "train.lr" (a params key: "batch_size")
   std::string type;  // "integer", "number", "string", "boolean", "list of integers", ...
   std::string doc;   // one line
   OnResume on_resume = OnResume::must_match;
+  std::vector<std::string> allowed;  // from a OneOf / EachOneOf check; else empty
+  std::string when;                  // KeySet::only_when
   std::function<void(YamlSection&, S&)> read;                 // from the key's own section
   std::function<std::optional<std::string>(const S&)> check;  // per-key validation
   std::function<void(YAML::Emitter&, const S&)> emit;         // the value, as YAML
@@ -81,6 +107,8 @@ class KeySet {
     k.type = type_label(static_cast<const T*>(nullptr));
     k.doc = std::move(doc);
     k.on_resume = on_resume;
+    if (const auto* set = check.template target<OneOf>()) k.allowed = set->allowed;
+    if (const auto* set = check.template target<EachOneOf>()) k.allowed = set->allowed;
     const std::string name = k.name();
     k.read = [access, name](YamlSection& section, S& s) { section.read(name, access(s)); };
     k.check = [access, check](const S& s) -> std::optional<std::string> {
@@ -88,6 +116,13 @@ class KeySet {
     };
     k.emit = [access](YAML::Emitter& out, const S& s) { emit_value(out, access(const_cast<S&>(s))); };
     keys_.push_back(std::move(k));
+    return *this;
+  }
+
+  // The key added last applies only under another key's value
+  // ("on_mismatch: skip"); its documentation says so.
+  KeySet& only_when(std::string condition) {
+    keys_.back().when = std::move(condition);
     return *this;
   }
 
@@ -157,6 +192,17 @@ class KeySet {
     return out.c_str();
   }
 
+  // Every key's documentation, with its value in `defaults` as the default.
+  std::vector<KeyDoc> docs(const S& defaults = S{}) const {
+    std::vector<KeyDoc> out;
+    for (const auto& k : keys_) {
+      std::string value = value_text(k, defaults);
+      if (value.empty() || value == "~") value = "\"\"";
+      out.push_back({k.path, k.type, value, k.allowed, k.doc, k.on_resume, k.when});
+    }
+    return out;
+  }
+
  private:
   static std::vector<std::string> split(const std::string& path) {
     std::vector<std::string> parts;
@@ -191,7 +237,7 @@ Check<T> must(Ok ok, std::string message) {
     return message;
   };
 }
-// "'x' is not one of: a, b, did you mean 'a'?"
+// "'x' is not one of: a, b, did you mean 'a'?" (the set stays listed in the key's KeyDoc).
 Check<std::string> one_of(std::vector<std::string> allowed);
 Check<std::vector<std::string>> each_one_of(std::vector<std::string> allowed);
 

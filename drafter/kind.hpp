@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/keys.hpp"
 #include "config/yaml_reader.hpp"
 #include "drafter/chunked_cross_entropy.hpp"
 
@@ -36,17 +37,6 @@ namespace dflow::model {
 
 class DFlashDrafterImpl;
 struct DrafterSpec;
-
-// One declared param of a drafter kind or an objective, as the node catalog
-// and the refusals show it.
-struct KindParam {
-  std::string name;
-  std::string type;                  // "integer", "number", "string", "boolean"
-  std::string default_text;          // the value when left out, as YAML
-  std::vector<std::string> allowed;  // a fixed set of values, else empty
-  std::string help;                  // one line
-  bool must_match = true;            // a resume must keep it
-};
 
 // The trained slots of one micro-batch, as the objective hands them to a
 // kind: every block's slots, and the P label-bearing ones among them.
@@ -139,7 +129,8 @@ class DrafterKind {
   virtual std::string summary() const = 0;  // one line, for the catalog
 
   // Params, beside `head: <name>` in the drafter node's params.
-  virtual std::vector<KindParam> params() const { return {}; }
+  // Each declared key as the node catalog lists it (config::KeyDoc).
+  virtual std::vector<config::KeyDoc> params() const { return {}; }
   // Reads the kind's own keys (the section holds only those) with their
   // defaults; throws ConfigError naming the key and the value.
   virtual nlohmann::json read_params(config::YamlSection& /*params*/) const { return nlohmann::json::object(); }

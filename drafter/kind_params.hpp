@@ -22,26 +22,10 @@ class KeySetParams {
   // Checks across keys after each key's own: `section` says which were given.
   using CrossCheck = std::function<void(config::YamlSection& section, const P&)>;
 
-  KeySetParams(config::KeySet<P> keys, ToJson to_json, CrossCheck cross_check = {},
-               std::map<std::string, std::vector<std::string>> allowed = {})
-      : keys_(std::move(keys)), to_json_(std::move(to_json)), cross_check_(std::move(cross_check)),
-        allowed_(std::move(allowed)) {}
+  KeySetParams(config::KeySet<P> keys, ToJson to_json, CrossCheck cross_check = {})
+      : keys_(std::move(keys)), to_json_(std::move(to_json)), cross_check_(std::move(cross_check)) {}
 
-  std::vector<KindParam> params() const {
-    std::vector<KindParam> out;
-    const P defaults{};
-    for (const auto& k : keys_.keys()) {
-      KindParam p;
-      p.name = k.name();
-      p.type = k.type;
-      p.default_text = keys_.value_text(k, defaults);
-      if (const auto it = allowed_.find(p.name); it != allowed_.end()) p.allowed = it->second;
-      p.help = k.doc;
-      p.must_match = k.on_resume == config::OnResume::must_match;
-      out.push_back(std::move(p));
-    }
-    return out;
-  }
+  std::vector<config::KeyDoc> params() const { return keys_.docs(); }
 
   // Reads every declared key of `section` (which holds only these) and checks them.
   nlohmann::json read(config::YamlSection& section) const {
@@ -83,7 +67,6 @@ class KeySetParams {
   config::KeySet<P> keys_;
   ToJson to_json_;
   CrossCheck cross_check_;
-  std::map<std::string, std::vector<std::string>> allowed_;
 };
 
 }  // namespace dflow::model

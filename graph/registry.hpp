@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config/keys.hpp"
 #include "config/yaml_reader.hpp"
 #include "graph/node_body.hpp"
 #include "graph/ports.hpp"
@@ -28,6 +29,9 @@ struct NodeSpec {
   // Reads every accepted key (and checks values); the builder then refuses
   // any key it did not read, with a suggestion. Empty: the node takes no params.
   std::function<void(config::YamlSection& params)> check_params = {};
+  // The params check_params reads, as `dflow nodes` lists them: the docs of
+  // the KeySet that reads them (config::KeySet::docs). Empty: none.
+  std::vector<config::KeyDoc> params = {};
   // Builds one replica's body: a SourceBody, FunctionBody or RouterBody per `kind`.
   std::function<std::unique_ptr<NodeBody>(NodeContext& context)> make = {};
   // A firing of this kind runs before queued normal work as soon as a graph

@@ -374,6 +374,38 @@ class DrafterStep final : public graph::FunctionBody {
 
 }  // namespace
 
+// The params as `dflow nodes` lists them: the node's own, the loss, then
+// each drafter kind's (when head is that kind) and the losses' temperature,
+// from the registries, so a new kind or loss appears without another edit.
+std::vector<config::KeyDoc> drafter_param_docs() {
+  std::vector<config::KeyDoc> out = objective_keys().docs();
+  for (auto& d : out)
+    if (d.name == "head") d.allowed = model::drafter_kind_names();
+  config::KeyDoc loss;
+  loss.name = "loss";
+  loss.type = "string, or a mapping of losses to weights";
+  loss.default_text = "ce";
+  loss.allowed = model::draft_loss_names();
+  loss.doc = "the objective: a loss, or a weighted mix such as {ce: 0.1, kl: 0.9}";
+  for (const auto& name : loss.allowed) loss.doc += "; " + name + ": " + model::draft_loss(name).summary();
+  out.push_back(loss);
+  std::string temperature_users;
+  for (const auto& name : model::draft_loss_names())
+    if (model::draft_loss(name).uses_temperature())
+      temperature_users += (temperature_users.empty() ? "loss: " : " or ") + name;
+  for (auto d : loss_keys().docs()) {
+    d.when = temperature_users;
+    out.push_back(d);
+  }
+  for (const auto& name : model::drafter_kind_names()) {
+    for (auto d : model::drafter_kind(name).params()) {
+      d.when = "head: " + name;
+      out.push_back(d);
+    }
+  }
+  return out;
+}
+
 void register_drafter_step(graph::NodeRegistry& registry) {
   graph::NodeSpec spec;
   spec.type = "drafter_step";
@@ -381,6 +413,7 @@ void register_drafter_step(graph::NodeRegistry& registry) {
                      "objective (decay | dpace), alpha (dpace), recompute (activations in backward), head (the "
                      "drafter kind, with its own params), loss (a loss or a weighted mix), kl_temperature";
   spec.check_params = [](config::YamlSection& params) { read_drafter_params(params); };
+  spec.params = drafter_param_docs();
   spec.inputs = {{"batch", "FeatureBatch"}, {"token", "ModelToken"}};
   spec.outputs = {{"out", "MicroStats"}};
   spec.compute = true;  // the drafter's forward and backward

@@ -183,6 +183,7 @@ void register_eval_tau(graph::NodeRegistry& registry) {
   };
   RunHooks hooks;
   spec.check_params = [](config::YamlSection& params) { read_eval_settings(config::EvalConfig{}, params); };
+  spec.params = eval_params();
   hooks.prepare = [](const RunContext& run, const config::NodeDecl& node) -> std::any {
     auto params = node_params(run.config.pipeline, node);
     PreparedEval prepared{read_eval_settings(run.config.eval, params), {}};

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "config/keys.hpp"
 #include "config/yaml_reader.hpp"
 
 namespace dflow::data {
@@ -30,6 +31,8 @@ struct EvalSettings {
   uint64_t seed = 0;
 };
 EvalSettings read_eval_settings(const config::EvalConfig& defaults, config::YamlSection& params);
+// Its params as `dflow nodes` lists them, each defaulting to the run config's default for eval:.
+std::vector<config::KeyDoc> eval_params();
 
 std::vector<std::vector<int64_t>> held_out_prompts(const RunContext& run, const std::string& node,
                                                    const EvalSettings& settings);

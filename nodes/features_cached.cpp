@@ -282,6 +282,7 @@ void register_features_cached(graph::NodeRegistry& registry) {
   spec.inputs = {{"in", "PaddedBatch"}};
   spec.outputs = {{"out", "FeatureBatch"}};
   spec.check_params = [](config::YamlSection& params) { read_cached_features_params(params); };
+  spec.params = cached_keys().docs();
   spec.when_bound = "That is the feature cache's reader: reading and decoding cached features from disk bounds this "
                     "run, not compute. Give it more replicas, faster storage, or a smaller storage dtype (bfloat16, "
                     "float8_e4m3).";

@@ -76,9 +76,10 @@ const config::KeySet<EngineFeaturesParams>& engine_keys() {
           config::one_of({"fail", "skip"}));
     k.add("max_skipped_fraction", [](EngineFeaturesParams& p) -> auto& { return p.max_skipped_fraction; },
           OnResume::may_change,
-          "on_mismatch: skip: the run fails once the samples skipped are more than this fraction of the dataset's "
-          "(0.01), naming how many and the first file",
-          config::must<double>([](double v) { return v >= 0.0 && v <= 1.0; }, "must lie in [0, 1]"));
+          "the run fails once the samples skipped are more than this fraction of the dataset's (0.01), naming how "
+          "many and the first file",
+          config::must<double>([](double v) { return v >= 0.0 && v <= 1.0; }, "must lie in [0, 1]"))
+        .only_when("on_mismatch: skip");
     k.add("timeout_s", [](EngineFeaturesParams& p) -> auto& { return p.timeout_s; }, OnResume::may_change,
           "how long to wait for a sample's file before the run fails",
           config::must<double>([](double v) { return v > 0; }, "must be > 0"));
@@ -362,6 +363,7 @@ void register_features_engine(graph::NodeRegistry& registry) {
   spec.inputs = {{"in", "PaddedBatch"}};
   spec.outputs = {{"out", "FeatureBatch"}};
   spec.check_params = [](config::YamlSection& params) { read_engine_features_params(params); };
+  spec.params = engine_keys().docs();
   spec.when_bound = "That is the reader of the engine's hidden-state files: its busy time is reading and converting "
                     "them, and waiting for those the extraction has not written yet (below).";
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {

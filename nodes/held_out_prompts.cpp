@@ -61,9 +61,11 @@ std::vector<bool> training_prompts(const data::Dataset& dataset, const std::vect
   return training;
 }
 
-EvalSettings read_eval_settings(const config::EvalConfig& defaults, config::YamlSection& params) {
+namespace {
+
+// Evaluation never changes what training computes: every key may change on resume.
+const config::KeySet<EvalSettings>& eval_keys() {
   using config::OnResume;
-  // Evaluation never changes what training computes: every key may change on resume.
   static const config::KeySet<EvalSettings> keys = [] {
     config::KeySet<EvalSettings> k;
     k.add("prompts", [](EvalSettings& s) -> auto& { return s.prompts; }, OnResume::may_change,
@@ -81,10 +83,20 @@ EvalSettings read_eval_settings(const config::EvalConfig& defaults, config::Yaml
           "sampling seed (default: eval.seed)");
     return k;
   }();
-  return read_params(keys, params,
-                     EvalSettings{defaults.prompts, defaults.max_prompts, defaults.max_new_tokens, defaults.temperature,
-                                  defaults.seed});
+  return keys;
 }
+
+EvalSettings settings_of(const config::EvalConfig& eval) {
+  return EvalSettings{eval.prompts, eval.max_prompts, eval.max_new_tokens, eval.temperature, eval.seed};
+}
+
+}  // namespace
+
+EvalSettings read_eval_settings(const config::EvalConfig& defaults, config::YamlSection& params) {
+  return read_params(eval_keys(), params, settings_of(defaults));
+}
+
+std::vector<config::KeyDoc> eval_params() { return eval_keys().docs(settings_of(config::EvalConfig{})); }
 
 std::vector<std::vector<int64_t>> held_out_prompts(const RunContext& run, const std::string& node,
                                                    const EvalSettings& eval) {

@@ -42,7 +42,9 @@ void add_node_kind(graph::NodeRegistry& registry, graph::NodeSpec spec, RunHooks
 
 const RunHooks* run_hooks(const graph::NodeRegistry& registry, const std::string& type) {
   const graph::NodeSpec* spec = registry.find(type);
-  return spec ? std::any_cast<RunHooks>(&spec->extension) : nullptr;
+  return spec ? run_hooks(*spec) : nullptr;
 }
+
+const RunHooks* run_hooks(const graph::NodeSpec& spec) { return std::any_cast<RunHooks>(&spec.extension); }
 
 }  // namespace dflow::nodes

@@ -129,5 +129,7 @@ config::Config without_nodes_that_are_off(config::Config config, const graph::No
 void add_node_kind(graph::NodeRegistry& registry, graph::NodeSpec spec, RunHooks hooks);
 // The hooks of `type` in `registry` (null for a kind without any, or unknown).
 const RunHooks* run_hooks(const graph::NodeRegistry& registry, const std::string& type);
+// The hooks registered with `spec` (null for a kind without any).
+const RunHooks* run_hooks(const graph::NodeSpec& spec);
 
 }  // namespace dflow::nodes

@@ -282,6 +282,7 @@ void register_optimizer_step(graph::NodeRegistry& registry) {
             : "as optimizer_step.adamw, with Muon on the 2-D hidden weights (params: lr, weight_decay, momentum, "
               "ns_steps) and AdamW on the rest";
     spec.check_params = [optimizer](config::YamlSection& params) { check_optimizer_params(optimizer, params); };
+    spec.params = optimizer_params(optimizer);
     spec.inputs = {{"in", "StepStats"}};
     spec.outputs = {{"token", "ModelToken"},
                     {"record", "StepRecord"},

@@ -60,4 +60,8 @@ void check_optimizer_params(const std::string& optimizer, config::YamlSection& p
   if (optimizer == "muon") read_muon_params(params);
 }
 
+std::vector<config::KeyDoc> optimizer_params(const std::string& optimizer) {
+  return optimizer == "muon" ? muon_keys().docs() : std::vector<config::KeyDoc>{};
+}
+
 }  // namespace dflow::nodes

@@ -6,6 +6,7 @@
 // and what of their params a resume must keep (another optimizer, or other
 // Muon params, is refused).
 #include <string>
+#include <vector>
 
 #include "nodes/node_kind.hpp"
 
@@ -15,5 +16,7 @@ namespace dflow::nodes {
 RunHooks optimizer_hooks(const std::string& optimizer);
 // The kind's check_params: reads and checks its params (none for adamw).
 void check_optimizer_params(const std::string& optimizer, config::YamlSection& params);
+// The kind's params as `dflow nodes` lists them (none for adamw).
+std::vector<config::KeyDoc> optimizer_params(const std::string& optimizer);
 
 }  // namespace dflow::nodes

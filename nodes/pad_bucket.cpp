@@ -17,17 +17,19 @@
 
 namespace dflow::nodes {
 
-FixedBatchParams read_fixed_batch_params(config::YamlSection& params) {
+namespace {
+
+const config::KeySet<FixedBatchParams>& fixed_batch_keys() {
   static const config::KeySet<FixedBatchParams> keys = [] {
     config::KeySet<FixedBatchParams> k;
     k.add("batch_size", [](FixedBatchParams& p) -> auto& { return p.batch_size; }, config::OnResume::must_match,
           "rows per micro-batch", config::must<int>([](int v) { return v >= 1; }, "must be >= 1 (rows per micro-batch)"));
     return k;
   }();
-  return read_params(keys, params);
+  return keys;
 }
 
-PackParams read_pack_params(config::YamlSection& params) {
+const config::KeySet<PackParams>& pack_keys() {
   static const config::KeySet<PackParams> keys = [] {
     config::KeySet<PackParams> k;
     k.add("pack_window", [](PackParams& p) -> auto& { return p.pack_window; }, config::OnResume::must_match,
@@ -35,8 +37,14 @@ PackParams read_pack_params(config::YamlSection& params) {
           config::must<int>([](int v) { return v >= 1; }, "must be >= 1 (samples packed together, longest first)"));
     return k;
   }();
-  return read_params(keys, params);
+  return keys;
 }
+
+}  // namespace
+
+FixedBatchParams read_fixed_batch_params(config::YamlSection& params) { return read_params(fixed_batch_keys(), params); }
+
+PackParams read_pack_params(config::YamlSection& params) { return read_params(pack_keys(), params); }
 
 namespace {
 
@@ -65,12 +73,14 @@ class PadBucket final : public graph::FunctionBody {
 
 using PickPolicy = std::function<std::shared_ptr<const data::BatchingPolicy>(config::YamlSection& params)>;
 
+// `param_docs`: the docs of the KeySet the policy reads its params with (none: it takes none).
 void register_kind(graph::NodeRegistry& registry, const std::string& type, const std::string& description,
-                   PickPolicy policy, bool has_params) {
+                   PickPolicy policy, std::vector<config::KeyDoc> param_docs) {
   graph::NodeSpec spec;
   spec.type = type;
   spec.description = description;
-  if (has_params) spec.check_params = [policy](config::YamlSection& params) { policy(params); };
+  if (!param_docs.empty()) spec.check_params = [policy](config::YamlSection& params) { policy(params); };
+  spec.params = std::move(param_docs);
   spec.inputs = {{"in", "LoadedBatch"}};
   spec.outputs = {{"out", "PaddedBatch"}};
   spec.make = [](graph::NodeContext& context) -> std::unique_ptr<graph::NodeBody> {
@@ -84,16 +94,16 @@ void register_kind(graph::NodeRegistry& registry, const std::string& type, const
 void register_pad_bucket(graph::NodeRegistry& registry) {
   register_kind(registry, "pad_bucket.token_budget",
                 "length buckets, rows x bucket length <= data.tokens_per_batch; pads rows to the bucket length",
-                [](config::YamlSection&) { return data::token_budget_batching(); }, false);
+                [](config::YamlSection&) { return data::token_budget_batching(); }, {});
   register_kind(registry, "pad_bucket.fixed_batch",
                 "params.batch_size rows per batch padded to the longest (the common baseline, for comparison)",
                 [](config::YamlSection& params) { return data::fixed_size_batching(read_fixed_batch_params(params).batch_size); },
-                true);
+                fixed_batch_keys().docs());
   register_kind(registry, "pad_bucket.pack",
                 "several whole samples per row up to data.max_length (best-fit decreasing over params.pack_window "
                 "samples), rows x max_length <= data.tokens_per_batch; per-sample attention and positions",
                 [](config::YamlSection& params) { return data::packed_batching(read_pack_params(params).pack_window); },
-                true);
+                pack_keys().docs());
 }
 
 }  // namespace dflow::nodes

@@ -21,6 +21,7 @@ using Action = std::function<int()>;
 void add_version_command(CLI::App& app, Action& action);
 void add_config_command(CLI::App& app, Common& common, Action& action);
 void add_graph_command(CLI::App& app, Common& common, Action& action);
+void add_nodes_command(CLI::App& app, Action& action);
 void add_make_tiny_target_command(CLI::App& app, Action& action);
 void add_prepare_command(CLI::App& app, Action& action);
 void add_tokenize_command(CLI::App& app, Action& action);

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   cli::add_version_command(app, action);
   cli::add_config_command(app, common, action);
   cli::add_graph_command(app, common, action);
+  cli::add_nodes_command(app, action);
   cli::add_init_command(app, common, action);
   cli::add_make_tiny_target_command(app, action);
   cli::add_prepare_command(app, action);

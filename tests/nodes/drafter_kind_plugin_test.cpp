@@ -75,7 +75,7 @@ class UnigramKind final : public model::DrafterKind {
  public:
   std::string name() const override { return "unigram_bias"; }
   std::string summary() const override { return "a learned unigram bias on the draft logits (a test's kind)"; }
-  std::vector<model::KindParam> params() const override { return unigram_params().params(); }
+  std::vector<config::KeyDoc> params() const override { return unigram_params().params(); }
   nlohmann::json read_params(config::YamlSection& params) const override { return unigram_params().read(params); }
   std::vector<std::pair<std::string, std::string>> resume_terms(const nlohmann::json& p) const override {
     return unigram_params().resume_terms(p);

@@ -90,6 +90,7 @@ TEST_CASE("Cli.ExitCodes.every_refusal_of_user_input_exits_2_and_runtime_failure
       {"init of a directory without config.json", "init " + empty.string(), 2,
        (empty / "config.json").string() + " does not exist"},
       {"make-tiny-target with an unknown preset", "make-tiny-target --out x --preset llama-70b", 2, "qwen3-0.6b"},
+      {"nodes of a type no node kind has", "nodes drafter_stp", 2, "did you mean 'drafter_step'?"},
       // Run time: what was given is fine, what happened is not.
       {"inspect of a checkpoint that fails its checksum", "inspect " + (empty / "damaged").string(), 1,
        "does not match its checksum"},

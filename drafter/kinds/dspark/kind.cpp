@@ -89,8 +89,7 @@ const KeySetParams<DSparkParams>& dspark_params() {
                                                           " chooses the confidence head's input, but confidence_head "
                                                           "is false: leave it out, or set confidence_head: true");
     };
-    return KeySetParams<DSparkParams>(std::move(k), to_json, cross_check,
-                                      {{"markov_head", {"vanilla", "gated", "rnn"}}});
+    return KeySetParams<DSparkParams>(std::move(k), to_json, cross_check);
   }();
   return params;
 }
@@ -102,7 +101,7 @@ class DSparkKind final : public DrafterKind {
     return "DSpark: the backbone with a Markov head (a low-rank logit bias from the previous token) and a "
            "confidence head (each slot's acceptance), speculators' defaults";
   }
-  std::vector<KindParam> params() const override { return dspark_params().params(); }
+  std::vector<config::KeyDoc> params() const override { return dspark_params().params(); }
   nlohmann::json read_params(config::YamlSection& params) const override { return dspark_params().read(params); }
   std::vector<std::pair<std::string, std::string>> resume_terms(const nlohmann::json& p) const override {
     const bool confidence = p.value("confidence_head", true);
