@@ -17,7 +17,6 @@
 #include "config/log.hpp"
 #include "data/data_error.hpp"
 #include "graph/telemetry.hpp"
-#include "model/safetensors.hpp"
 #include "model/target.hpp"
 #include "nodes/engine_capture.hpp"
 #include "nodes/exclude_samples.hpp"
@@ -70,7 +69,9 @@ const config::KeySet<EngineFeaturesParams>& engine_keys() {
           "(SpecForge's scripts/prepare_hidden_states.py)",
           config::one_of({"vllm", "specforge"}));
     k.add("file_group_size", [](EngineFeaturesParams& p) -> auto& { return p.file_group_size; },
-          OnResume::must_match, "format: specforge: samples per rows_<g>-<g+G> folder (its --file-group-size, 2000)",
+          OnResume::may_change,
+          "format: specforge: samples per rows_<g>-<g+G> folder (its --file-group-size, 2000); only where the files "
+          "are looked for (a value other than the folders' is refused at start)",
           config::must<int64_t>([](int64_t v) { return v > 0; }, "must be > 0"));
     k.add("engine_layer_ids", [](EngineFeaturesParams& p) -> auto& { return p.engine_layer_ids; },
           OnResume::must_match,

@@ -109,14 +109,6 @@ bool engine_file_locked(const fs::path& path) {
 
 EngineFileState probe_engine_file(const fs::path& path) { return read_header(path).state; }
 
-std::string engine_dtype_named(const std::string& torch_name) {
-  static const std::pair<const char*, const char*> names[] = {
-      {"float32", "F32"}, {"bfloat16", "BF16"}, {"float16", "F16"}, {"float8_e4m3fn", "F8_E4M3"}};
-  for (const auto& [torch, header] : names)
-    if (torch_name == torch) return header;
-  return "";
-}
-
 EngineSample read_engine_file(const fs::path& path) {
   const HeaderRead head = read_header(path);
   if (head.state != EngineFileState::ready) throw file_error(path, "not there or not completely written");

@@ -51,9 +51,6 @@ struct EngineSample {
   std::vector<float> scales;             // F8_E4M3 only: hidden_states_scales, one per position
 };
 
-// The header's dtype name for params.dtype's ("bfloat16" -> "BF16",
-// "float8_e4m3fn" -> "F8_E4M3"); "" for one engine files are not written in.
-std::string engine_dtype_named(const std::string& torch_name);
 
 // Reads a ready file. Throws data::DataError naming the file when a tensor is
 // missing or of another dtype or shape than the layout above.
