@@ -129,6 +129,15 @@ TEST_CASE("EngineFeatures.SpecForge.layers_the_target_cannot_have_and_another_fi
                                          reference().plain, "format: specforge, engine_layer_ids: [1], dtype: float32"));
   CHECK_MESSAGE(taps.find("hidden_states holds 2 taps of hidden size") != std::string::npos, taps);
   CHECK_MESSAGE(taps.find("dflash_config.target_layer_ids") != std::string::npos, taps);
+  // Params that belong to the other layout.
+  const auto fp8 = error_of(from_engine(small_run_config(fresh_dir("specforge-fp8"), kLayers12), reference().plain,
+                                        "format: specforge, engine_layer_ids: [1, 2], dtype: float8_e4m3fn"));
+  CHECK_MESSAGE(fp8.find("params.dtype") != std::string::npos, fp8);
+  CHECK_MESSAGE(fp8.find("SpecForge's captures hold the target's dtype") != std::string::npos, fp8);
+  const auto group = error_of(from_engine(small_run_config(fresh_dir("specforge-vllm-group"), kLayers12),
+                                          reference().plain, "engine_layer_ids: [2, 3, 4], file_group_size: 2000"));
+  CHECK_MESSAGE(group.find("params.file_group_size") != std::string::npos, group);
+  CHECK_MESSAGE(group.find("set format: specforge, or leave file_group_size out") != std::string::npos, group);
 }
 
 TEST_CASE("EngineFeatures.SpecForge.a_capture_of_other_tokens_is_refused_naming_the_sample_and_the_file") {
