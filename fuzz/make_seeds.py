@@ -7,10 +7,13 @@ malformed ones the tests refuse. Checksums in the binary seeds are left zero:
 the shard targets repair them (fuzz/shard_fixup.hpp). Re-running rewrites the
 same files; what libFuzzer finds goes to build-fuzz/, never here.
 """
+import gzip
+import io
 import json
 import pathlib
 import shutil
 import struct
+import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "fuzz" / "corpus"
@@ -185,6 +188,30 @@ def safetensors_seeds():
         struct.pack("<Q", 60) + b'{"x":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}}    ' + b"\0" * 8)
 
 
+def engine_file_seeds():
+    tokens = struct.pack("<2q", 3, 4)
+    put("fuzz_engine_file", "bf16.safetensors", safetensors(
+        [("token_ids", "I64", [2], tokens), ("hidden_states", "BF16", [2, 2, 4], bytes(32))]))
+    put("fuzz_engine_file", "fp8.safetensors", safetensors(
+        [("token_ids", "I64", [2], tokens), ("hidden_states", "F8_E4M3", [2, 1, 4], b"\x38" * 8),
+         ("hidden_states_scales", "F32", [2, 1, 1], struct.pack("<2f", 0.5, 2.0))]))
+    put("fuzz_engine_file", "fp8_without_scales.safetensors", safetensors(
+        [("token_ids", "I64", [2], tokens), ("hidden_states", "F8_E4M3", [2, 1, 4], b"\x38" * 8)]))
+
+
+def specforge_container_seeds():
+    # A zip as torch.save lays it out (stored entries under archive/), plain and gzipped.
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        z.writestr("archive/data/0", bytes(16))
+        z.writestr("archive/version", b"3\n")
+    archive = buffer.getvalue()
+    put("fuzz_specforge_container", "archive.ckpt", archive)
+    put("fuzz_specforge_container", "archive.ckpt.gz", gzip.compress(archive, mtime=0))
+    put("fuzz_specforge_container", "cut.ckpt.gz", gzip.compress(archive, mtime=0)[:40])
+
+
 def feature_index(dtype, width, entries, bin_bytes):
     """A feature cache shard's .idx as data/feature_cache.cpp writes it (checksum left zero: the target repairs it)."""
     body = b"DFLFIDX1" + struct.pack("<IIqQQ", 1, dtype, width, len(entries), bin_bytes)
@@ -227,3 +254,5 @@ if __name__ == "__main__":
     safetensors_seeds()
     manifest_seeds()
     feature_cache_seeds()
+    engine_file_seeds()
+    specforge_container_seeds()

@@ -8,6 +8,7 @@
 #include "nodes/features_engine.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -18,6 +19,7 @@
 #include "graph/telemetry.hpp"
 #include "formats/safetensors.hpp"
 #include "target/target.hpp"
+#include "nodes/engine_capture.hpp"
 #include "nodes/exclude_samples.hpp"
 #include "nodes/feature_source.hpp"
 #include "nodes/messages.hpp"
@@ -60,16 +62,28 @@ const config::KeySet<EngineFeaturesParams>& engine_keys() {
   static const config::KeySet<EngineFeaturesParams> keys = [] {
     config::KeySet<EngineFeaturesParams> k;
     k.add("dir", [](EngineFeaturesParams& p) -> auto& { return p.dir; }, OnResume::must_match,
-          "the extraction's output directory (hs_<i>.safetensors per sample i)",
+          "the extraction's output directory (vllm: hs_<i>.safetensors per sample i; specforge: "
+          "rows_<g>-<g+G>/data_<i>.ckpt or .ckpt.gz, prepare_hidden_states.py's --output-path)",
           config::must<std::string>([](const std::string& v) { return !v.empty(); }, "must name the directory"));
+    k.add("format", [](EngineFeaturesParams& p) -> auto& { return p.format; }, OnResume::must_match,
+          "the capture's layout: vllm (vLLM's extract_hidden_states, as speculators drives it) or specforge "
+          "(SpecForge's scripts/prepare_hidden_states.py)",
+          config::one_of({"vllm", "specforge"}));
+    k.add("file_group_size", [](EngineFeaturesParams& p) -> auto& { return p.file_group_size; },
+          OnResume::may_change,
+          "format: specforge: samples per rows_<g>-<g+G> folder (its --file-group-size, 2000); only where the files "
+          "are looked for (a value other than the folders' is refused at start)",
+          config::must<int64_t>([](int64_t v) { return v > 0; }, "must be > 0"));
     k.add("engine_layer_ids", [](EngineFeaturesParams& p) -> auto& { return p.engine_layer_ids; },
           OnResume::must_match,
-          "the layer ids of hidden_states' slots in the engine's numbering, increasing (the extraction's ids sorted, "
-          "each once, the last layer N appended): engine id k is dflow layer k - 1",
+          "the layer ids of hidden_states' slots in the capture's numbering, increasing. vllm: the extraction's ids "
+          "sorted, each once, the last layer N appended; engine id k is dflow layer k - 1. specforge: the draft "
+          "config's dflash_config.target_layer_ids, sorted; SpecForge's id k is dflow layer k",
           check_engine_layer_ids);
     k.add("dtype", [](EngineFeaturesParams& p) -> auto& { return p.dtype; }, OnResume::must_match,
-          "the dtype the files hold (each file is checked); features are converted to model.drafter.dtype",
-          config::one_of({"bfloat16", "float16", "float32"}));
+          "the dtype the files hold (each file is checked): float8_e4m3fn is hs-connectors' fp8 backend (vllm only), "
+          "dequantized as speculators does; features are converted to model.drafter.dtype",
+          config::one_of({"bfloat16", "float16", "float32", "float8_e4m3fn"}));
     k.add("on_mismatch", [](EngineFeaturesParams& p) -> auto& { return p.on_mismatch; }, OnResume::may_change,
           "a file whose tokens differ from its sample's: fail the run, or skip the sample (counted in the step "
           "record's excluded_samples)",
@@ -104,11 +118,32 @@ struct SkippedSamples {
 struct EngineSource {
   EngineFeaturesParams params;
   std::vector<int64_t> slots;  // hidden_states slot of each drafter feature layer
-  int64_t last_slot = -1;      // the slot of engine id N (before the final norm) when the run needs the teacher
+  int64_t last_slot = -1;      // vllm: the slot of engine id N (before the final norm) when the run needs the teacher
+  bool teacher = false;        // the run needs the teacher (specforge: each file's target_last_hidden_states)
+  CaptureLayout layout;
   std::shared_ptr<SkippedSamples> skipped = std::make_shared<SkippedSamples>();
 };
 
 using PreparedEngine = std::shared_ptr<const EngineSource>;
+
+// SpecForge names its folders rows_<g>-<g+G> by its --file-group-size G: a
+// folder of another span means params.file_group_size is not the capture's,
+// and every file would be looked for in the wrong folder.
+void check_file_groups(const config::NodeDecl& node, const std::string& key, const EngineFeaturesParams& p) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(p.dir, ec)) {
+    const auto name = entry.path().filename().string();
+    long long first = 0, end = 0;
+    char tail = 0;
+    if (!entry.is_directory() || std::sscanf(name.c_str(), "rows_%lld-%lld%c", &first, &end, &tail) != 2) continue;
+    if (end - first != p.file_group_size || first % p.file_group_size != 0)
+      throw ConfigError(node.mark, key + ".params.file_group_size",
+                        "node '" + node.name + "' (features.engine): " + p.dir + " holds " + name + ", a folder of " +
+                            std::to_string(end - first) + " samples, and file_group_size is " +
+                            std::to_string(p.file_group_size) + ": set file_group_size to the capture's "
+                            "--file-group-size (" + std::to_string(end - first) + ")");
+  }
+}
 
 PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& node) {
   const std::string key = node_path(run.config.pipeline, node);
@@ -116,15 +151,20 @@ PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& nod
   auto source = std::make_shared<EngineSource>();
   source->params = read_engine_features_params(section);
   const auto& p = source->params;
+  const bool specforge = p.format == "specforge";
+  source->layout = {p.format, p.dir, p.file_group_size};
+  source->teacher = run.needs_teacher();
   try {
-    source->slots = engine_slots_for(p.engine_layer_ids, run.feature_layer_ids, run.drafter_spec.num_target_layers);
+    source->slots = specforge
+                        ? specforge_slots_for(p.engine_layer_ids, run.feature_layer_ids, run.drafter_spec.num_target_layers)
+                        : engine_slots_for(p.engine_layer_ids, run.feature_layer_ids, run.drafter_spec.num_target_layers);
   } catch (const std::invalid_argument& e) {
     throw ConfigError(node.mark, key + ".params.engine_layer_ids",
                       "node '" + node.name + "' (features.engine): engine_layer_ids " + ids_text(p.engine_layer_ids) +
                           " do not hold the drafter's feature layers " + ids_text(run.feature_layer_ids) +
                           " (model.drafter.target_layer_ids, dflow numbering): " + e.what());
   }
-  if (run.needs_teacher()) {
+  if (run.needs_teacher() && !specforge) {
     const int64_t n = run.drafter_spec.num_target_layers;
     const auto at = std::find(p.engine_layer_ids.begin(), p.engine_layer_ids.end(), static_cast<int>(n));
     if (at == p.engine_layer_ids.end())
@@ -144,11 +184,9 @@ PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& nod
                           (fs::path(p.dir).is_relative() ? " (relative to " + fs::current_path().string() + ")" : "") +
                           ": the extraction's output directory must exist before training starts (files in it are "
                           "waited for; the directory is not)");
-  int64_t present = 0;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(p.dir, ec))
-    if (entry.path().extension() == ".safetensors" && entry.path().filename().string().rfind("hs_", 0) == 0) ++present;
-  log::info("data", log::str("engine features ", p.dir, ": ", present, " of ", run.dataset.size(),
+  if (specforge) check_file_groups(node, key, p);
+  const int64_t present = capture_files_present(source->layout);
+  log::info("data", log::str("engine features ", p.dir, " (", p.format, "): ", present, " of ", run.dataset.size(),
                              " sample files there now (", p.dtype, ", slots ", ids_text(source->slots), " of ",
                              ids_text(p.engine_layer_ids), " for layers ", ids_text(run.feature_layer_ids),
                              "); a missing one is waited for up to ", p.timeout_s, " s"));
@@ -191,18 +229,18 @@ class FeaturesEngine final : public graph::FunctionBody {
     auto options = torch::TensorOptions().dtype(host_drafter ? run_.drafter_dtype : torch::kFloat32)
                        .pinned_memory(!host_drafter && run_.drafter_device.is_cuda());
     auto features = torch::zeros({batch.input_ids.size(0), batch.input_ids.size(1), layers * hidden}, options);
-    // The last layer before the final norm, in the target's dtype (the
-    // norm runs as the target's would), on the host first.
+    // The last layer before the final norm (vllm), in the target's dtype
+    // (the norm runs as the target's would), or after it (specforge), on the
+    // host first.
     const auto& head = *run_.target_head;
     torch::Tensor last;
-    if (source_->last_slot >= 0)
+    if (source_->teacher)
       last = torch::zeros({batch.input_ids.size(0), batch.input_ids.size(1), hidden},
                           torch::TensorOptions().dtype(head.dtype()).pinned_memory(run_.drafter_device.is_cuda()));
     const auto slots = torch::tensor(source_->slots, torch::kInt64);
     double waited_s = 0;
     for (const auto& place : sample_places(batch.plan, run_.dataset.lengths())) {
-      waited_s += train::wait_for_engine_file(p.dir, place.sample_id, wait_).count();
-      auto sample = train::read_engine_file(train::engine_file_path(p.dir, place.sample_id));
+      const auto sample = wait_and_read_capture(source_->layout, place.sample_id, hidden, wait_, waited_s);
       check_layout(sample, place.sample_id);
       if (const auto why = token_mismatch(sample, place.sample_id); !why.empty()) {
         const std::string what = "sample " + std::to_string(place.sample_id) + ": engine features file " +
@@ -215,15 +253,20 @@ class FeaturesEngine final : public graph::FunctionBody {
         mismatched.insert(place.sample_id);
         continue;
       }
-      auto all = torch::from_blob(sample.hidden_bytes.data(), {sample.positions, sample.slots, sample.hidden_size},
-                                  torch::TensorOptions().dtype(model::safetensors_dtype_to_torch(sample.dtype_name)));
-      features[place.row].narrow(0, place.first, place.length).copy_(all.index_select(1, slots).reshape({place.length, -1}));
-      if (last.defined()) last[place.row].narrow(0, place.first, place.length).copy_(all.select(1, source_->last_slot));
+      // A SpecForge file may run on past the sample into its capture batch's padding.
+      const auto taps = sample.taps.narrow(0, 0, place.length);
+      features[place.row].narrow(0, place.first, place.length).copy_(taps.index_select(1, slots).reshape({place.length, -1}));
+      if (last.defined())
+        last[place.row].narrow(0, place.first, place.length)
+            .copy_(source_->last_slot >= 0 ? taps.select(1, source_->last_slot)
+                                           : sample.normed_last.narrow(0, 0, place.length));
     }
     if (meter_) meter_->on_outside_wait(waited_s);
     if (last.defined()) {
       // Padding rows stay zero through the norm (0 * rsqrt(eps) = 0).
-      const auto normed = model::family_rms_norm(head.config(), last.to(head.device()), head.final_norm_weight());
+      const auto normed = source_->last_slot >= 0
+                              ? model::family_rms_norm(head.config(), last.to(head.device()), head.final_norm_weight())
+                              : last;
       teacher = normed.to(run_.drafter_device, run_.drafter_dtype).contiguous();
     }
     return host_drafter ? features : for_drafter(run_, features);
@@ -245,27 +288,45 @@ class FeaturesEngine final : public graph::FunctionBody {
         "lists other samples or another order: check them (or raise params.max_skipped_fraction)"));
   }
 
-  void check_layout(const train::EngineSample& sample, int64_t sample_id) const {
+  void check_layout(const CapturedSample& sample, int64_t sample_id) const {
     const auto& p = source_->params;
+    const bool specforge = p.format == "specforge";
+    const int64_t hidden = run_.drafter_spec.hidden_size;
     std::string what;
-    if (sample.dtype_name != model::safetensors_dtype_named(p.dtype))
-      what = "hidden_states is " + sample.dtype_name + ", params.dtype says " + p.dtype;
-    else if (sample.slots != static_cast<int64_t>(p.engine_layer_ids.size()))
-      what = "hidden_states has " + std::to_string(sample.slots) + " slots, params.engine_layer_ids lists " +
-             std::to_string(p.engine_layer_ids.size()) + " " + ids_text(p.engine_layer_ids);
-    else if (sample.hidden_size != run_.drafter_spec.hidden_size)
-      what = "hidden size " + std::to_string(sample.hidden_size) + ", the target's is " +
-             std::to_string(run_.drafter_spec.hidden_size) + " (another target?)";
+    if (sample.dtype != p.dtype)
+      what = "hidden_states is " + sample.dtype + ", params.dtype says " + p.dtype;
+    else if (sample.taps.size(1) != static_cast<int64_t>(p.engine_layer_ids.size()))
+      what = specforge ? "hidden_states holds " + std::to_string(sample.taps.size(1)) + " taps of hidden size " +
+                             std::to_string(hidden) + ", params.engine_layer_ids lists " +
+                             std::to_string(p.engine_layer_ids.size()) + " " + ids_text(p.engine_layer_ids) +
+                             " (list the draft config's dflash_config.target_layer_ids the capture used)"
+                       : "hidden_states has " + std::to_string(sample.taps.size(1)) +
+                             " slots, params.engine_layer_ids lists " + std::to_string(p.engine_layer_ids.size()) +
+                             " " + ids_text(p.engine_layer_ids);
+    else if (sample.taps.size(2) != hidden)
+      what = "hidden size " + std::to_string(sample.taps.size(2)) + ", the target's is " + std::to_string(hidden) +
+             " (another target?)";
+    else if (source_->teacher && specforge && !sample.normed_last.defined())
+      what = "no target_last_hidden_states, and " + run_.teacher_because +
+             ", which needs the target's last hidden state: capture with prepare_hidden_states.py --strategy dspark "
+             "(its records hold it), or train with a loss that needs no teacher";
+    else if (sample.normed_last.defined() && sample.normed_last.size(1) != hidden)
+      what = "target_last_hidden_states is " + std::to_string(sample.normed_last.size(1)) +
+             " wide, the target's hidden size is " + std::to_string(hidden) + " (another target?)";
     if (!what.empty())
       throw data::DataError("sample " + std::to_string(sample_id) + ": engine features file " + sample.path.string() +
                             ": " + what + " (node '" + name_ + "')");
   }
 
-  // "" when the file's tokens are the sample's, else where they differ.
-  std::string token_mismatch(const train::EngineSample& sample, int64_t sample_id) const {
+  // "" when the file's tokens are the sample's, else where they differ. A
+  // SpecForge file may hold more positions, its capture batch's padding.
+  std::string token_mismatch(const CapturedSample& sample, int64_t sample_id) const {
     const auto tokens = run_.dataset.sample(sample_id).input_ids;
-    if (sample.token_ids.size() != tokens.size())
-      return std::to_string(sample.token_ids.size()) + " tokens, the sample has " + std::to_string(tokens.size());
+    const auto held = static_cast<int64_t>(sample.token_ids.size()), wanted = static_cast<int64_t>(tokens.size());
+    if (held != wanted && !(held > wanted && sample.padding_from <= wanted))
+      return std::to_string(held) + " tokens" +
+             (sample.padding_from < held ? " (" + std::to_string(sample.padding_from) + " before its padding)" : "") +
+             ", the sample has " + std::to_string(wanted);
     for (size_t i = 0; i < tokens.size(); ++i)
       if (sample.token_ids[i] != tokens[i])
         return "position " + std::to_string(i) + ": " + std::to_string(sample.token_ids[i]) + " in the file, " +
@@ -275,11 +336,7 @@ class FeaturesEngine final : public graph::FunctionBody {
 
   int64_t ready_ahead(const data::PlannedBatch& plan) const {
     return samples_ready_ahead(run_.plans(), plan, run_.options.rank, source_->params.ready_ahead_window,
-                               [&](int64_t sample_id) {
-                                 const auto path = train::engine_file_path(source_->params.dir, sample_id);
-                                 std::error_code ec;
-                                 return fs::exists(path, ec) && !train::engine_file_locked(path);
-                               });
+                               [&](int64_t sample_id) { return capture_file_present(source_->layout, sample_id); });
   }
 
   const RunContext& run_;
@@ -300,7 +357,37 @@ EngineFeaturesParams read_engine_features_params(config::YamlSection& params) {
     throw params.error("max_skipped_fraction", "max_skipped_fraction bounds the samples on_mismatch: skip leaves out, "
                                                "and on_mismatch is " + p.on_mismatch +
                                                ": set on_mismatch: skip, or leave max_skipped_fraction out");
+  if (p.format != "specforge" && params.has("file_group_size"))
+    throw params.error("file_group_size", "file_group_size is SpecForge's folder size, and format is " + p.format +
+                                              ": set format: specforge, or leave file_group_size out");
+  if (p.format == "specforge" && p.dtype == "float8_e4m3fn")
+    throw params.error("dtype", "float8_e4m3fn is hs-connectors' FP8 layout of vLLM's files; SpecForge's captures "
+                                "hold the target's dtype: set dtype to it (bfloat16 for a bf16 target)");
   return p;
+}
+
+std::vector<int64_t> specforge_slots_for(const std::vector<int>& specforge_layer_ids,
+                                         const std::vector<int64_t>& feature_layer_ids, int64_t target_layers) {
+  for (const int id : specforge_layer_ids)
+    if (id < 0 || id > target_layers - 2)
+      throw std::invalid_argument(
+          "SpecForge layer id " + std::to_string(id) + " outside [0, " + std::to_string(target_layers - 2) +
+          "] for a " + std::to_string(target_layers) + "-layer target: SpecForge's id k is decoder layer k's output, "
+          "captured before layer k + 1, so the last layer (" + std::to_string(target_layers - 1) +
+          ") is never captured; was the capture made for another target?");
+  std::vector<int64_t> slots;
+  for (const int64_t layer : feature_layer_ids) {
+    const auto at = std::find(specforge_layer_ids.begin(), specforge_layer_ids.end(), static_cast<int>(layer));
+    if (at == specforge_layer_ids.end())
+      throw std::invalid_argument("no tap holds dflow layer " + std::to_string(layer) + " (SpecForge id " +
+                                  std::to_string(layer) + ", the same numbering)");
+    slots.push_back(at - specforge_layer_ids.begin());
+  }
+  return slots;
+}
+
+std::vector<int64_t> specforge_feature_layers(const std::vector<int>& specforge_layer_ids) {
+  return {specforge_layer_ids.begin(), specforge_layer_ids.end()};
 }
 
 std::vector<int64_t> engine_slots_for(const std::vector<int>& engine_layer_ids,
@@ -358,8 +445,9 @@ std::vector<int64_t> engine_feature_layers(const std::vector<int>& engine_layer_
 void register_features_engine(graph::NodeRegistry& registry) {
   graph::NodeSpec spec;
   spec.type = "features.engine";
-  spec.description = "the target's features read from a serving engine's hidden-state files (params.dir, vLLM's "
-                     "hs_<i>.safetensors) in place of target_forward; waits for files an extraction still writes";
+  spec.description = "the target's features read from a serving engine's hidden-state files (params.dir: vLLM's "
+                     "hs_<i>.safetensors, or SpecForge's offline captures with format: specforge) in place of "
+                     "target_forward; waits for files an extraction still writes";
   spec.inputs = {{"in", "PaddedBatch"}};
   spec.outputs = {{"out", "FeatureBatch"}};
   spec.check_params = [](config::YamlSection& params) { read_engine_features_params(params); };
@@ -378,9 +466,12 @@ void register_features_engine(graph::NodeRegistry& registry) {
     return resume_text(engine_keys(), read_engine_features_params(params));
   };
   hooks.feature_layers = [](config::YamlSection& params, int64_t target_layers) {
-    return engine_feature_layers(read_engine_features_params(params).engine_layer_ids, target_layers);
+    const auto p = read_engine_features_params(params);
+    return p.format == "specforge" ? specforge_feature_layers(p.engine_layer_ids)
+                                   : engine_feature_layers(p.engine_layer_ids, target_layers);
   };
-  hooks.gives_teacher = true;  // the files' last slot through the final norm (prepare_engine refuses one without)
+  hooks.gives_teacher = true;  // vllm: the last slot through the final norm (prepare_engine refuses one without);
+                               // specforge: target_last_hidden_states (a file without it is refused)
   add_node_kind(registry, std::move(spec), std::move(hooks));
 }
 

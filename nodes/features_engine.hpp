@@ -1,11 +1,12 @@
 #pragma once
 // features.engine: the target's features read from the hidden-state files a
 // serving engine's extraction writes (vLLM's extract_hidden_states, as
-// vllm-project/speculators drives it; train/engine_files.hpp), in place of
+// vllm-project/speculators drives it, train/engine_files.hpp; or SpecForge's
+// offline capture, train/specforge_files.hpp: params.format), in place of
 // target_forward by changing `type:`. The extraction may still be running:
 // a sample's file is waited for, with a timeout.
 //
-// Layer numbering. The engine's (and speculators') layer id k is the
+// vLLM's layer numbering. The engine's (and speculators') layer id k is the
 // residual stream entering decoder layer k (Hugging Face's hidden_states[k]:
 // 0 is the embeddings); its id N (the target's layer count) is the last
 // layer's output before the final norm. dflow's target_layer_ids l is the
@@ -22,8 +23,10 @@
 namespace dflow::nodes {
 
 struct EngineFeaturesParams {
-  std::string dir;                     // the extraction's output: hs_<i>.safetensors
-  std::vector<int> engine_layer_ids;   // what hidden_states' slots are, in the engine's numbering: increasing
+  std::string dir;                     // the extraction's output: hs_<i>.safetensors (vllm), rows_*/data_<i>.ckpt (specforge)
+  std::string format = "vllm";         // the capture's layout: vllm | specforge (nodes/engine_capture.hpp)
+  int64_t file_group_size = 2000;      // specforge: samples per rows_<g>-<g+G> folder (its --file-group-size)
+  std::vector<int> engine_layer_ids;   // what hidden_states' slots are, in the capture's numbering: increasing
   std::string dtype = "bfloat16";      // what the files hold (checked per file); features train in model.drafter.dtype
   std::string on_mismatch = "fail";    // a file with other tokens than the sample: fail | skip (counted as excluded)
   double max_skipped_fraction = 0.01;  // skip: the run fails once more of the dataset's samples were skipped
@@ -31,6 +34,17 @@ struct EngineFeaturesParams {
   int ready_ahead_window = 256;        // samples ahead (in training order) probed for the "ready ahead" gauge
 };
 EngineFeaturesParams read_engine_features_params(config::YamlSection& params);
+
+// SpecForge's numbering. Its layer id k (the draft config's
+// dflash_config.target_layer_ids) is the output of decoder layer k: SGLang
+// captures it before layer k + 1 (and Hugging Face's hidden_states[k + 1]
+// is what SpecForge's own drafter reads), so SpecForge's k is dflow's k. The
+// last layer N - 1 is never captured there (no layer N to capture before),
+// and the taps are concatenated in increasing layer order, each once.
+// SpecForge's DSpark captures also hold target_last_hidden_states, the last
+// layer after the final norm: the teacher of a `kl` run, as it is.
+std::vector<int64_t> specforge_slots_for(const std::vector<int>& specforge_layer_ids,
+                                         const std::vector<int64_t>& feature_layer_ids, int64_t target_layers);
 
 // The slot of hidden_states that holds each of dflow's `feature_layer_ids`
 // for a target of `target_layers` layers. Throws std::invalid_argument
@@ -41,6 +55,9 @@ std::vector<int64_t> engine_slots_for(const std::vector<int>& engine_layer_ids,
 // dflow's feature layers the files hold: every slot but the embeddings (id 0)
 // and the last layer before the final norm (id N), as dflow numbers them.
 std::vector<int64_t> engine_feature_layers(const std::vector<int>& engine_layer_ids, int64_t target_layers);
+// SpecForge's captures: every tap, as dflow numbers them (the same; checked
+// against the target's layer count by specforge_slots_for).
+std::vector<int64_t> specforge_feature_layers(const std::vector<int>& specforge_layer_ids);
 
 // The ready-ahead gauge: how many samples after `plan`'s (`rank`'s, in
 // training order, within its epoch) are `ready`, up to the first that is not

@@ -19,7 +19,10 @@ PY_TEST_PACKAGES=(tokenizers==0.23.3 transformers==5.24.0 tiktoken==0.14.0 qwen-
 # openai, ...), none of which the reference tests import. torch stays pinned;
 # pydantic, which its configs are built on, is pinned with the packages above.
 PY_TEST_PACKAGES+=(pydantic==2.14.4)
-PY_NODEPS_TEST_PACKAGES=(speculators==0.9.0)
+# hs-connectors (speculators' hidden-states backends) writes and dequantizes
+# the FP8 engine files the tests compare dflow's reading with; it too needs
+# only torch and safetensors here.
+PY_NODEPS_TEST_PACKAGES=(speculators==0.9.0 hs-connectors==0.9.0)
 VENV="${DFLOW_VENV:-/opt/dflow/torch-${TORCH_VERSION}}"
 DEB_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config   # toolchain
@@ -34,6 +37,7 @@ DEB_PACKAGES=(
   libisal-dev           # CRC32C of TensorBoard's record framing (ISA-L)
   libpcre2-dev          # the tokenizer's split regex (Unicode classes)
   libutf8proc-dev       # the tokenizer's NFC normalizer
+  zlib1g-dev            # SpecForge's gzip-compressed captures (features.engine, format: specforge)
   chromium              # renders the HTML run report in tests (headless)
   curl                  # tests query the live view
   python3-venv          # the venv that holds the torch wheel

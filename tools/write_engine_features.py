@@ -12,6 +12,25 @@ layer's output BEFORE the final norm. The states are captured with forward
 hooks on the decoder layers, not taken from Hugging Face's hidden_states,
 whose last entry is after the norm.
 
+--dtype float8_e4m3fn writes hs-connectors' fp8 backend layout (speculators'
+`fp8` hidden-states backend): hidden_states in float8_e4m3fn, quantized by
+hs_connectors' own quantize_tensor_to_fp8 from the bfloat16 states vLLM
+hands its connector, with their per-token scales, hidden_states_scales
+float32 [L, 1, 1].
+
+--format specforge writes SpecForge's offline capture instead
+(scripts/prepare_hidden_states.py): rows_<g>-<g+G>/data_<i>.ckpt, one
+torch.save dict per sample (gzip-compressed, .ckpt.gz, with --compress) of
+  input_ids, loss_mask  int64 [L] (loss_mask all 1 here)
+  hidden_states         [1, L, n * H]: --layer-ids in SpecForge's numbering
+                        (id k is decoder layer k's output), sorted, each once,
+                        concatenated
+  target_last_hidden_states [1, L, H] (--strategy dspark): the last layer's
+                        output after the final norm.
+--batch-size B pads each run of B consecutive samples to the longest with
+token 0 and loss_mask 0 and runs the forward over the padded rows, as
+SpecForge's capture batches do.
+
 It stands in for the engine in dflow's tests and benchmarks: --rate writes
 files at a set rate (files/s), each written in pieces with pauses between
 them (never atomically), so a reader sees files that are still growing.
@@ -29,6 +48,8 @@ GPU check, whose machine may lack transformers and safetensors). Only torch
 is needed then: the files are serialized by hand in the safetensors layout.
 """
 import argparse
+import gzip
+import io
 import json
 import os
 import sys
@@ -45,8 +66,15 @@ def parse_args():
     p.add_argument("--layer-ids", type=int, nargs="+", default=None,
                    help="engine layer ids (default: 2, N//2, N-3 as launch_vllm.py); N is appended")
     p.add_argument("--no-last-layer", action="store_true", help="do not append the last layer N")
-    p.add_argument("--dtype", choices=["bfloat16", "float32", "float16"], default="bfloat16",
-                   help="dtype of hidden_states in the files (the target runs in float32)")
+    p.add_argument("--dtype", choices=["bfloat16", "float32", "float16", "float8_e4m3fn"], default="bfloat16",
+                   help="dtype of hidden_states in the files (the target runs in float32); float8_e4m3fn: "
+                        "hs-connectors' fp8 layout")
+    p.add_argument("--format", choices=["vllm", "specforge"], default="vllm", help="the capture layout to write")
+    p.add_argument("--strategy", choices=["dflash", "dspark"], default="dflash",
+                   help="specforge: dspark also stores target_last_hidden_states")
+    p.add_argument("--compress", action="store_true", help="specforge: gzip each file (data_<i>.ckpt.gz)")
+    p.add_argument("--file-group-size", type=int, default=2000, help="specforge: samples per rows_ folder")
+    p.add_argument("--batch-size", type=int, default=1, help="specforge: pad runs of this many samples together")
     p.add_argument("--max-length", type=int, default=0, help="truncate samples to this many tokens")
     p.add_argument("--first", type=int, default=0, help="first sample to write")
     p.add_argument("--count", type=int, default=0, help="samples to write (0: all from --first)")
@@ -84,6 +112,7 @@ class LayerCapture:
         hooks = [inner.embed_tokens.register_forward_hook(self._keep(0))]
         for i, layer in enumerate(inner.layers):
             hooks.append(layer.register_forward_hook(self._keep(i + 1)))
+        hooks.append(inner.norm.register_forward_hook(self._keep("normed")))
         self.hooks = hooks
 
     def _keep(self, engine_id):
@@ -145,18 +174,46 @@ def write_file(path, data, pieces, pause_s):
                 time.sleep(pause_s)
 
 
+def specforge_path(out, i, group, compress):
+    g = i // group * group
+    return os.path.join(out, f"rows_{g}-{g + group}", f"data_{i}.ckpt" + (".gz" if compress else ""))
+
+
+def specforge_bytes(record, path, compress):
+    """The bytes SpecForge's _save_tensor_sync leaves in `path`: torch.save
+    of the dict, through gzip.open(path, "wb", compresslevel=6) with --compress."""
+    buffer = io.BytesIO()
+    if compress:
+        with gzip.GzipFile(filename=path, mode="wb", compresslevel=6, fileobj=buffer) as f:
+            torch.save(record, f)
+    else:
+        torch.save(record, buffer)
+    return buffer.getvalue()
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
     with open(os.path.join(args.target, "config.json")) as f:
         config = json.load(f)
     layers, vocab_size = config["num_hidden_layers"], config["vocab_size"]
+    specforge = args.format == "specforge"
     ids = args.layer_ids if args.layer_ids is not None else [2, layers // 2, layers - 3]
-    if not args.no_last_layer and layers not in ids:
+    if specforge:
+        # SpecForge's id k is layer k's output: the stream entering layer k + 1,
+        # captured in layer order (SGLang's layers_to_capture), each once.
+        if any(k < 0 or k > layers - 2 for k in ids):
+            sys.exit(f"--layer-ids {ids}: SpecForge ids lie in [0, {layers - 2}] for a {layers}-layer target")
+        ids = sorted(set(k + 1 for k in ids))
+    elif not args.no_last_layer and layers not in ids:
         ids = ids + [layers]
     ids = sorted(set(ids))  # as vLLM keeps the layers it is asked for: tuple(sorted(set(layers)))
     if any(k < 0 or k > layers for k in ids):
         sys.exit(f"--layer-ids {ids}: engine ids lie in [0, {layers}] for a {layers}-layer target")
+    if specforge and (args.random_states or args.dtype == "float8_e4m3fn"):
+        sys.exit("--format specforge writes the target's forward in bfloat16, float16 or float32")
+    if args.random_states and args.dtype == "float8_e4m3fn":
+        sys.exit("--dtype float8_e4m3fn quantizes the target's forward; --random-states writes bf16, f16 or f32")
     if args.random_states:
         source = RandomStates(args.target, ids)
     else:
@@ -164,24 +221,51 @@ def main():
         model = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
         model.eval()
         capture = LayerCapture(model, ids)
-    dtype = getattr(torch, args.dtype)
+    dtype = getattr(torch, args.dtype) if args.dtype != "float8_e4m3fn" else None
     samples = read_samples(args.samples, args.max_length)
     last = len(samples) if args.count <= 0 else min(len(samples), args.first + args.count)
     pieces = args.pieces if args.pieces > 1 or args.rate <= 0 else 4
     os.makedirs(args.out, exist_ok=True)
 
+    def states(tokens):
+        with torch.no_grad():
+            model(input_ids=tokens[None])
+        return capture.stack()
+
+    def padded_length(i):
+        first = i // args.batch_size * args.batch_size
+        return max(len(samples[j]) for j in range(first, min(first + args.batch_size, len(samples))))
+
     def file_bytes(i):
         tokens = torch.tensor(samples[i], dtype=torch.int64)
-        if args.random_states:
-            hidden = source.states(i, samples[i]).to(dtype)
-        else:
-            with torch.no_grad():
-                model(input_ids=tokens[None])
-            hidden = capture.stack().to(dtype).contiguous()
         written = tokens.clone()
         if i in args.wrong_tokens:
             written[0] = (written[0] + 1) % vocab_size
+        if specforge:
+            pad = padded_length(i) - len(samples[i])
+            tokens = torch.cat([tokens, torch.zeros(pad, dtype=torch.int64)])
+            written = torch.cat([written, torch.zeros(pad, dtype=torch.int64)])
+            hidden = states(tokens).to(dtype)
+            record = {"input_ids": written, "loss_mask": (torch.arange(len(tokens)) < len(samples[i])).to(torch.int64),
+                      "hidden_states": hidden.reshape(len(tokens), -1).unsqueeze(0).contiguous()}
+            if args.strategy == "dspark":
+                record["target_last_hidden_states"] = capture.states["normed"].to(dtype).contiguous()
+            return specforge_bytes(record, file_path(i), args.compress)
+        if args.random_states:
+            hidden = source.states(i, samples[i]).to(dtype)
+        elif args.dtype == "float8_e4m3fn":
+            from hs_connectors.fp8_utils import SCALES_KEY, quantize_tensor_to_fp8
+            # vLLM hands its connector the states in the model's dtype (bf16).
+            fp8, scales = quantize_tensor_to_fp8(states(tokens).to(torch.bfloat16).contiguous())
+            return save({"token_ids": written, "hidden_states": fp8, SCALES_KEY: scales})
+        else:
+            hidden = states(tokens).to(dtype).contiguous()
         return save({"token_ids": written, "hidden_states": hidden})
+
+    def file_path(i):
+        if specforge:
+            return specforge_path(args.out, i, args.file_group_size, args.compress)
+        return os.path.join(args.out, f"hs_{i}.safetensors")
 
     ready = {i: file_bytes(i) for i in range(args.first, last)} if args.precompute else {}
     began = time.monotonic()
@@ -191,7 +275,8 @@ def main():
             due = began + n / args.rate
             time.sleep(max(0.0, due - time.monotonic()))
         pause_s = 0.25 / args.rate / pieces if args.rate > 0 else 0.0
-        write_file(os.path.join(args.out, f"hs_{i}.safetensors"), data, pieces, pause_s)
+        os.makedirs(os.path.dirname(file_path(i)), exist_ok=True)
+        write_file(file_path(i), data, pieces, pause_s)
     elapsed = time.monotonic() - began
     print(json.dumps({"files": last - args.first, "layer_ids": ids, "dtype": args.dtype,
                       "elapsed_s": round(elapsed, 3)}))
