@@ -463,7 +463,15 @@ void register_features_engine(graph::NodeRegistry& registry) {
   RunHooks hooks;
   hooks.prepare = [](const RunContext& run, const config::NodeDecl& node) -> std::any { return prepare_engine(run, node); };
   hooks.resume_signature = [](config::YamlSection& params) {
-    return resume_text(engine_keys(), read_engine_features_params(params));
+    // format: vllm (the default) is left out, so a run from before SpecForge's
+    // captures were read keeps its signature and resumes.
+    const auto p = read_engine_features_params(params);
+    std::string out;
+    for (const auto& k : engine_keys().keys()) {
+      if (k.on_resume != config::OnResume::must_match || (k.name() == "format" && p.format == "vllm")) continue;
+      out += (out.empty() ? "{" : ", ") + k.name() + ": " + engine_keys().value_text(k, p);
+    }
+    return out.empty() ? out : out + "}";
   };
   hooks.feature_layers = [](config::YamlSection& params, int64_t target_layers) {
     const auto p = read_engine_features_params(params);

@@ -16,6 +16,8 @@
 #include "config/errors.hpp"
 #include "engine_files.hpp"
 #include "nodes/features_engine.hpp"
+#include "nodes/node_kind.hpp"
+#include "nodes/registry.hpp"
 #include "nodes/run_context.hpp"
 #include "nodes/trainer.hpp"
 #include "report/analysis.hpp"
@@ -348,4 +350,23 @@ TEST_CASE("EngineFeatures.packed_rows_train_from_engine_files_as_from_the_target
     CHECK(std::abs(got[i]["loss"].get<double>() - want[i]["loss"].get<double>()) <=
           1e-4 * std::abs(want[i]["loss"].get<double>()));
   }
+}
+
+// A run from before `format` existed (every run read vLLM's files) keeps its
+// resume signature: the default format is not part of it; another is.
+TEST_CASE("EngineFeatures.the_default_format_leaves_the_resume_signature_as_it_was") {
+  graph::NodeRegistry registry;
+  nodes::register_all_nodes(registry);
+  const nodes::RunHooks* hooks = nodes::run_hooks(registry, "features.engine");
+  REQUIRE(hooks != nullptr);
+  auto signature = [&](const std::string& params) {
+    config::YamlSection section(YAML::Load(params), "params", std::make_shared<config::Origins>());
+    return hooks->resume_signature(section);
+  };
+  const std::string vllm = signature("{dir: files, engine_layer_ids: [2, 4]}");
+  CHECK(vllm.find("format") == std::string::npos);
+  CHECK(vllm.find("dir: files") != std::string::npos);
+  CHECK(signature("{dir: files, engine_layer_ids: [2, 4], format: vllm}") == vllm);
+  CHECK(signature("{dir: files, engine_layer_ids: [1, 3], format: specforge}").find("format: specforge") !=
+        std::string::npos);
 }
