@@ -3,28 +3,18 @@
 #include "drafter/kind.hpp"
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 
 #include "drafter/kinds/registry.hpp"
+#include "drafter/named_registry.hpp"
 
 namespace dflow::model {
 
 namespace {
 
-struct Registry {
-  std::mutex mutex;
-  std::map<std::string, std::shared_ptr<const DrafterKind>> kinds;
-};
-
-Registry& registry() {
-  static Registry* r = [] {
-    auto* made = new Registry;
-    for (auto& kind : builtin_drafter_kinds()) made->kinds.emplace(kind->name(), std::move(kind));
-    return made;
-  }();
-  return *r;
+NamedRegistry<DrafterKind>& registry() {
+  static NamedRegistry<DrafterKind> r("drafter kind", builtin_drafter_kinds());
+  return r;
 }
 
 std::vector<int64_t> to_vector(const torch::Tensor& values) {
@@ -34,35 +24,10 @@ std::vector<int64_t> to_vector(const torch::Tensor& values) {
 
 }  // namespace
 
-const DrafterKind* find_drafter_kind(const std::string& name) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  const auto it = r.kinds.find(name);
-  return it == r.kinds.end() ? nullptr : it->second.get();
-}
-
-const DrafterKind& drafter_kind(const std::string& name) {
-  if (const DrafterKind* kind = find_drafter_kind(name)) return *kind;
-  std::string known;
-  for (const auto& n : drafter_kind_names()) known += (known.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("unknown drafter kind '" + name + "' (known: " + known + ")");
-}
-
-std::vector<std::string> drafter_kind_names() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  std::vector<std::string> names;
-  for (const auto& [name, kind] : r.kinds) names.push_back(name);
-  return names;
-}
-
-void register_drafter_kind(std::shared_ptr<const DrafterKind> kind) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  const std::string name = kind->name();
-  if (!r.kinds.emplace(name, std::move(kind)).second)
-    throw std::logic_error("drafter kind '" + name + "' is registered twice");
-}
+const DrafterKind* find_drafter_kind(const std::string& name) { return registry().find(name); }
+const DrafterKind& drafter_kind(const std::string& name) { return registry().get(name); }
+std::vector<std::string> drafter_kind_names() { return registry().names(); }
+void register_drafter_kind(std::shared_ptr<const DrafterKind> kind) { registry().add(std::move(kind)); }
 
 std::vector<std::string> adamw_parameter_fragments() {
   std::vector<std::string> out;

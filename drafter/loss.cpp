@@ -2,62 +2,27 @@
 #include "drafter/loss.hpp"
 
 #include <cmath>
-#include <map>
-#include <mutex>
 #include <sstream>
 #include <stdexcept>
 
 #include "drafter/losses/registry.hpp"
+#include "drafter/named_registry.hpp"
 
 namespace dflow::model {
 
 namespace {
 
-struct Registry {
-  std::mutex mutex;
-  std::map<std::string, std::shared_ptr<const DraftLoss>> losses;
-};
-
-Registry& registry() {
-  static Registry* r = [] {
-    auto* made = new Registry;
-    for (auto& loss : builtin_draft_losses()) made->losses.emplace(loss->name(), std::move(loss));
-    return made;
-  }();
-  return *r;
+NamedRegistry<DraftLoss>& registry() {
+  static NamedRegistry<DraftLoss> r("loss", builtin_draft_losses());
+  return r;
 }
 
 }  // namespace
 
-const DraftLoss* find_draft_loss(const std::string& name) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  const auto it = r.losses.find(name);
-  return it == r.losses.end() ? nullptr : it->second.get();
-}
-
-const DraftLoss& draft_loss(const std::string& name) {
-  if (const DraftLoss* loss = find_draft_loss(name)) return *loss;
-  std::string known;
-  for (const auto& n : draft_loss_names()) known += (known.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("unknown loss '" + name + "' (known: " + known + ")");
-}
-
-std::vector<std::string> draft_loss_names() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  std::vector<std::string> names;
-  for (const auto& [name, loss] : r.losses) names.push_back(name);
-  return names;
-}
-
-void register_draft_loss(std::shared_ptr<const DraftLoss> loss) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  const std::string name = loss->name();
-  if (!r.losses.emplace(name, std::move(loss)).second)
-    throw std::logic_error("loss '" + name + "' is registered twice");
-}
+const DraftLoss* find_draft_loss(const std::string& name) { return registry().find(name); }
+const DraftLoss& draft_loss(const std::string& name) { return registry().get(name); }
+std::vector<std::string> draft_loss_names() { return registry().names(); }
+void register_draft_loss(std::shared_ptr<const DraftLoss> loss) { registry().add(std::move(loss)); }
 
 bool LossMix::needs_teacher() const {
   for (const auto& [name, weight] : terms)

@@ -1,9 +1,11 @@
 // drafter_step: forward and backward of one micro-batch under the DFlash
-// objective. Fires only with the model token (invariant 1), which carries the
+// objective, with the drafter kind (`head:`) and the loss (or loss mix) its
+// params choose from their registries (drafter/kind.hpp, drafter/loss.hpp).
+// Fires only with the model token (invariant 1), which carries the
 // trainable state: the drafter is reached through it alone, and it travels on
-// inside the MicroStats. Gradients of sum(w * CE) accumulate in the
+// inside the MicroStats. Gradients of sum(w * loss) accumulate in the
 // parameters; optimizer_step divides by the step's total weight, so a step's
-// loss is sum(w * CE) / sum(w) over all of its micro-batches exactly.
+// loss is sum(w * loss) / sum(w) over all of its micro-batches exactly.
 // The objective's position weighting is the node's choice (params:
 // objective: decay, the 2025 recipe with train.loss_decay_gamma, or dpace
 // with alpha), and a resume must keep it. params.recompute recomputes each
@@ -32,7 +34,6 @@
 #include "nodes/registry.hpp"
 
 namespace dflow::nodes {
-
 
 namespace {
 
@@ -131,8 +132,8 @@ std::vector<std::string> names_of(const config::KeySet<S>& keys) {
 // `loss: ce`, `loss: kl`, or a weighted mix `loss: {ce: 0.1, kl: 0.9}`.
 model::LossMix read_loss(config::YamlSection& params) {
   model::LossMix mix;
+  const YAML::Node node = params.raw("loss");  // known, so a typo of it gets a suggestion
   if (!params.has("loss")) return mix;
-  const YAML::Node node = params.raw("loss");
   const auto names = model::draft_loss_names();
   auto known = [&](const std::string& name) {
     if (const auto problem = config::one_of(names)(name)) throw params.error("loss", *problem);
@@ -171,13 +172,16 @@ DrafterChoice read_drafter_params(config::YamlSection& params) {
   const model::DrafterKind& kind = c.kind();
   std::vector<std::string> own;
   for (const auto& p : kind.params()) own.push_back(p.name);
-  // Another kind's param under this head: say whose it is.
+  // Another kind's param under this head: say whose it is (and know them
+  // all, so that a typo of one gets a suggestion).
   for (const auto& other : model::drafter_kind_names()) {
     if (other == kind.name()) continue;
-    for (const auto& p : model::drafter_kind(other).params())
+    for (const auto& p : model::drafter_kind(other).params()) {
       if (params.has(p.name) && std::find(own.begin(), own.end(), p.name) == own.end())
         throw params.error(p.name, p.name + " is a param of head: " + other + ", and head is " + kind.name() +
                                        ": set head: " + other + ", or leave " + p.name + " out");
+      (void)params.raw(p.name);
+    }
   }
   config::YamlSection kind_section = only(params, own);
   c.kind_params = kind.read_params(kind_section);

@@ -52,7 +52,7 @@ std::optional<std::string> first_answer(const std::vector<Probe>& tried,
     try {
       answer = ask(probe.params);
     } catch (const std::exception&) {
-      continue;  // a setting that does not stand alone (markov_head without head: dspark)
+      continue;  // a setting that does not stand alone (a drafter kind's param without its head:)
     }
     if (!answer.empty()) return (probe.setting.empty() ? "" : " when " + probe.setting) + ": " + answer;
   }

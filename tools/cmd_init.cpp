@@ -438,8 +438,8 @@ void add_init_command(CLI::App& app, Common& common, Action& action) {
       ->required();
   sub->add_option("--out", options.out, "write the config to this file (default: print it)");
   sub->add_option("--recipe", options.recipe,
-                  "recommended (Muon, sliding layers, DSpark heads: docs/drafters.md \"Which recipe to pick\") or specforge "
-                  "(examples/qwen3-8b.yaml)")
+                  "recommended (examples/qwen3-8b-2026.yaml: Muon, sliding layers, its drafter kind; "
+                  "docs/drafters.md \"Which recipe to pick\") or specforge (examples/qwen3-8b.yaml)")
       ->check(CLI::IsMember({"recommended", "specforge"}))
       ->capture_default_str();
   sub->add_option("--draft-layers", options.draft_layers, "draft layers; the target layers read follow from them")

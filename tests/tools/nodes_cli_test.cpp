@@ -53,7 +53,8 @@ TEST_CASE("Cli.Nodes.a_kind_shows_its_ports_params_and_needs") {
     REQUIRE(o.exit_code == 0);
     CHECK(o.output.starts_with("features.engine: "));
     CHECK(has(o.output, "  inputs:  in (PaddedBatch)\n  outputs: out (FeatureBatch)\n"));
-    CHECK(has(o.output, "    dtype (string; default bfloat16; one of: bfloat16, float16, float32): the dtype the "));
+    CHECK(has(o.output, "    dtype (string; default bfloat16; one of: bfloat16, float16, float32, float8_e4m3fn): the "
+                        "dtype the "));
     CHECK(has(o.output, "    on_mismatch (string; default fail; one of: fail, skip; a resume may change it): "));
     CHECK(has(o.output, "    max_skipped_fraction (number; default 0.01; only with on_mismatch: skip; a resume may "
                         "change it): "));
@@ -66,7 +67,9 @@ TEST_CASE("Cli.Nodes.a_kind_shows_its_ports_params_and_needs") {
     REQUIRE(o.exit_code == 0);
     CHECK(has(o.output, "  needs:   the teacher (the target's last hidden state with every batch) when loss: kl: "
                         "trains with loss: kl\n"));
-    CHECK(has(o.output, "    loss (string; default ce; one of: ce, kl): "));
+    CHECK(has(o.output, "    loss (string, or a mapping of losses to weights; default ce; one of: ce, kl): "));
+    // Each drafter kind's params, under the head that takes them.
+    CHECK(has(o.output, "    markov_rank (integer; default 256; only with head: dspark): "));
     CHECK(has(o.output, "    head (string; default dflash; one of: dflash, dspark): "));
     CHECK(has(o.output, "  needs:   the whole target in-process when fill: true: "));
     CHECK(has(o.output, "  needs:   the whole target in-process: runs the target in-process\n"));

@@ -114,7 +114,12 @@ TEST_CASE("SpecForgeFiles.damaged_bytes_anywhere_are_refused_naming_the_file_or_
     const auto path = compress ? paths.gzipped : paths.plain;
     const auto whole = bytes_of(path);
     int refused = 0;
-    for (size_t at = 0; at < whole.size(); ++at) {
+    // Every byte of the headers and trailers (a zip's local header, central
+    // directory and end record; gzip's header and trailer) and every 7th
+    // byte of the payload between them: the pickle's opcodes and the
+    // tensors' bytes alike, in seconds (the fuzzers cover the container's
+    // bytes exhaustively).
+    for (size_t at = 0; at < whole.size(); at += (at < 128 || at + 256 >= whole.size()) ? 1 : 7) {
       for (const unsigned char flip : {0x01, 0xff}) {
         CAPTURE(at);
         auto damaged = whole;
