@@ -107,6 +107,8 @@ TEST_CASE("DSpark.Params.bad_values_are_refused_naming_the_key_and_the_value") {
       {"{head: dspark, confidence_head: false, confidence_alpha: 0.5}", {"params.confidence_alpha", "confidence_head is false"}},
       {"{head: dspark, confidence_head: false, confidence_with_markov: true}",
        {"params.confidence_with_markov", "confidence_with_markov true", "confidence_head is false"}},
+      {"{head: dspark, confidence_head: false, confidence_detach: true}",
+       {"params.confidence_detach", "confidence_detach true", "confidence_head is false"}},
       {"{head: dspark, markov_rank: 1000000000}",
        {"params.markov_rank", "must be at most 4096", "got 1000000000", "(node 'drafter', drafter_step)"}},
       {"{markov_rank: 64}", {"params.markov_rank", "(node 'drafter', drafter_step)", "head is dflash", "set head: dspark"}},
