@@ -36,8 +36,9 @@ struct Wanted {
 // logits are at hand and kept ([P, H] and [P, r], as small as the inputs),
 // and the bias weight's [V, r] is accumulated; backward only scales them.
 // No logits survive a chunk: at most three [rows, V] buffers in the
-// reduction dtype live at once (KL: draft, teacher, p), four while a KL at
-// a temperature other than 1 takes its acceptance rate at temperature 1.
+// reduction dtype live at once (KL: draft, teacher, p), four for js and
+// while a KL at a temperature other than 1 takes its acceptance rate at
+// temperature 1 (each loss's file says its own).
 class ChunkedDraftLoss : public torch::autograd::Function<ChunkedDraftLoss> {
  public:
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,

@@ -129,7 +129,7 @@ std::vector<std::string> names_of(const config::KeySet<S>& keys) {
   return out;
 }
 
-// `loss: ce`, `loss: kl`, or a weighted mix `loss: {ce: 0.1, kl: 0.9}`.
+// `loss: ce`, `loss: tv`, ..., or a weighted mix `loss: {ce: 0.1, tv: 0.9}`.
 model::LossMix read_loss(config::YamlSection& params) {
   model::LossMix mix;
   const YAML::Node node = params.raw("loss");  // known, so a typo of it gets a suggestion
@@ -144,7 +144,7 @@ model::LossMix read_loss(config::YamlSection& params) {
   }
   if (!node.IsMap() || node.size() == 0)
     throw params.error("loss", "must be a loss (" + model::LossMix{}.text() + ", ...) or a weighted mix such as "
-                               "{ce: 0.1, kl: 0.9}");
+                               "{ce: 0.1, tv: 0.9}");
   mix.terms.clear();
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string name = it->first.as<std::string>("");
@@ -390,7 +390,7 @@ std::vector<config::KeyDoc> drafter_param_docs() {
   loss.type = "string, or a mapping of losses to weights";
   loss.default_text = "ce";
   loss.allowed = model::draft_loss_names();
-  loss.doc = "the objective: a loss, or a weighted mix such as {ce: 0.1, kl: 0.9}";
+  loss.doc = "the objective: a loss, or a weighted mix such as {ce: 0.1, tv: 0.9}";
   for (const auto& name : loss.allowed) loss.doc += "; " + name + ": " + model::draft_loss(name).summary();
   out.push_back(loss);
   std::string temperature_users;

@@ -43,18 +43,36 @@ std::vector<Probe> probes(const std::vector<config::KeyDoc>& params) {
 }
 
 // The first probe's answer that says something, after the setting that gave
-// it (" when loss: kl: trains with loss: kl"; ": runs the target in-process"
-// with the defaults); nullopt when none does.
+// it (" when head: x: answer"; ": runs the target in-process" with the
+// defaults); where other values of the same param answer too, all of them,
+// with the answer only if theirs is the same (" when loss: js, kl or tv");
+// nullopt when none does.
 std::optional<std::string> first_answer(const std::vector<Probe>& tried,
                                         const std::function<std::string(const YAML::Node& params)>& ask) {
-  for (const auto& probe : tried) {
-    std::string answer;
+  auto answer_of = [&](const Probe& probe) -> std::string {
     try {
-      answer = ask(probe.params);
+      return ask(probe.params);
     } catch (const std::exception&) {
-      continue;  // a setting that does not stand alone (a drafter kind's param without its head:)
+      return "";  // a setting that does not stand alone (a drafter kind's param without its head:)
     }
-    if (!answer.empty()) return (probe.setting.empty() ? "" : " when " + probe.setting) + ": " + answer;
+  };
+  for (size_t i = 0; i < tried.size(); ++i) {
+    const std::string answer = answer_of(tried[i]);
+    if (answer.empty()) continue;
+    if (tried[i].setting.empty()) return ": " + answer;
+    const std::string key = tried[i].setting.substr(0, tried[i].setting.find(": ") + 2);
+    std::vector<std::string> values{tried[i].setting.substr(key.size())};
+    bool same = true;
+    for (size_t j = i + 1; j < tried.size(); ++j) {
+      if (!tried[j].setting.starts_with(key)) continue;
+      const std::string other = answer_of(tried[j]);
+      if (other.empty()) continue;
+      values.push_back(tried[j].setting.substr(key.size()));
+      same = same && other == answer;
+    }
+    std::string setting = key + values.front();
+    for (size_t v = 1; v < values.size(); ++v) setting += (v + 1 == values.size() ? " or " : ", ") + values[v];
+    return " when " + setting + (same ? ": " + answer : "");
   }
   return std::nullopt;
 }

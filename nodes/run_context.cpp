@@ -72,7 +72,7 @@ std::string teacher_kinds(const graph::NodeRegistry& kinds) {
   return out;
 }
 
-// A run that needs the teacher (loss: kl) is refused before anything loads
+// A run that needs the teacher (loss: kl, tv, ...) is refused before anything loads
 // when a node that makes FeatureBatches cannot give it, naming that node.
 void check_teacher_sources(const config::Config& config, const graph::NodeRegistry& kinds, const std::string& because) {
   if (because.empty()) return;
@@ -83,7 +83,7 @@ void check_teacher_sources(const config::Config& config, const graph::NodeRegist
     if (!spec || (hooks && hooks->gives_teacher) || !makes_features(*spec)) continue;
     throw ConfigError(n.mark, "pipeline.nodes[" + std::to_string(i) + "]",
                       "node '" + n.name + "' (" + n.type + ") makes the drafter's features but cannot give the "
-                      "target's last hidden state, and " + because + " (loss: kl needs it): use " +
+                      "target's last hidden state, and " + because + " (that loss reads the target's own distribution): use " +
                           teacher_kinds(kinds) + ", or loss: ce");
   }
 }

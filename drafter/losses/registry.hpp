@@ -12,5 +12,9 @@ std::vector<std::shared_ptr<const DraftLoss>> builtin_draft_losses();
 
 std::shared_ptr<const DraftLoss> ce_loss();
 std::shared_ptr<const DraftLoss> kl_loss();
+std::shared_ptr<const DraftLoss> tv_loss();
+std::shared_ptr<const DraftLoss> js_loss();
+std::shared_ptr<const DraftLoss> reverse_kl_loss();
+std::shared_ptr<const DraftLoss> neg_log_acceptance_loss();
 
 }  // namespace dflow::model

@@ -1,5 +1,5 @@
 """vllm-project/speculators' own code as the reference for dflow's DSpark
-export and kl loss (tests/drafter/test_speculators_reference.cpp writes the
+export and losses (tests/drafter/test_speculators_reference.cpp writes the
 cases). speculators 0.9.0 is installed without its dependencies (tools/setup.sh):
 its package __init__ imports its training stack (openai, datasets), so the
 modules used here are loaded with bare parent packages instead.
@@ -10,9 +10,15 @@ modules used here are loaded with bare parent packages instead.
         dflow's logits [N, Bs, V] (backbone plus Markov bias) and confidence
         [N, Bs] at those anchors. DSparkDraftModel is built from the export's
         config.json, loads its model.safetensors, and computes the same.
-    speculators_reference.py kl CASE.safetensors
-        dflow's chunked kl (row_loss, accept_rate, hidden_grad) against
-        speculators.losses.eager.kl_div_loss (and autograd through it).
+    speculators_reference.py loss LOSS CASE.safetensors [LOSS CASE.safetensors ...]
+        dflow's chunked loss LOSS (row_loss, accept_rate, hidden_grad,
+        loss_sum) against speculators.losses: LOSS is dflow's spelling as
+        JSON, a name ("tv") or a weighted mix ({"ce": 0.1, "tv": 0.9}),
+        resolved by speculators' own resolve_loss_config (eager) under
+        speculators' names; each row's loss is the weighted sum of its terms,
+        the gradient autograd's through them, and at temperature 1 the
+        weighted sum also through compound_loss, speculators' reduction.
+        One (LOSS, CASE) pair after another.
 
 Prints "ok" and exits 0, or names the disagreement and exits 1.
 """
@@ -48,12 +54,12 @@ def load_speculators():
     sys.modules["speculators"].SpeculatorModel = model.SpeculatorModel
     import speculators.models.attention  # noqa: E402,F401  (registers the attention functions)
     import speculators.models.dspark as dspark  # noqa: E402
-    import speculators.losses.eager as eager  # noqa: E402
+    import speculators.losses as losses  # noqa: E402
 
     # What speculators/__init__.py does once its imports are done: resolve the
     # configs' torch annotations, DSpark's among them.
     config.reload_schemas()
-    return dspark, eager
+    return dspark, losses
 
 
 def fail(what):
@@ -129,22 +135,69 @@ def check_dspark(export_dir, case_path):
     print("ok")
 
 
-def check_kl(case_path):
-    _, eager = load_speculators()
+# dflow's loss names and speculators' (losses.utils's maps).
+SPECULATORS_NAME = {"ce": "ce", "kl": "kl_div", "reverse_kl": "rkl", "js": "jsd", "tv": "tv",
+                    "neg_log_acceptance": "nla"}
+# dflow's losses that read kl_temperature (both distributions divided by it;
+# speculators' have no temperature: 1).
+USES_TEMPERATURE = {"kl"}
+# What speculators' loss_function adds to the masked count it divides by.
+REDUCTION_EPS = 1e-5
+# reverse_kl's gradient q (log q - log p - KL) subtracts numbers of the size
+# of log q - log p (25 nats here, where the target is sure), each rounded
+# in float32 by about 1e-6: 5 times the other losses' bound covers it.
+LOG_RATIO_TOLERANCE = 1e-4
+
+
+def check_loss(losses, spec, case_path):
+    parsed = json.loads(spec)
+    terms = {parsed: 1.0} if isinstance(parsed, str) else parsed
+    config = losses.resolve_loss_config(
+        json.dumps({SPECULATORS_NAME[name]: weight for name, weight in terms.items()}), "eager")
+    fns = {name: config[SPECULATORS_NAME[name]][0] for name in terms}
     case = load_file(case_path)
     temperature = case["temperature"].item()
+    weights = case["weights"]
     hidden = case["hidden"].clone().requires_grad_(True)
-    logits = hidden @ case["lm_head"].T + case["features"] @ case["bias_weight"].T
-    targets = case["teacher"] @ case["lm_head"].T
-    # dflow's temperature divides both logits (speculators' kl_div has none: 1).
-    kl = eager.kl_div_loss((logits / temperature).unsqueeze(0), (targets / temperature).unsqueeze(0))[0]
-    compare("kl per row", case["row_loss"], kl.detach())
-    (kl * case["weights"]).sum().backward()
-    compare("d(sum w kl)/d hidden", case["hidden_grad"], hidden.grad)
-    # The acceptance rate, 1 - TV at temperature 1 (speculators' tv_loss is TV).
-    tv = eager.tv_loss(logits.detach().unsqueeze(0), targets.unsqueeze(0))[0]
-    compare("accept rate", case["accept_rate"], 1.0 - tv)
-    print("ok")
+
+    def draft_logits():
+        return (hidden @ case["lm_head"].T + case["features"] @ case["bias_weight"].T).unsqueeze(0)
+
+    logits = draft_logits()
+    targets = (case["teacher"] @ case["lm_head"].T).unsqueeze(0)
+    # speculators' ce trains on the target's argmax, dflow's on the data's
+    # token: the case's labels are that argmax.
+    if not torch.equal(case["labels"], targets[0].argmax(-1)):
+        fail("the case's labels are not the target's argmax")
+
+    def term(name):
+        t = temperature if name in USES_TEMPERATURE else 1.0
+        return fns[name](logits / t, targets / t)[0]
+
+    rows = sum(weight * term(name) for name, weight in terms.items())
+    compare("%s per row" % spec, case["row_loss"], rows.detach())
+    (rows * weights).sum().backward()
+    gradient_tolerance = LOG_RATIO_TOLERANCE if "reverse_kl" in terms else TOLERANCE
+    compare("d(sum w %s)/d hidden" % spec, case["hidden_grad"], hidden.grad, gradient_tolerance)
+    # The acceptance rate, 1 - TV at temperature 1, or q(label) for ce alone.
+    with torch.no_grad():
+        if set(terms) == {"ce"}:
+            accept = torch.exp(-fns["ce"](logits, targets)[0])
+        else:
+            accept = 1.0 - losses.eager.tv_loss(logits, targets)[0]
+    compare("accept rate", case["accept_rate"], accept)
+    if temperature == 1.0:
+        # speculators' reduction: sum(w * loss) / (rows + 1e-5) per sequence,
+        # dflow's step divides the same sum by the sum of the weights.
+        hidden.grad = None
+        P = weights.numel()
+        mask = torch.ones(1, P)
+        total, _ = losses.compound_loss(draft_logits(), targets, mask, torch.arange(P).unsqueeze(0), config,
+                                        decay_fn=lambda pos_idx, **_: weights.unsqueeze(0))
+        compare("compound_loss x (rows + eps)", case["loss_sum"], total.detach() * (P + REDUCTION_EPS))
+        total.backward()
+        compare("d compound_loss/d hidden x (rows + eps)", case["hidden_grad"], hidden.grad * (P + REDUCTION_EPS),
+                gradient_tolerance)
 
 
 if __name__ == "__main__":
@@ -152,7 +205,10 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     if len(sys.argv) == 4 and sys.argv[1] == "dspark":
         check_dspark(sys.argv[2], sys.argv[3])
-    elif len(sys.argv) == 3 and sys.argv[1] == "kl":
-        check_kl(sys.argv[2])
+    elif len(sys.argv) >= 4 and len(sys.argv) % 2 == 0 and sys.argv[1] == "loss":
+        _, losses = load_speculators()
+        for i in range(2, len(sys.argv), 2):
+            check_loss(losses, sys.argv[i], sys.argv[i + 1])
+        print("ok")
     else:
         sys.exit(__doc__)

@@ -1,10 +1,12 @@
-// dflow's DSpark drafter and kl loss against vllm-project/speculators' own
+// dflow's DSpark drafter and losses against vllm-project/speculators' own
 // code (tests/drafter/speculators_reference.py, speculators 0.9.0 installed by
 // tools/setup.sh as a test-only reference): the exported drafter's logits and
 // confidence logits equal DSparkDraftModel's on the same weights and inputs,
-// and chunked_draft_loss's kl equals speculators' kl_div_loss.
+// and chunked_draft_loss's every loss equals speculators' (losses/).
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -117,34 +119,77 @@ TEST_CASE("Model.SpeculatorsReference.DsparkExportEqualsDSparkDraftModel") {
   check_dspark_against_speculators(markov_only, 1);
 }
 
-TEST_CASE("Model.SpeculatorsReference.KlEqualsSpeculatorsKlDiv") {
+// Every loss, alone and in mixes, against speculators' function of the same
+// logits (speculators' names, resolved by its resolve_loss_config): each
+// row's loss, its acceptance rate and the gradient through the chunks equal
+// speculators' and autograd's through it; at temperature 1 the weighted sum
+// also equals compound_loss's (its reduction, times the rows). The labels
+// are the target's argmax, which speculators' ce trains on.
+TEST_CASE("Model.SpeculatorsReference.LossesEqualSpeculatorsLosses") {
   torch::set_num_threads(1);
   torch::manual_seed(3);
   const int64_t P = 37, H = 24, V = 1000, r = 6;
   // Logits spread over several nats, as a trained head's are.
   const torch::Tensor lm_head = torch::randn({V, H}) * 0.8;
-  const torch::Tensor teacher = torch::randn({P, H});
   const torch::Tensor hidden = torch::randn({P, H}).requires_grad_(true);
   const torch::Tensor features = torch::randn({P, r});
   const torch::Tensor bias_weight = torch::randn({V, r}) * 0.3;
   const torch::Tensor weights = torch::rand({P}) + 0.1;
   LogitsBias bias{features, bias_weight};
-  for (const double temperature : {1.0, 2.0}) {
-    CAPTURE(temperature);
+  // Row 0's target is nearly one-hot where the draft is least likely: an
+  // acceptance rate below speculators' 1e-5, where neg_log_acceptance is
+  // held (flat, no gradient).
+  const torch::Tensor held_teacher = torch::randn({P, H});
+  held_teacher[0].copy_(hidden[0].detach() * -6.0);
+  struct Case {
+    LossMix loss;
+    double temperature = 1.0;
+    bool held_row = false;
+  };
+  const std::vector<Case> cases{
+      {LossMix::single("ce")},
+      {LossMix::single("kl")},
+      {LossMix::single("kl"), 2.0},
+      {LossMix::single("tv")},
+      {LossMix::single("js")},
+      {LossMix::single("reverse_kl")},
+      {LossMix::single("neg_log_acceptance")},
+      {LossMix::single("neg_log_acceptance"), 1.0, true},
+      {LossMix{{{"ce", 0.1}, {"tv", 0.9}}}},
+      // kl at its temperature, the others at 1 (they use none).
+      {LossMix{{{"kl", 0.5}, {"js", 0.2}, {"reverse_kl", 0.1}, {"neg_log_acceptance", 0.2}}}, 2.0},
+  };
+  ScratchDir scratch("loss-reference");
+  std::string arguments = "loss";
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    CAPTURE(c.loss.text());
+    const torch::Tensor teacher = c.held_row ? held_teacher : torch::randn({P, H});
+    const torch::Tensor labels = at::linear(teacher, lm_head).argmax(1);
     hidden.mutable_grad() = torch::Tensor();
-    const auto result = chunked_draft_loss(hidden, lm_head, &bias, torch::zeros({P}, torch::kInt64), teacher,
-                                           temperature, weights, 8);
+    const auto result =
+        chunked_draft_loss(hidden, lm_head, &bias, labels, teacher, c.loss, c.temperature, weights, 8);
     result.weighted_loss_sum.backward();
-    ScratchDir scratch("kl-reference");
-    write_safetensors(scratch.path() / "case.safetensors",
+    CHECK(torch::isfinite(hidden.grad()).all().item<bool>());
+    if (c.held_row) {
+      CHECK(result.accept_rate[0].item<double>() < 1e-5);
+      CHECK(result.row_loss[0].item<double>() == doctest::Approx(-std::log(1e-5)).epsilon(1e-6));
+    }
+    const auto path = scratch.path() / ("case" + std::to_string(i) + ".safetensors");
+    write_safetensors(path,
                       {{"hidden", hidden.detach()}, {"lm_head", lm_head}, {"teacher", teacher},
                        {"features", features}, {"bias_weight", bias_weight}, {"weights", weights},
-                       {"row_loss", result.row_loss}, {"accept_rate", result.accept_rate},
-                       {"hidden_grad", hidden.grad()}, {"temperature", torch::full({1}, temperature)}},
+                       {"labels", labels}, {"row_loss", result.row_loss}, {"accept_rate", result.accept_rate},
+                       {"hidden_grad", hidden.grad()}, {"loss_sum", result.weighted_loss_sum.detach().view({1})},
+                       {"temperature", torch::full({1}, c.temperature)}},
                       {});
-    const auto o = run_reference("kl " + (scratch.path() / "case.safetensors").string());
-    INFO(o.output);
-    CHECK(o.exit_code == 0);
-    CHECK(o.output.find("ok") != std::string::npos);
+    nlohmann::json spec = nlohmann::json::object();
+    for (const auto& [name, weight] : c.loss.terms) spec[name] = weight;
+    if (c.loss.terms.size() == 1) spec = c.loss.terms.front().first;
+    arguments += " '" + spec.dump() + "' " + path.string();
   }
+  const auto o = run_reference(arguments);
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  CHECK(o.output.find("ok") != std::string::npos);
 }

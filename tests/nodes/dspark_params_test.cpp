@@ -77,12 +77,17 @@ TEST_CASE("DSpark.Teacher.kl_refuses_a_feature_source_that_cannot_give_the_last_
   options.registry = &kinds_with_a_source_without_teacher();
   const auto dir = fresh_dir("kl-plain-source");
   const auto plain = with_target_type(small_run_config(dir, kShort), "target_forward.plain");
-  const std::string e = error_of([&] { nodes::run_training(with_drafter(plain, "{loss: kl}"), options); });
-  CHECK_MESSAGE(e.find("node 'target' (target_forward.plain) makes the drafter's features but cannot give the "
-                       "target's last hidden state") != std::string::npos, e);
-  CHECK_MESSAGE(e.find("node 'drafter' (drafter_step) trains with loss: kl") != std::string::npos, e);
-  CHECK_MESSAGE(e.find("use features.cached, features.engine or target_forward, or loss: ce") != std::string::npos, e);
-  CHECK_FALSE(fs::exists(dir / "checkpoints"));
+  // kl, and every other loss that reads the target's distribution, alone or in a mix.
+  for (const std::string loss : {"kl", "tv", "{ce: 0.1, tv: 0.9}"}) {
+    CAPTURE(loss);
+    const std::string e =
+        error_of([&] { nodes::run_training(with_drafter(plain, "{loss: " + loss + "}"), options); });
+    CHECK_MESSAGE(e.find("node 'target' (target_forward.plain) makes the drafter's features but cannot give the "
+                         "target's last hidden state") != std::string::npos, e);
+    CHECK_MESSAGE(e.find("node 'drafter' (drafter_step) trains with loss: " + loss) != std::string::npos, e);
+    CHECK_MESSAGE(e.find("use features.cached, features.engine or target_forward, or loss: ce") != std::string::npos, e);
+    CHECK_FALSE(fs::exists(dir / "checkpoints"));
+  }
   // The same source serves a ce run.
   nodes::run_training(stopped_after(plain, 1), options);
   CHECK(step_records(dir).size() == 1);
@@ -102,11 +107,13 @@ TEST_CASE("DSpark.Params.bad_values_are_refused_naming_the_key_and_the_value") {
       {"{head: dspark, confidence_head: false, confidence_alpha: 0.5}", {"params.confidence_alpha", "confidence_head is false"}},
       {"{head: dspark, confidence_head: false, confidence_with_markov: true}",
        {"params.confidence_with_markov", "confidence_with_markov true", "confidence_head is false"}},
+      {"{head: dspark, confidence_head: false, confidence_detach: true}",
+       {"params.confidence_detach", "confidence_detach true", "confidence_head is false"}},
       {"{head: dspark, markov_rank: 1000000000}",
        {"params.markov_rank", "must be at most 4096", "got 1000000000", "(node 'drafter', drafter_step)"}},
       {"{markov_rank: 64}", {"params.markov_rank", "(node 'drafter', drafter_step)", "head is dflash", "set head: dspark"}},
       {"{head: dspark2}", {"params.head", "'dspark2' is not one of: dflash, dspark"}},
-      {"{loss: kld}", {"params.loss", "'kld' is not one of: ce, kl"}},
+      {"{loss: kld}", {"params.loss", "'kld' is not one of: ce, js, kl, neg_log_acceptance, reverse_kl, tv"}},
       {"{loss: kl, kl_temperature: 0}", {"params.kl_temperature", "must be >= 0.1", "got 0"}},
       {"{loss: kl, kl_temperature: 1.0e-300}", {"params.kl_temperature", "must be >= 0.1", "got 1e-300"}},
       {"{kl_temperature: 2}", {"params.kl_temperature", "needs loss: kl"}},

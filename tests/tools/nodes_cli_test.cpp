@@ -65,9 +65,10 @@ TEST_CASE("Cli.Nodes.a_kind_shows_its_ports_params_and_needs") {
     const auto o = run_dflow("nodes drafter_step features.cached target_forward");
     INFO(o.output);
     REQUIRE(o.exit_code == 0);
-    CHECK(has(o.output, "  needs:   the teacher (the target's last hidden state with every batch) when loss: kl: "
-                        "trains with loss: kl\n"));
-    CHECK(has(o.output, "    loss (string, or a mapping of losses to weights; default ce; one of: ce, kl): "));
+    CHECK(has(o.output, "  needs:   the teacher (the target's last hidden state with every batch) when loss: js, "
+                        "kl, neg_log_acceptance, reverse_kl or tv\n"));
+    CHECK(has(o.output, "    loss (string, or a mapping of losses to weights; default ce; one of: ce, js, kl, "
+                        "neg_log_acceptance, reverse_kl, tv): "));
     // Each drafter kind's params, under the head that takes them.
     CHECK(has(o.output, "    markov_rank (integer; default 256; only with head: dspark): "));
     CHECK(has(o.output, "    head (string; default dflash; one of: dflash, dspark): "));

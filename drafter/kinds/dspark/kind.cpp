@@ -45,6 +45,7 @@ struct DSparkParams {
   bool confidence_head = true;
   bool confidence_with_markov = true;
   double confidence_alpha = 1.0;
+  bool confidence_detach = false;
 };
 
 const KeySetParams<DSparkParams>& dspark_params() {
@@ -72,12 +73,16 @@ const KeySetParams<DSparkParams>& dspark_params() {
             if (a > 0.0 && std::isfinite(a)) return std::nullopt;
             return "must be > 0: a confidence head without its loss weight, got " + number_text(a);
           });
+    k.add("confidence_detach", [](DSparkParams& p) -> auto& { return p.confidence_detach; }, OnResume::must_match,
+          "the confidence head reads a detached copy of the hidden state and the Markov embedding, so its BCE "
+          "trains the head alone (false: speculators' way, the BCE's gradient also reaches the backbone)");
     auto to_json = [](const DSparkParams& p) {
       return nlohmann::json{{"markov_rank", p.markov_rank},
                             {"markov_head", p.markov_head},
                             {"confidence_head", p.confidence_head},
                             {"confidence_with_markov", p.confidence_with_markov},
-                            {"confidence_alpha", p.confidence_alpha}};
+                            {"confidence_alpha", p.confidence_alpha},
+                            {"confidence_detach", p.confidence_detach}};
     };
     auto cross_check = [](config::YamlSection& section, const DSparkParams& p) {
       if (!p.confidence_head && section.has("confidence_alpha"))
@@ -88,6 +93,12 @@ const KeySetParams<DSparkParams>& dspark_params() {
                                                           (p.confidence_with_markov ? "true" : "false") +
                                                           " chooses the confidence head's input, but confidence_head "
                                                           "is false: leave it out, or set confidence_head: true");
+      if (!p.confidence_head && section.has("confidence_detach"))
+        throw section.error("confidence_detach", std::string("confidence_detach ") +
+                                                     (p.confidence_detach ? "true" : "false") +
+                                                     " chooses what the confidence head's loss trains, but "
+                                                     "confidence_head is false: leave it out, or set "
+                                                     "confidence_head: true");
     };
     return KeySetParams<DSparkParams>(std::move(k), to_json, cross_check);
   }();
@@ -105,7 +116,9 @@ class DSparkKind final : public DrafterKind {
   nlohmann::json read_params(config::YamlSection& params) const override { return dspark_params().read(params); }
   std::vector<std::pair<std::string, std::string>> resume_terms(const nlohmann::json& p) const override {
     const bool confidence = p.value("confidence_head", true);
+    // confidence_detach only when true: the signature of a run from before it stays what it was.
     return dspark_params().resume_terms(p, [&](const std::string& key) {
+      if (key == "confidence_detach") return !confidence || !p.value("confidence_detach", false);
       return !confidence && (key == "confidence_alpha" || key == "confidence_with_markov");
     });
   }
@@ -209,11 +222,14 @@ std::vector<ExtraLossTerm> DSparkModules::extra_terms(const TrainedSlots& slots,
                                                       const nlohmann::json& options) {
   if (!confidence) return {};
   // BCE of the head's logit against the slot's acceptance rate (detached),
-  // under the main loss's row weights.
+  // under the main loss's row weights. With confidence_detach its inputs
+  // are detached too: the BCE trains the head alone.
+  const bool detach = options.value("confidence_detach", false);
   torch::Tensor prev_embedding;  // [P, r]: W1 of each trained slot's previous token
   if (heads.confidence_with_markov)
     prev_embedding = markov->prev_embeddings(slots.prev_tokens.reshape({-1}).index_select(0, slots.rows));
-  const torch::Tensor logits = confidence_logits(slots.selected, prev_embedding);
+  if (detach && prev_embedding.defined()) prev_embedding = prev_embedding.detach();
+  const torch::Tensor logits = confidence_logits(detach ? slots.selected.detach() : slots.selected, prev_embedding);
   const auto reduction = main.row_loss.scalar_type();
   const torch::Tensor bce = torch::binary_cross_entropy_with_logits(
       logits.to(reduction), main.accept_rate.detach().to(reduction), {}, {}, at::Reduction::None);

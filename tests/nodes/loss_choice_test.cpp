@@ -1,0 +1,83 @@
+// The drafter node's objectives beyond ce and kl: `loss: tv` and a weighted
+// mix with it train on the demo through the drafter node (finite step
+// records, the acceptance rate per slot, TV's loss within [0, 1]), and the
+// resume signature names the loss, so a resume under another is refused and
+// one under the same goes on. The feature-source refusal for a loss that
+// needs the target's distribution is in dspark_params_test.cpp.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "error_of.hpp"
+#include "nodes/trainer.hpp"
+#include "train_fixture.hpp"
+
+using namespace dflow;
+using dflow::testing::error_of;
+using testing::fresh_dir;
+using testing::small_run_config;
+using testing::step_records;
+using testing::stopped_after;
+
+namespace {
+
+const std::vector<std::string> kShort{"train.epochs=1", "eval.every_steps=0"};
+
+config::Config with_drafter(config::Config config, const std::string& params) {
+  for (auto& n : config.pipeline.nodes)
+    if (n.name == "drafter") n.params.reset(YAML::Load(params));
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("Losses.Train.tv_and_a_mix_train_and_their_resume_names_the_loss") {
+  struct Case {
+    std::string params, saved;
+    double most;  // the step loss's bound: TV lies in [0, 1]
+  };
+  const std::vector<Case> cases{
+      {"{loss: tv}", "drafter_step {objective: decay, alpha: 0.5, head: dflash, loss: tv}", 1.0},
+      {"{loss: {ce: 0.1, tv: 0.9}}", "drafter_step {objective: decay, alpha: 0.5, head: dflash, loss: {ce: 0.1, tv: 0.9}}",
+       HUGE_VAL},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    CAPTURE(c.params);
+    const auto dir = fresh_dir("loss-choice-" + std::to_string(i));
+    nodes::run_training(stopped_after(with_drafter(small_run_config(dir, kShort), c.params), 2), {});
+    nodes::RunOptions resume;
+    resume.resume = "latest";
+    // Another loss (ce, the default) is refused, naming the saved one.
+    const std::string e =
+        error_of([&] { nodes::run_training(stopped_after(small_run_config(dir, kShort), 3), resume); });
+    CHECK_MESSAGE(e.find("pipeline.nodes.drafter: " + c.saved + " -> drafter_step {objective: decay, alpha: 0.5}") !=
+                      std::string::npos,
+                  e);
+    // The same loss goes on.
+    nodes::run_training(stopped_after(with_drafter(small_run_config(dir, kShort), c.params), 3), resume);
+    const auto records = step_records(dir);
+    REQUIRE(records.size() == 3);
+    for (const auto& r : records) {
+      const double loss = r["loss"].get<double>();
+      CHECK(std::isfinite(loss));
+      CHECK(loss >= 0.0);
+      CHECK(loss <= c.most);
+      REQUIRE(r.contains("accept_rate_per_position"));
+      CHECK(r["accept_rate_per_position"].size() == r["accuracy_per_position"].size());
+      for (const auto& a : r["accept_rate_per_position"]) {
+        CHECK(a.get<double>() >= 0.0);
+        CHECK(a.get<double>() <= 1.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("Losses.Params.kl_temperature_is_refused_for_a_loss_without_a_temperature") {
+  const auto dir = fresh_dir("loss-temperature");
+  const std::string e = error_of(
+      [&] { nodes::run_training(with_drafter(small_run_config(dir, kShort), "{loss: tv, kl_temperature: 2}"), {}); });
+  CHECK_MESSAGE(e.find("params.kl_temperature") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("needs loss: kl (loss is tv)") != std::string::npos, e);
+}
