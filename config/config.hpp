@@ -37,6 +37,9 @@ struct DrafterConfig {
   // full); a sliding layer sees the last sliding_window positions of context.
   std::vector<std::string> layer_types;
   int64_t sliding_window = 0;           // 0: none (every sliding layer needs one)
+  // The draft layers' MLP width; 0: the target's intermediate_size, or 3 x
+  // hidden_size when its config has none (a mixture of experts' text config).
+  int64_t intermediate_size = 0;
 };
 
 struct ModelConfig {

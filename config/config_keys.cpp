@@ -87,6 +87,11 @@ KeySet<Config> declare() {
   k.add("model.drafter.sliding_window", [](Config& c) -> auto& { return c.model.drafter.sliding_window; },
         must_match, "positions a sliding layer's query sees, its own included (0: none)",
         at_least<int64_t>(0, "must be >= 0 (0: no sliding layers)"));
+  k.add("model.drafter.intermediate_size", [](Config& c) -> auto& { return c.model.drafter.intermediate_size; },
+        must_match,
+        "the draft layers' MLP width (0: the target's intermediate_size, or 3 x its hidden_size when its config has "
+        "no dense one, as a mixture of experts' text config)",
+        at_least<int64_t>(0, "must be >= 0 (0: from the target)"));
   // data
   k.add("data.train", [](Config& c) -> auto& { return c.data.train; }, must_match,
         "prepared shard directories (dflow prepare)",

@@ -65,11 +65,15 @@ struct DrafterOptions {
   std::optional<int64_t> mask_token_id;       // default: the target config's mask token id
   std::vector<std::string> layer_types;       // empty: all full_attention
   int64_t sliding_window = 0;                 // for the sliding_attention layers
+  int64_t intermediate_size = 0;              // 0: the target's; 3 x hidden_size when it has none
   std::string kind = "dflash";                // the drafter kind and its fields (DrafterSpec's)
   nlohmann::json kind_fields = nlohmann::json::object();
 };
 
-// Refuses a missing mask token or one outside the target vocabulary.
+// Refuses a missing mask token or one outside the target vocabulary. A
+// target without a dense MLP width (intermediate_size 0: a mixture of
+// experts' text config) gives the draft layers 3 x hidden_size unless
+// options.intermediate_size sets it, and logs the choice.
 DrafterSpec make_drafter_spec(const HFConfig& target_config, const DrafterOptions& options);
 
 class RMSNormImpl : public torch::nn::Module {

@@ -18,6 +18,9 @@ std::invalid_argument spec_error(const std::string& what) {
 }
 
 constexpr const char* kFullAttention = "full_attention";
+// The draft MLP's width per unit of hidden width when the target has no
+// dense MLP to copy: SpecForge's Qwen3.5-35B-A3B DFlash config (6144 / 2048).
+constexpr int64_t kMlpWidthPerHidden = 3;
 constexpr const char* kSlidingAttention = "sliding_attention";
 
 std::string ids_text(const std::vector<int64_t>& ids) {
@@ -92,7 +95,15 @@ DrafterSpec make_drafter_spec(const HFConfig& target, const DrafterOptions& opti
   spec.num_attention_heads = target.num_attention_heads;
   spec.num_key_value_heads = target.num_key_value_heads;
   spec.head_dim = target.head_dim;
-  spec.intermediate_size = target.intermediate_size;
+  spec.intermediate_size = options.intermediate_size > 0 ? options.intermediate_size : target.intermediate_size;
+  if (spec.intermediate_size <= 0) {
+    spec.intermediate_size = kMlpWidthPerHidden * target.hidden_size;
+    log::info("model", log::str("drafter MLP width ", spec.intermediate_size, ": the target's config has no dense "
+                                "intermediate_size (a mixture of experts' text config), so the draft layers take ",
+                                kMlpWidthPerHidden, " x hidden_size ", target.hidden_size, ", the ratio of SpecForge's "
+                                "Qwen3.5-35B-A3B drafter (6144 at hidden 2048); set model.drafter.intermediate_size "
+                                "to choose"));
+  }
   spec.vocab_size = target.vocab_size;
   spec.max_position_embeddings = target.max_position_embeddings;
   spec.rms_norm_eps = target.rms_norm_eps;

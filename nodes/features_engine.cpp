@@ -176,6 +176,14 @@ PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& nod
                             std::to_string(n) + ") and list it here");
     if (!run.target_head->final_norm_weight().defined())
       throw std::logic_error("features.engine: the run needs the teacher but the target's final norm is not loaded");
+    const auto& head = run.target_head->config();
+    if (head.norm == model::NormStyle::Unknown)
+      throw ConfigError(node.mark, key + ".params.engine_layer_ids",
+                        "node '" + node.name + "' (features.engine): " + run.teacher_because + ", which applies the "
+                        "target's final norm to the engine's last layer, but dflow does not know how " +
+                            head.architecture + " (model_type '" + head.model_type + "') applies its norm, and "
+                            "will not guess: train with loss: ce (the default), or extract the final-normed last "
+                            "layer as SpecForge captures do (format: specforge)");
     source->last_slot = at - p.engine_layer_ids.begin();
   }
   if (!fs::is_directory(p.dir))

@@ -316,6 +316,7 @@ void RunContext::load_models() {
   if (config.model.drafter.mask_token_id >= 0) drafter_options.mask_token_id = config.model.drafter.mask_token_id;
   drafter_options.layer_types = config.model.drafter.layer_types;
   drafter_options.sliding_window = config.model.drafter.sliding_window;
+  drafter_options.intermediate_size = config.model.drafter.intermediate_size;
   drafter_options.kind = kind.kind;
   drafter_options.kind_fields = kind.fields;
   drafter_spec = model::make_drafter_spec(target_config, drafter_options);

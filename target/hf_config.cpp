@@ -187,6 +187,7 @@ HFConfig parse_hf_config(const nlohmann::json& json, const std::string& source) 
     case ModelFamily::Qwen3Moe: read_qwen3_moe_family(json, config, source); break;
     case ModelFamily::GptOss: read_gpt_oss_family(json, config, source); break;
   }
+  config.norm = config.family == ModelFamily::GptOss ? NormStyle::ScaleWide : NormStyle::ScaleAfterCast;
 
   if (config.num_key_value_heads <= 0 || config.num_attention_heads % config.num_key_value_heads != 0) {
     throw config_error(source, "num_attention_heads " + std::to_string(config.num_attention_heads) +

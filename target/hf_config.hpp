@@ -14,6 +14,14 @@ namespace dflow::model {
 enum class ModelFamily { Qwen3, Qwen2, Llama, Qwen3Moe, GptOss };
 std::string to_string(ModelFamily family);
 
+// How a family's RMSNorm applies its weight (target/target.hpp family_rms_norm).
+enum class NormStyle {
+  ScaleAfterCast,  // weight * (the normed x cast back to x's dtype): Qwen3, Qwen2, Llama, Qwen3-MoE, Qwen3-VL, Llama 4
+  ScaleWide,       // weight * normed x in float32, then cast back: gpt-oss
+  OnePlusWeight,   // normed x * (1 + weight) in float32, then cast back (a zero-centred weight): Qwen3.5/3.6
+  Unknown,         // an architecture dflow does not know: refused where the norm is applied (the kl teacher)
+};
+
 // Routed experts (target/moe.hpp). num_experts 0: every layer is dense.
 struct MoeConfig {
   int64_t num_experts = 0;               // qwen3_moe num_experts, gpt_oss num_local_experts
@@ -61,6 +69,7 @@ struct HFConfig {
   bool attention_output_bias = false;  // o_proj has a bias (never for Qwen2)
   bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
   bool tie_word_embeddings = false;
+  NormStyle norm = NormStyle::ScaleAfterCast;
   RopeScaling rope_scaling;
   // Per decoder layer: the sliding window in tokens (a query sees itself and
   // the window - 1 tokens before it), 0 for full attention (gpt_oss
@@ -108,14 +117,24 @@ struct HeadConfig : HFConfig {
   // Why dflow cannot run the whole target: parse_hf_config's refusal without
   // its file prefix (the family, or a key and value such as a rope scaling
   // type). "" when it can. `family` is the one the names give either way (an
-  // FP8 gpt-oss is gpt-oss: its norms' numerics follow it); Qwen3, a dense
-  // family's, when they name none dflow knows.
+  // FP8 gpt-oss is gpt-oss: its norms' numerics follow it); Qwen3 when they
+  // name none dflow knows (`norm` is then NormStyle::Unknown).
   std::string not_runnable_because;
+  // A multimodal wrapper's text model type (text_config.model_type, e.g.
+  // "qwen3_5_moe_text"): the sizes above are its text_config's. "" for a
+  // plain decoder config.
+  std::string text_model_type;
   bool runnable() const { return not_runnable_because.empty(); }
+  bool wrapper() const { return !text_model_type.empty(); }
 };
 
 // Refuses a DFlash drafter's config and a key the drafter needs that is
-// missing or not a positive integer, naming `source` and the key.
+// missing or not a positive integer, naming `source` and the key. A
+// multimodal wrapper (a config with a text_config: Qwen3.5/3.6, Qwen3-VL,
+// Llama 4) gives its text model's sizes, never runnable; its text config may
+// lack a dense intermediate_size (a mixture of experts: 0, the drafter's
+// model.drafter.intermediate_size decides). Gemma 3 is refused: it scales its
+// embedding by sqrt(hidden_size), which the drafter's frozen embedding does not.
 HeadConfig parse_head_config(const nlohmann::json& json, const std::string& source);
 HeadConfig load_head_config(const std::filesystem::path& path);  // a config.json or its directory
 // The head config of a config dflow runs (TargetModel::head()).

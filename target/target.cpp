@@ -10,8 +10,17 @@
 namespace dflow::model {
 
 torch::Tensor family_rms_norm(const HFConfig& config, const torch::Tensor& x, const torch::Tensor& weight) {
-  return config.family == ModelFamily::GptOss ? rms_norm_scaled_wide(x, weight, config.rms_norm_eps)
-                                              : rms_norm(x, weight, config.rms_norm_eps);
+  switch (config.norm) {
+    case NormStyle::ScaleAfterCast: return rms_norm(x, weight, config.rms_norm_eps);
+    case NormStyle::ScaleWide: return rms_norm_scaled_wide(x, weight, config.rms_norm_eps);
+    // Qwen3_5RMSNorm: its stored weight is zero-centred, the scale 1 + weight in float32.
+    case NormStyle::OnePlusWeight: return rms_norm_scaled_wide(x, weight.to(torch::kFloat32) + 1.0, config.rms_norm_eps);
+    case NormStyle::Unknown: break;
+  }
+  std::string architectures;
+  for (const auto& name : config.architectures) architectures += (architectures.empty() ? "" : ", ") + name;
+  throw std::invalid_argument("the final norm of model_type '" + config.model_type + "' (architectures [" +
+                              architectures + "]) is not one dflow knows: it cannot apply it (the kl teacher needs it)");
 }
 
 void KVCache::truncate(int64_t new_length) {

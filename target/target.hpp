@@ -29,9 +29,11 @@ std::vector<int64_t> feature_layer_ids(int64_t num_target_layers, int64_t num_fe
 // ids are returned as they are.
 std::vector<int64_t> distinct_feature_layer_ids(int64_t num_target_layers, int64_t num_features);
 
-// The target's RMSNorm as its family computes it: gpt-oss scales before the
-// cast back to x's dtype, the other families after. By `family`, which a
-// config dflow cannot run (an FP8 gpt-oss) still names.
+// The target's RMSNorm as its family computes it (config.norm): gpt-oss
+// scales before the cast back to x's dtype, Qwen3.5/3.6 scale by 1 + weight
+// before it, the other families scale after. A config dflow cannot run (an
+// FP8 gpt-oss, a multimodal wrapper) still names its norm; throws for a norm
+// dflow does not know (NormStyle::Unknown), never computing another's.
 torch::Tensor family_rms_norm(const HFConfig& config, const torch::Tensor& x, const torch::Tensor& weight);
 
 struct TargetLayerWeights {

@@ -1,7 +1,8 @@
 // What the drafter uses of its target when it does not run it: the frozen
 // embedding and LM head (one tensor when tied), the final norm when asked
 // for, and config.json's facts (target/hf_config.hpp HeadConfig). Loads from
-// any decoder's checkpoint, also one whose family dflow cannot run, reading
+// any decoder's checkpoint, also one whose family dflow cannot run or a
+// multimodal wrapper's (Qwen3.5/3.6, Qwen3-VL, Llama 4), reading
 // only these tensors' bytes (read_checkpoint_tensors); a loaded TargetModel
 // gives its own without a copy (TargetModel::head()).
 #pragma once
@@ -10,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <vector>
 
 #include "target/hf_config.hpp"
 
@@ -17,18 +19,30 @@ namespace dflow::model {
 
 class TargetHead {
  public:
-  // The checkpoint names (Hugging Face's, as every supported family and
-  // Qwen3-MoE and gpt-oss write them).
+  // The checkpoint names of a decoder (Hugging Face's, as every supported
+  // family and Qwen3-MoE and gpt-oss write them).
   static constexpr const char* kEmbeddingName = "model.embed_tokens.weight";
   static constexpr const char* kLmHeadName = "lm_head.weight";
   static constexpr const char* kFinalNormName = "model.norm.weight";
 
+  // Where a checkpoint keeps the head: a decoder's names, a multimodal
+  // wrapper's (Qwen3.5/3.6, Qwen3-VL: model.language_model.*, lm_head.weight
+  // at the top; Llama 4: language_model.model.*, language_model.lm_head.weight).
+  struct Names {
+    const char* embedding;
+    const char* final_norm;
+    const char* lm_head;
+  };
+  static const std::vector<Names>& naming_schemes();
+
   // config.json + only the head's tensors of `dir` (single model.safetensors
   // or sharded through model.safetensors.index.json), converted to `dtype`
   // (floating point) on `device` as TargetModel::load converts them. Without
-  // lm_head.weight a tied config uses the embedding; the final norm [H] is
-  // read only when `with_final_norm`. Throws naming the directory and the
-  // tensor for one that is missing or whose shape config.json contradicts.
+  // the LM head a tied config uses the embedding; the final norm [H] is read
+  // only when `with_final_norm`. The names are the first scheme whose
+  // embedding the checkpoint holds. Throws naming the directory and the
+  // tensor for one that is missing (every name tried, for the embedding) or
+  // whose shape config.json contradicts.
   static TargetHead load(const std::filesystem::path& dir, torch::Device device = torch::kCPU,
                          torch::Dtype dtype = torch::kFloat32, bool with_final_norm = false);
 

@@ -166,6 +166,7 @@ model::DrafterSpec drafter_of(const config::Config& config, const model::HeadCon
   if (config.model.drafter.mask_token_id >= 0) o.mask_token_id = config.model.drafter.mask_token_id;
   o.layer_types = config.model.drafter.layer_types;
   o.sliding_window = config.model.drafter.sliding_window;
+  o.intermediate_size = config.model.drafter.intermediate_size;
   const nodes::DrafterKindChoice kind = nodes::drafter_kind_choice(config, nodes::default_registry(), &teacher);
   o.kind = kind.kind;
   o.kind_fields = kind.fields;
@@ -249,6 +250,10 @@ std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, co
               : "no held-out prompts yet, so the eval node is off; give a JSONL of prompts never trained on (and "
                 "eval.every_steps) to measure tau"},
   };
+  if (head.intermediate_size <= 0)
+    c.push_back({"model.drafter.intermediate_size", std::to_string(3 * head.hidden_size),
+                 "the target's text config has no dense intermediate_size (a mixture of experts): 3 x hidden_size, "
+                 "the ratio of SpecForge's Qwen3.5-35B-A3B drafter (6144 at hidden 2048)"});
   if (o.recipe == "recommended") {
     const char* bench = "docs/drafters.md \"Which recipe to pick\" (tools/recipes_bench.sh, tools/tau_bench.sh)";
     if (o.draft_layers > 1) {
@@ -307,7 +312,8 @@ std::string describe_target(const model::HeadConfig& h) {
   std::ostringstream s;
   s << h.architecture << ", " << h.num_hidden_layers << " layers; the drafter copies its shape: hidden " << h.hidden_size
     << ", " << h.num_attention_heads << " heads (" << h.num_key_value_heads << " key/value), head dim " << h.head_dim
-    << ", MLP " << h.intermediate_size << ", vocabulary " << h.vocab_size << ", RoPE theta " << h.rope_theta;
+    << ", MLP " << (h.intermediate_size > 0 ? std::to_string(h.intermediate_size) : std::string("(none: experts only)"))
+    << ", vocabulary " << h.vocab_size << ", RoPE theta " << h.rope_theta;
   return s.str();
 }
 

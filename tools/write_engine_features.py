@@ -38,6 +38,11 @@ them (never atomically), so a reader sees files that are still growing.
   python tools/write_engine_features.py --target TARGET_DIR --samples DATA.jsonl \
       --out HS_DIR [--layer-ids 2 3 4] [--dtype bfloat16|float32] [--rate 20]
 
+A multimodal wrapper (Qwen3_5MoeForConditionalGeneration, ...) runs as its
+text model: AutoModelForCausalLM loads it (Qwen3_5MoeForCausalLM) from the
+wrapper's checkpoint, and engine id k counts every decoder layer, linear
+attention and full alike.
+
 --samples is the JSONL `dflow prepare` read ({"input_ids": [...]} per line,
 in dataset order); --max-length truncates as prepare's --max-length does.
 
@@ -90,6 +95,15 @@ def parse_args():
     p.add_argument("--random-states", action="store_true",
                    help="random hidden states of the target's shapes instead of its forward (needs only torch)")
     return p.parse_args()
+
+
+def text_config(target):
+    """config.json's text model: a multimodal wrapper's (Qwen3.5/3.6,
+    Qwen3-VL, Llama 4) is its text_config; AutoModelForCausalLM loads that
+    text model alone from the wrapper's checkpoint."""
+    with open(os.path.join(target, "config.json")) as f:
+        config = json.load(f)
+    return config.get("text_config", config)
 
 
 def read_samples(path, max_length):
@@ -146,8 +160,7 @@ class RandomStates:
     """Random states of the target's shapes, the same for a sample on every run."""
 
     def __init__(self, target, layer_ids):
-        with open(os.path.join(target, "config.json")) as f:
-            self.hidden = json.load(f)["hidden_size"]
+        self.hidden = text_config(target)["hidden_size"]
         self.slots = len(layer_ids)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -194,8 +207,7 @@ def specforge_bytes(record, path, compress):
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
-    with open(os.path.join(args.target, "config.json")) as f:
-        config = json.load(f)
+    config = text_config(args.target)
     layers, vocab_size = config["num_hidden_layers"], config["vocab_size"]
     specforge = args.format == "specforge"
     ids = args.layer_ids if args.layer_ids is not None else [2, layers // 2, layers - 3]

@@ -8,6 +8,8 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -68,6 +70,33 @@ inline Outcome write_engine_files_with_python(const std::filesystem::path& dir, 
                          (assets_dir() / "target").string() + " --samples " + (assets_dir() / "data.jsonl").string() +
                          " --max-length 128 --out " + dir.string() + " " + arguments,
                      600);
+}
+
+// 48 samples of 40..120 tokens below a vocabulary of 300 (the checkpoints
+// tests/target/hf_random_checkpoints.py and hf_wrapper_checkpoints.py write), prepared
+// into shards; returns the JSONL (what the engine's writer reads too).
+inline std::filesystem::path prepare_small_vocabulary_data(const std::filesystem::path& dir) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> token(12, 299), length(40, 120);
+  const std::filesystem::path jsonl = dir / "data.jsonl";
+  {
+    std::ofstream out(jsonl);
+    for (int i = 0; i < 48; ++i) {
+      const int n = length(rng);
+      std::string ids, mask;
+      for (int t = 0; t < n; ++t) {
+        ids += (t ? "," : "") + std::to_string(token(rng));
+        mask += (t ? "," : "") + std::string(t < n / 4 ? "0" : "1");
+      }
+      out << R"({"input_ids": [)" << ids << R"(], "loss_mask": [)" << mask << "]}\n";
+    }
+  }
+  const auto o = run_command(dflow_binary() + " prepare " + jsonl.string() + " --out " + (dir / "data").string() +
+                                 " --max-length 128 --vocab-size 300",
+                             120);
+  INFO(o.output);
+  REQUIRE(o.exit_code == 0);
+  return jsonl;
 }
 
 }  // namespace dflow::testing

@@ -6,8 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <fstream>
-#include <random>
 
 #include "engine_files.hpp"
 #include "nodes/run_context.hpp"
@@ -30,32 +28,6 @@ const fs::path& foreign_checkpoints() {
     return d;
   }();
   return dir;
-}
-
-// 48 samples of 40..120 tokens below the checkpoints' vocabulary, prepared
-// into shards; returns the JSONL (what the engine's writer reads too).
-fs::path prepare_small_vocabulary_data(const fs::path& dir) {
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int> token(12, 299), length(40, 120);
-  const fs::path jsonl = dir / "data.jsonl";
-  {
-    std::ofstream out(jsonl);
-    for (int i = 0; i < 48; ++i) {
-      const int n = length(rng);
-      std::string ids, mask;
-      for (int t = 0; t < n; ++t) {
-        ids += (t ? "," : "") + std::to_string(token(rng));
-        mask += (t ? "," : "") + std::string(t < n / 4 ? "0" : "1");
-      }
-      out << R"({"input_ids": [)" << ids << R"(], "loss_mask": [)" << mask << "]}\n";
-    }
-  }
-  const auto o = run_command(dflow_binary() + " prepare " + jsonl.string() + " --out " + (dir / "data").string() +
-                                 " --max-length 128 --vocab-size 300",
-                             120);
-  INFO(o.output);
-  REQUIRE(o.exit_code == 0);
-  return jsonl;
 }
 
 void trains_from_engine_files_head_only(const std::string& checkpoint) {

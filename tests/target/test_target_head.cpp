@@ -211,13 +211,15 @@ TEST_CASE("Model.HeadConfig.a_gpt_oss_target_dflow_cannot_run_still_norms_as_gpt
   CHECK(torch::equal(normed, rms_norm_scaled_wide(x, weight, oss.rms_norm_eps)));
   CHECK_FALSE(torch::equal(normed, rms_norm(x, weight, oss.rms_norm_eps)));  // the orders round differently in bf16
 
-  // An architecture dflow does not know norms as a dense family.
+  // An architecture dflow does not know: its norm is not guessed as a dense family's.
   nlohmann::json other = fp8;
   other["model_type"] = "mistral";
   other["architectures"] = {"MistralForCausalLM"};
   const HeadConfig mistral = parse_head_config(other, "mistral/config.json");
   CHECK_FALSE(mistral.runnable());
-  CHECK(torch::equal(family_rms_norm(mistral, x, weight), rms_norm(x, weight, mistral.rms_norm_eps)));
+  CHECK(mistral.norm == NormStyle::Unknown);
+  CHECK_THROWS_WITH_AS(family_rms_norm(mistral, x, weight), doctest::Contains("MistralForCausalLM"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("Model.TargetHead.a_command_that_loads_the_whole_target_names_the_architecture") {

@@ -269,3 +269,40 @@ TEST_CASE("Cli.Init.the_mask_token_comes_from_the_tokenizer") {
   REQUIRE_MESSAGE(own.exit_code == 0, own.output);
   CHECK(has(own.output, "    # the tokenizer's <|MASK|> token\n    mask_token_id: 257\n"));
 }
+
+TEST_CASE("Cli.Init.a_qwen3_5_moe_wrapper_gets_its_text_models_shape_and_an_mlp_width") {
+  // Qwen3.5-35B-A3B's config.json as published: a multimodal wrapper whose
+  // text_config (a mixture of experts) has no dense intermediate_size.
+  const std::string wrapper = R"({"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+      "tie_word_embeddings": false, "vision_config": {"depth": 27, "hidden_size": 1152},
+      "text_config": {"model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40,
+        "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 248320,
+        "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "num_experts": 256,
+        "num_experts_per_tok": 8, "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+        "eos_token_id": 248044, "full_attention_interval": 4,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25}}})";
+  const auto root = testing::fresh_dir("init-qwen3_5");
+  const auto dir = config_only(root / "qwen3.5-35b-a3b", wrapper);
+  auto made = run_dflow("init " + dir.string() + " --memory-gib 80 --set model.drafter.mask_token_id=248319 --out " +
+                        (root / "run.yaml").string());
+  INFO(made.output);
+  REQUIRE(made.exit_code == 0);
+  const std::string yaml = read_text(root / "run.yaml");
+  INFO(yaml);
+  CHECK(has(yaml, "Qwen3_5MoeForConditionalGeneration, 40 layers; the drafter copies its shape: hidden 2048, 16 heads "
+                  "(2 key/value), head dim 256, MLP (none: experts only), vocabulary 248320"));
+  CHECK(has(yaml, "intermediate_size: 6144"));
+  CHECK(has(yaml, "no dense intermediate_size (a mixture of experts): 3 x hidden_size"));
+  CHECK(has(yaml, "Qwen3_5MoeForConditionalGeneration is not a target dflow runs (a multimodal wrapper"));
+  CHECK(has(yaml, "type: features.engine"));
+  auto checked = run_dflow("config " + (root / "run.yaml").string());
+  CHECK_MESSAGE(checked.exit_code == 0, checked.output);
+
+  // A text_config without a size the drafter copies: the key and the file, exit 2.
+  std::string lacking = wrapper;
+  lacking.replace(lacking.find(R"("hidden_size": 2048, )"), std::string(R"("hidden_size": 2048, )").size(), "");
+  const auto bad = config_only(root / "lacking", lacking);
+  auto refused = run_dflow("init " + bad.string());
+  CHECK(refused.exit_code == 2);
+  CHECK(has(refused.output, (bad / "config.json").string() + "': lacks 'text_config.hidden_size'"));
+}
