@@ -83,11 +83,6 @@ struct Batching {
 // second node of a pipeline that declares two batching nodes.
 Batching batching_of(const config::PipelineConfig& pipeline, const graph::NodeRegistry& kinds);
 
-// The epoch plan's options of a run of `config` over `world_size` ranks
-// with the pipeline's `batching`: what training plans (and what `dflow
-// extraction-order` walks).
-data::PlanOptions plan_options(const config::Config& config, const Batching& batching, int world_size, int epoch);
-
 // Node name -> "type params" of each node whose kind has a resume signature
 // (RunHooks::resume_signature): what a resume must keep.
 std::map<std::string, std::string> resume_signatures(const config::PipelineConfig& pipeline,
