@@ -27,6 +27,7 @@
 #include "nodes/node_kind.hpp"
 #include "nodes/node_params.hpp"
 #include "nodes/node_support.hpp"
+#include "nodes/plan_options.hpp"
 #include "nodes/registry.hpp"
 #include "train/engine_files.hpp"
 

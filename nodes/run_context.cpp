@@ -1,4 +1,5 @@
 #include "nodes/run_context.hpp"
+#include "nodes/plan_options.hpp"
 
 #include <algorithm>
 
@@ -165,19 +166,6 @@ Batching batching_of(const config::PipelineConfig& pipeline, const graph::NodeRe
     b.policy = hooks->batching(params);
   }
   return b;
-}
-
-data::PlanOptions plan_options(const config::Config& config, const Batching& batching, int world_size, int epoch) {
-  data::PlanOptions o;
-  o.seed = config.run.seed;
-  o.epoch = epoch;
-  o.buckets = config.data.buckets;
-  o.tokens_per_batch = config.data.tokens_per_batch;
-  o.max_length = config.data.max_length;
-  o.batching = batching.policy;
-  o.grad_accum = config.train.grad_accum;
-  o.world_size = world_size;
-  return o;
 }
 
 std::map<std::string, std::string> resume_signatures(const config::PipelineConfig& pipeline,

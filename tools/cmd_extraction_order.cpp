@@ -11,6 +11,7 @@
 #include "data/dataset.hpp"
 #include "data/extraction_order.hpp"
 #include "graph/description.hpp"
+#include "nodes/plan_options.hpp"
 #include "nodes/registry.hpp"
 #include "nodes/run_context.hpp"
 #include "tools/cli.hpp"

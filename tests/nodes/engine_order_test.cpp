@@ -11,6 +11,7 @@
 #include "data/extraction_order.hpp"
 #include "engine_files.hpp"
 #include "nodes/node_kind.hpp"
+#include "nodes/plan_options.hpp"
 #include "nodes/registry.hpp"
 #include "nodes/run_context.hpp"
 #include "nodes/trainer.hpp"
