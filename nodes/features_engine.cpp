@@ -16,6 +16,7 @@
 #include "config/errors.hpp"
 #include "config/log.hpp"
 #include "data/data_error.hpp"
+#include "data/extraction_order.hpp"
 #include "graph/telemetry.hpp"
 #include "formats/safetensors.hpp"
 #include "target/target.hpp"
@@ -26,6 +27,7 @@
 #include "nodes/node_kind.hpp"
 #include "nodes/node_params.hpp"
 #include "nodes/node_support.hpp"
+#include "nodes/plan_options.hpp"
 #include "nodes/registry.hpp"
 #include "train/engine_files.hpp"
 
@@ -100,6 +102,11 @@ const config::KeySet<EngineFeaturesParams>& engine_keys() {
     k.add("ready_ahead_window", [](EngineFeaturesParams& p) -> auto& { return p.ready_ahead_window; },
           OnResume::may_change, "samples ahead of training (in its order) looked for, for the ready-ahead gauge",
           config::must<int>([](int v) { return v >= 0; }, "must be >= 0"));
+    k.add("file_order", [](EngineFeaturesParams& p) -> auto& { return p.file_order; }, OnResume::must_match,
+          "which sample each file holds: empty, file i holds dataset sample i (the extraction read the dataset in "
+          "order); else the map `dflow extraction-order --map` wrote beside the rows the extraction read (training "
+          "order), file k holding the sample it lists k-th. A map of another dataset, or one that does not list "
+          "each sample once, is refused at start");
     return k;
   }();
   return keys;
@@ -121,6 +128,7 @@ struct EngineSource {
   int64_t last_slot = -1;      // vllm: the slot of engine id N (before the final norm) when the run needs the teacher
   bool teacher = false;        // the run needs the teacher (specforge: each file's target_last_hidden_states)
   CaptureLayout layout;
+  std::vector<int64_t> file_of_sample;  // params.file_order's map by sample id (empty: file i is sample i)
   std::shared_ptr<SkippedSamples> skipped = std::make_shared<SkippedSamples>();
 };
 
@@ -143,6 +151,31 @@ void check_file_groups(const config::NodeDecl& node, const std::string& key, con
                             std::to_string(p.file_group_size) + ": set file_group_size to the capture's "
                             "--file-group-size (" + std::to_string(end - first) + ")");
   }
+}
+
+// params.file_order's map, checked against the dataset, as the file index
+// of each sample. A map written for another plan (seed, batching, ranks)
+// still says which sample each file holds, so training reads it right, only
+// in an order the extraction did not follow: said, not refused.
+std::vector<int64_t> files_by_sample(const RunContext& run, const config::NodeDecl& node, const std::string& key,
+                                     const std::string& path) {
+  data::FileOrder order;
+  try {
+    order = data::read_file_order(path);
+    data::check_file_order(order, run.dataset, path);
+  } catch (const data::DataError& e) {
+    throw ConfigError(node.mark, key + ".params.file_order", "node '" + node.name + "' (features.engine): " + e.what());
+  }
+  const auto run_order = data::order_options_text(plan_options(run.config, run.batching, run.options.world_size, 0));
+  if (order.written_for != run_order)
+    log::warn("data", "node '" + node.name + "' (features.engine): " + path + " follows the plan of " +
+                          order.written_for + ", this run plans with " + run_order +
+                          ": its files are read right, but not in the order the extraction wrote them, so training "
+                          "may wait for it; write the order with this config (`dflow extraction-order`) before "
+                          "extracting");
+  std::vector<int64_t> file_of(order.sample_ids.size());
+  for (size_t k = 0; k < order.sample_ids.size(); ++k) file_of[static_cast<size_t>(order.sample_ids[k])] = static_cast<int64_t>(k);
+  return file_of;
 }
 
 PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& node) {
@@ -193,6 +226,7 @@ PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& nod
                           ": the extraction's output directory must exist before training starts (files in it are "
                           "waited for; the directory is not)");
   if (specforge) check_file_groups(node, key, p);
+  if (!p.file_order.empty()) source->file_of_sample = files_by_sample(run, node, key, p.file_order);
   const int64_t present = capture_files_present(source->layout);
   log::info("data", log::str("engine features ", p.dir, " (", p.format, "): ", present, " of ", run.dataset.size(),
                              " sample files there now (", p.dtype, ", slots ", ids_text(source->slots), " of ",
@@ -248,14 +282,16 @@ class FeaturesEngine final : public graph::FunctionBody {
     const auto slots = torch::tensor(source_->slots, torch::kInt64);
     double waited_s = 0;
     for (const auto& place : sample_places(batch.plan, run_.dataset.lengths())) {
-      const auto sample = wait_and_read_capture(source_->layout, place.sample_id, hidden, wait_, waited_s);
+      const auto sample = read_sample(place.sample_id, hidden, waited_s);
       check_layout(sample, place.sample_id);
       if (const auto why = token_mismatch(sample, place.sample_id); !why.empty()) {
         const std::string what = "sample " + std::to_string(place.sample_id) + ": engine features file " +
-                                 sample.path.string() + " holds other tokens than the dataset's sample (" + why + ")";
+                                 sample.path.string() + order_note(place.sample_id) +
+                                 " holds other tokens than the dataset's sample (" + why + ")";
         if (p.on_mismatch == "fail")
-          throw data::DataError(what + "; the extraction ran on another dataset or tokenization (set on_mismatch: "
-                                       "skip to train without such samples)");
+          throw data::DataError(what + "; the extraction ran on another dataset or tokenization" +
+                                (p.file_order.empty() ? "" : ", or on rows other than those written with this map") +
+                                " (set on_mismatch: skip to train without such samples)");
         log::warn("data", log::str(what, ": skipped (node '", name_, "', on_mismatch: skip)"));
         count_skipped(place.sample_id, what);
         mismatched.insert(place.sample_id);
@@ -278,6 +314,29 @@ class FeaturesEngine final : public graph::FunctionBody {
       teacher = normed.to(run_.drafter_device, run_.drafter_dtype).contiguous();
     }
     return host_drafter ? features : for_drafter(run_, features);
+  }
+
+  int64_t file_index(int64_t sample_id) const {
+    return source_->file_of_sample.empty() ? sample_id : source_->file_of_sample[static_cast<size_t>(sample_id)];
+  }
+
+  // " (file 7 by params.file_order runs/x/order.map.json)", or "" without a map.
+  std::string order_note(int64_t sample_id) const {
+    if (source_->file_of_sample.empty()) return "";
+    return " (file " + std::to_string(file_index(sample_id)) + " by params.file_order " + source_->params.file_order +
+           ")";
+  }
+
+  // The sample's file, waited for; with a map, its errors name the sample
+  // as well as the file index they are about.
+  CapturedSample read_sample(int64_t sample_id, int64_t hidden, double& waited_s) const {
+    if (source_->file_of_sample.empty())
+      return wait_and_read_capture(source_->layout, sample_id, hidden, wait_, waited_s);
+    try {
+      return wait_and_read_capture(source_->layout, file_index(sample_id), hidden, wait_, waited_s);
+    } catch (const data::DataError& e) {
+      throw data::DataError("sample " + std::to_string(sample_id) + order_note(sample_id) + ": " + e.what());
+    }
   }
 
   // Throws once more samples were skipped than max_skipped_fraction allows.
@@ -344,7 +403,9 @@ class FeaturesEngine final : public graph::FunctionBody {
 
   int64_t ready_ahead(const data::PlannedBatch& plan) const {
     return samples_ready_ahead(run_.plans(), plan, run_.options.rank, source_->params.ready_ahead_window,
-                               [&](int64_t sample_id) { return capture_file_present(source_->layout, sample_id); });
+                               [&](int64_t sample_id) {
+                                 return capture_file_present(source_->layout, file_index(sample_id));
+                               });
   }
 
   const RunContext& run_;
@@ -471,12 +532,15 @@ void register_features_engine(graph::NodeRegistry& registry) {
   RunHooks hooks;
   hooks.prepare = [](const RunContext& run, const config::NodeDecl& node) -> std::any { return prepare_engine(run, node); };
   hooks.resume_signature = [](config::YamlSection& params) {
-    // format: vllm (the default) is left out, so a run from before SpecForge's
-    // captures were read keeps its signature and resumes.
+    // format: vllm and no file_order (the defaults) are left out, so a run
+    // from before SpecForge's captures or file_order were read keeps its
+    // signature and resumes.
     const auto p = read_engine_features_params(params);
     std::string out;
     for (const auto& k : engine_keys().keys()) {
-      if (k.on_resume != config::OnResume::must_match || (k.name() == "format" && p.format == "vllm")) continue;
+      if (k.on_resume != config::OnResume::must_match || (k.name() == "format" && p.format == "vllm") ||
+          (k.name() == "file_order" && p.file_order.empty()))
+        continue;
       out += (out.empty() ? "{" : ", ") + k.name() + ": " + engine_keys().value_text(k, p);
     }
     return out.empty() ? out : out + "}";

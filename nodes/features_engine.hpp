@@ -32,6 +32,7 @@ struct EngineFeaturesParams {
   double max_skipped_fraction = 0.01;  // skip: the run fails once more of the dataset's samples were skipped
   double timeout_s = 600;              // a sample whose file is not whole by then fails the run
   int ready_ahead_window = 256;        // samples ahead (in training order) probed for the "ready ahead" gauge
+  std::string file_order;              // "": file i holds dataset sample i; else `dflow extraction-order --map`'s map
 };
 EngineFeaturesParams read_engine_features_params(config::YamlSection& params);
 

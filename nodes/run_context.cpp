@@ -1,4 +1,5 @@
 #include "nodes/run_context.hpp"
+#include "nodes/plan_options.hpp"
 
 #include <algorithm>
 
@@ -242,18 +243,8 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
     if (summary.rfind("[data] ", 0) == 0) summary.erase(0, 7);
     log::info("data", summary);
   };
-  plans_ = std::make_unique<data::PlanCache>(dataset, [this](int epoch) {
-    data::PlanOptions o;
-    o.seed = config.run.seed;
-    o.epoch = epoch;
-    o.buckets = config.data.buckets;
-    o.tokens_per_batch = config.data.tokens_per_batch;
-    o.max_length = config.data.max_length;
-    o.batching = batching.policy;
-    o.grad_accum = config.train.grad_accum;
-    o.world_size = options.world_size;
-    return o;
-  }, log_plan);
+  plans_ = std::make_unique<data::PlanCache>(
+      dataset, [this](int epoch) { return plan_options(config, batching, options.world_size, epoch); }, log_plan);
   load_models();
   plan_run();
   if (resume) start_from(*resume);

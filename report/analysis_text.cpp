@@ -77,9 +77,10 @@ std::string outside_text(const NodeLoad& n, const AnalysisOptions& options) {
   if (n.outside_wait_share >= options.outside_share)
     return "The extraction bounds this run, not training: " + node_label(n) + " waited " + waited +
            " for files the engine had not written yet, and " + ahead +
-           ". Training draws its samples in shuffled order, so it needs files from all over the dataset from its "
-           "first steps: the extraction must be ahead of it, not only as fast. Give the extraction more throughput "
-           "(GPUs, concurrency) or start training once more files are there.";
+           ". Training draws its samples in shuffled order: an extraction in dataset order must be ahead of it, "
+           "not only as fast. Extract in training order (`dflow extraction-order`, then features.engine's "
+           "params.file_order), give the extraction more throughput (GPUs, concurrency), or start training once "
+           "more files are there.";
   return "Training bounds this run, not the extraction: " + node_label(n) + " waited only " + waited +
          " for the engine's files, and " + ahead + ".";
 }

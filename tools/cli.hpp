@@ -35,6 +35,7 @@ void add_export_command(CLI::App& app, Action& action);
 void add_regenerate_command(CLI::App& app, Action& action);
 void add_replay_command(CLI::App& app, Common& common, Action& action);
 void add_cache_features_command(CLI::App& app, Common& common, Action& action);
+void add_extraction_order_command(CLI::App& app, Common& common, Action& action);
 void add_init_command(CLI::App& app, Common& common, Action& action);
 
 // Adds --set and --log-level to a subcommand.

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   cli::add_regenerate_command(app, action);
   cli::add_replay_command(app, common, action);
   cli::add_cache_features_command(app, common, action);
+  cli::add_extraction_order_command(app, common, action);
   cli::add_sweep_command(app, common, action);
   try {
     app.parse(argc, argv);
