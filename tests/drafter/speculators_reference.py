@@ -185,7 +185,8 @@ def check_dflash2(export_dir, case_path):
         compare("logits", case["logits"], logits.view(N, Bs, -1))
     alpha = case["selector_loss_alpha"].item()
     _, loss, metrics = model.forward(features, input_ids, loss_mask, case["teacher"], document_ids,
-                                     loss_config=kl, gamma=case["gamma"].item(), max_anchors=N,
+                                     loss_config=kl, tv_loss_fn=load_speculators_eager().tv_loss,
+                                     gamma=case["gamma"].item(), max_anchors=N,
                                      selector_loss_alpha=alpha)
     # speculators divides each weighted sum by the masked slots (plus its eps).
     aligned = loss_mask[0, indices].view(N, Bs).clone()
