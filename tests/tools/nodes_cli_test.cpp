@@ -67,7 +67,7 @@ TEST_CASE("Cli.Nodes.a_kind_shows_its_ports_params_and_needs") {
     CHECK(has(o.output, "  needs:   the teacher (the target's last hidden state with every batch) when loss: kl: "
                         "trains with loss: kl\n"));
     CHECK(has(o.output, "    loss (string; default ce; one of: ce, kl): "));
-    CHECK(has(o.output, "    head (string; default dflash; one of: dflash, dspark): "));
+    CHECK(has(o.output, "    head (string; default dflash; one of: dflash, dflash2, dspark): "));
     CHECK(has(o.output, "  needs:   the whole target in-process when fill: true: "));
     CHECK(has(o.output, "  needs:   the whole target in-process: runs the target in-process\n"));
     CHECK(has(o.output, "its work is the compute that bounds a run"));
