@@ -5,6 +5,7 @@
 
 #include "drafter/kind.hpp"
 
+#include <functional>
 #include <stdexcept>
 
 namespace dflow::model {
@@ -72,7 +73,7 @@ torch::Tensor DraftMLPImpl::forward(const torch::Tensor& x) {
   return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
 }
 
-DraftLayerImpl::DraftLayerImpl(const DrafterSpec& spec, int64_t layer) {
+DraftLayerImpl::DraftLayerImpl(const DrafterSpec& spec, int64_t layer) : index(layer) {
   // Registration order fixes named_parameters() order, which seeds the init.
   self_attn = register_module("self_attn", DraftAttention(spec, layer));
   mlp = register_module("mlp", DraftMLP(spec));
@@ -82,9 +83,15 @@ DraftLayerImpl::DraftLayerImpl(const DrafterSpec& spec, int64_t layer) {
 
 torch::Tensor DraftLayerImpl::forward(const torch::Tensor& hidden, const ContextKV& context_kv,
                                       const RotaryTables& draft_rotary, const BlockAttentionPlan& plan) {
+  using Sublayer = std::function<torch::Tensor(const torch::Tensor&)>;
+  auto through_kind = [&](DraftSublayer which, const torch::Tensor& x, const Sublayer& run) {
+    return kind != nullptr ? kind->sublayer(index, which, x, run) : run(x);
+  };
   const torch::Tensor after_attention =
-      hidden + self_attn(input_layernorm(hidden), context_kv, draft_rotary, plan);
-  return after_attention + mlp(post_attention_layernorm(after_attention));
+      hidden + through_kind(DraftSublayer::attention, input_layernorm(hidden),
+                            [&](const torch::Tensor& x) { return self_attn(x, context_kv, draft_rotary, plan); });
+  return after_attention + through_kind(DraftSublayer::mlp, post_attention_layernorm(after_attention),
+                                        [&](const torch::Tensor& x) { return mlp(x); });
 }
 
 DFlashDrafterImpl::DFlashDrafterImpl(DrafterSpec spec, uint64_t init_seed) : spec_(std::move(spec)) {
@@ -97,6 +104,7 @@ DFlashDrafterImpl::DFlashDrafterImpl(DrafterSpec spec, uint64_t init_seed) : spe
   // The kind's modules after the backbone's: registration order fixes
   // named_parameters() order, which seeds the init.
   kind_modules_ = drafter_kind(spec_.kind).add_modules(*this);
+  for (size_t i = 0; i < layers->size(); ++i) layers->ptr<DraftLayerImpl>(i)->kind = kind_modules_.get();
 
   torch::NoGradGuard no_grad;
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(init_seed);
@@ -109,6 +117,7 @@ DFlashDrafterImpl::DFlashDrafterImpl(DrafterSpec spec, uint64_t init_seed) : spe
       item.value().normal_(0.0, 0.02, generator);
     }
   }
+  kind_modules_->reset_parameters();
 }
 
 torch::Tensor DFlashDrafterImpl::project_features(const torch::Tensor& context_features) {

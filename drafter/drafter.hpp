@@ -121,6 +121,8 @@ class DraftMLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DraftMLP);
 
+class KindModules;
+
 class DraftLayerImpl : public torch::nn::Module {
  public:
   DraftLayerImpl(const DrafterSpec& spec, int64_t layer);
@@ -129,10 +131,12 @@ class DraftLayerImpl : public torch::nn::Module {
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   DraftAttention self_attn{nullptr};
   DraftMLP mlp{nullptr};
+  // The drafter's kind, which runs each sublayer (KindModules::sublayer);
+  // null: the backbone's own.
+  KindModules* kind = nullptr;
+  int64_t index = 0;
 };
 TORCH_MODULE(DraftLayer);
-
-class KindModules;
 
 class DFlashDrafterImpl : public torch::nn::Module {
  public:

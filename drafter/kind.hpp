@@ -22,6 +22,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -45,6 +46,10 @@ struct TrainedSlots {
   torch::Tensor prev_tokens;  // [K, Bs] int64: the data's token just before each slot (slot 0: the anchor)
   torch::Tensor rows;         // [P] int64: the trained slots' flat index in K * Bs
   torch::Tensor selected;     // [P, H]: their hidden states
+  // What the main loss compares them with, for a kind's own terms:
+  torch::Tensor labels;   // [P] int64: the data's token at each trained slot
+  torch::Tensor head;     // [V, H]: the target's frozen LM head
+  torch::Tensor teacher;  // [P, H]: the target's final hidden state predicting each slot (undefined without a teacher)
 };
 
 // The main loss's rows, for the terms a kind computes after it.
@@ -94,11 +99,29 @@ struct BlockDraft {
   std::vector<double> predicted_accept;  // slots 1 .. B-1, for a kind that predicts acceptance; else empty
 };
 
+// The two sublayers of a draft layer, each added to the layer's residual.
+enum class DraftSublayer { attention, mlp };
+
 // A kind's part of one drafter: the modules it registered on it and what
 // they compute. The default is the backbone alone.
 class KindModules {
  public:
   virtual ~KindModules() = default;
+  // Every draft layer, training and drafting alike: sublayer `which` of
+  // layer `layer` on its normed input x [B, Q, H] (Q: whole blocks of
+  // block_size slots, each block's slot 0 first), returning what the layer
+  // adds to its residual. `run` is the backbone's sublayer; the default
+  // calls it on x. A kind may transform its input and its output (DFlash2's
+  // convolutions within the block); modules it registers on a layer
+  // (layers.<i>.<name>) are recomputed with it (recompute_layers).
+  virtual torch::Tensor sublayer(int64_t /*layer*/, DraftSublayer /*which*/, const torch::Tensor& x,
+                                 const std::function<torch::Tensor(const torch::Tensor&)>& run) {
+    return run(x);
+  }
+  // After the drafter drew every parameter (normal(0, 0.02), norms 1,
+  // biases 0, in registration order): the kind's modules that start
+  // otherwise (DFlash2's identity convolutions) set their values here.
+  virtual void reset_parameters() {}
   // Training. Whether logits_bias / extra_terms read TrainedSlots::prev_tokens.
   virtual bool reads_previous_tokens() const { return false; }
   // A trained low-rank bias added to the draft logits of the selected slots.

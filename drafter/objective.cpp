@@ -363,6 +363,9 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
                        .index_select(0, flat_index.to(final_hidden.device()))
                        .to(device, head.scalar_type());
   }
+  slots.labels = labels;
+  slots.head = head;
+  slots.teacher = teacher_rows;
   const ChunkedDraftLossResult main =
       chunked_draft_loss(selected, head, bias ? &*bias : nullptr, labels, teacher_rows, options.loss,
                          options.kl_temperature, weights, rows_per_chunk, reweight);

@@ -12,6 +12,7 @@ namespace dflow::model {
 std::vector<std::shared_ptr<const DrafterKind>> builtin_drafter_kinds();
 
 std::shared_ptr<const DrafterKind> dflash_kind();
+std::shared_ptr<const DrafterKind> dflash2_kind();
 std::shared_ptr<const DrafterKind> dspark_kind();
 
 }  // namespace dflow::model

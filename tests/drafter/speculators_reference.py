@@ -19,6 +19,15 @@ modules used here are loaded with bare parent packages instead.
         the gradient autograd's through them, and at temperature 1 the
         weighted sum also through compound_loss, speculators' reduction.
         One (LOSS, CASE) pair after another.
+    speculators_reference.py dflash2 EXPORT_DIR CASE.safetensors
+        EXPORT_DIR: `dflow export --format speculators` of a DFlash2 drafter;
+        CASE: input_ids, features, anchors, loss_mask [1, T], the teacher's
+        last hidden state before its final norm [1, T, H], gamma and
+        selector_loss_alpha, and dflow's block logits [N, Bs, V], its loss
+        sums (main, selector) and the gradient of each drafter parameter
+        (grad.<name>). DFlash2DraftModel loads the export and computes the
+        same with kl_div as the unary loss, on dflow's anchors; its loss
+        times its denominator (the masked slots) is dflow's weighted sum.
 
 Prints "ok" and exits 0, or names the disagreement and exits 1.
 """
@@ -55,10 +64,12 @@ def load_speculators():
     import speculators.models.attention  # noqa: E402,F401  (registers the attention functions)
     import speculators.models.dspark as dspark  # noqa: E402
     import speculators.losses as losses  # noqa: E402
+    import speculators.models.dflash2 as dflash2  # noqa: E402
 
     # What speculators/__init__.py does once its imports are done: resolve the
     # configs' torch annotations, DSpark's among them.
     config.reload_schemas()
+    load_speculators.dflash2 = dflash2
     return dspark, losses
 
 
@@ -133,6 +144,82 @@ def check_dspark(export_dir, case_path):
         elif "confidence" in case:
             fail("dflow has a confidence head the export does not give")
     print("ok")
+
+
+def load_export(export_dir, model_type, config_class, model_class):
+    config_json = json.loads((Path(export_dir) / "config.json").read_text())
+    if config_json.get("speculators_model_type") != model_type:
+        fail("speculators_model_type %r" % config_json.get("speculators_model_type"))
+    installed = importlib.metadata.version("speculators")
+    if config_json.get("speculators_version") != installed:
+        fail("speculators_version %r, but the layout is checked against speculators %s"
+             % (config_json.get("speculators_version"), installed))
+    config = config_class(**config_json)
+    config.transformer_layer_config._attn_implementation = "eager"
+    model = model_class(config).float()
+    weights = load_file(str(Path(export_dir) / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [k for k in missing if k not in ("verifier_lm_head.weight", "verifier_norm.weight")]
+    if missing or unexpected:
+        fail("state dict: missing %s, unexpected %s" % (missing, unexpected))
+    return config, model, weights
+
+
+def check_dflash2(export_dir, case_path):
+    load_speculators()
+    dflash2 = load_speculators.dflash2
+    import speculators.models.dflash.core as dflash_core  # noqa: E402
+    config, model, weights = load_export(export_dir, "dflash2", dflash2.DFlash2SpeculatorConfig,
+                                         dflash2.DFlash2DraftModel)
+    case = load_file(case_path)
+    input_ids, features, anchors = case["input_ids"], case["features"], case["anchors"]
+    T, N, Bs = input_ids.shape[1], anchors.numel(), config.block_size
+    # The verifier's head and final norm (reloaded from the verifier in speculators).
+    with torch.no_grad():
+        model.verifier_lm_head.weight.copy_(weights["lm_head.weight"])
+        model.verifier_norm.weight.fill_(1.0)
+    # dflow's anchors instead of speculators' random draw.
+    dflash_core.select_anchors = lambda loss_mask, n, block_size: (anchors.clone(), torch.ones(N, dtype=torch.bool))
+    document_ids = torch.zeros(1, T, dtype=torch.long)
+    loss_mask = case["loss_mask"]
+    kl = {"kl_div": (load_speculators_eager().kl_div_loss, 1.0)}
+    with torch.no_grad():
+        _, logits, _, _, indices = model._backbone_forward(
+            features, input_ids, loss_mask, case["teacher"], document_ids, max_anchors=N)
+        if not torch.equal(indices.view(N, Bs)[:, 0], anchors):
+            fail("speculators took anchors %s" % indices.view(N, Bs)[:, 0].tolist())
+        compare("logits", case["logits"], logits.view(N, Bs, -1))
+    alpha = case["selector_loss_alpha"].item()
+    _, loss, metrics = model.forward(features, input_ids, loss_mask, case["teacher"], document_ids,
+                                     loss_config=kl, tv_loss_fn=load_speculators_eager().tv_loss,
+                                     gamma=case["gamma"].item(), max_anchors=N,
+                                     selector_loss_alpha=alpha)
+    # speculators divides each weighted sum by the masked slots (plus its eps).
+    aligned = loss_mask[0, indices].view(N, Bs).clone()
+    aligned[:, 0] = 0
+    denominator = aligned.sum().double() + 1e-5
+    compare("unary loss sum", case["main_loss_sum"], metrics["unary_loss_sum"].double() * denominator, 1e-4)
+    compare("selector loss sum", case["selector_loss_sum"], metrics["selector_loss_sum"].double() * denominator, 1e-4)
+    (loss * denominator.float()).backward()
+    checked = 0
+    for name, parameter in model.named_parameters():
+        key = "grad." + name
+        if key not in case:
+            continue
+        if parameter.grad is None:
+            fail("speculators gives %s no gradient" % name)
+        compare(key, case[key], parameter.grad, 1e-4)
+        checked += 1
+    expected = sum(1 for k in case if k.startswith("grad."))
+    if checked != expected:
+        fail("compared %d gradients of dflow's %d" % (checked, expected))
+    print("ok")
+
+
+def load_speculators_eager():
+    import speculators.losses.eager as eager  # noqa: E402
+    return eager
+
 
 
 # dflow's loss names and speculators' (losses.utils's maps).
@@ -210,5 +297,7 @@ if __name__ == "__main__":
         for i in range(2, len(sys.argv), 2):
             check_loss(losses, sys.argv[i], sys.argv[i + 1])
         print("ok")
+    elif len(sys.argv) == 4 and sys.argv[1] == "dflash2":
+        check_dflash2(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)

@@ -1,0 +1,206 @@
+// DFlash2 (drafter/kinds/dflash2): its forward logits, its loss (the unary
+// kl and the selector's K-way cross-entropy) and every parameter's gradient
+// against vllm-project/speculators' DFlash2DraftModel on dflow's
+// `--format speculators` export (tests/drafter/speculators_reference.py);
+// a fresh drafter computes what DFlash does (identity convolutions); greedy
+// drafting with the selector is lossless.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "drafter/block_attention.hpp"
+#include "drafter/drafter_export_speculators.hpp"
+#include "drafter/kinds/dflash2/dflash2.hpp"
+#include "drafter/objective.hpp"
+#include "drafter/speculative.hpp"
+#include "target/hf_reference_fixtures.hpp"
+#include "target/layers.hpp"
+#include "target/model_fixtures.hpp"
+#include "formats/safetensors.hpp"
+#include "target/target_head.hpp"
+
+using namespace dflow::model;
+using dflow::model::testing::ScratchDir;
+using dflow::model::testing::tiny_target_dir;
+
+namespace {
+
+DrafterOptions dflash2_options(int64_t num_layers, const DFlash2Shape& shape) {
+  DrafterOptions options;
+  options.num_layers = num_layers;
+  options.block_size = 8;
+  options.target_layer_ids = {0, 2};  // rising, not the last layer (servable)
+  options.kind = "dflash2";
+  options.kind_fields = dflash2_fields(shape);
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("Model.SpeculatorsReference.Dflash2EqualsDFlash2DraftModel") {
+  torch::set_num_threads(1);
+  const auto target_dir = tiny_target_dir();
+  const HFConfig target_config = load_hf_config(target_dir);
+  DFlash2Shape shape;
+  shape.conv_kernel_size = 3;
+  shape.conv_group_size = 8;
+  shape.selector_rank = 12;
+  shape.selector_top_k = 6;
+  DFlashDrafter drafter(make_drafter_spec(target_config, dflash2_options(2, shape)), 5);
+  const DrafterSpec& spec = drafter->spec();
+  torch::manual_seed(11);
+  {
+    // Off the identity convolutions and near-zero codebooks, so every module moves the result.
+    torch::NoGradGuard no_grad;
+    for (auto& p : drafter->parameters()) p.add_(torch::randn_like(p) * 0.05);
+    for (auto& item : drafter->named_parameters())
+      if (item.key().find("codebook") != std::string::npos) item.value().mul_(20.0);
+  }
+  const TargetHead head = TargetHead::load(target_dir);
+
+  const int64_t T = 48, Bs = spec.block_size, H = spec.hidden_size;
+  const std::vector<int64_t> anchor_list{3, 11, 20, 37};
+  const int64_t N = static_cast<int64_t>(anchor_list.size());
+  const torch::Tensor input_ids = torch::randint(0, spec.vocab_size - 2, {1, T}, torch::kInt64);
+  const torch::Tensor features = torch::randn({1, T, spec.num_features() * H});
+  const torch::Tensor anchors = torch::tensor(anchor_list, torch::kInt64).view({1, N});
+  torch::Tensor loss_mask = torch::ones({1, T}, torch::kInt64);
+  loss_mask.narrow(1, 14, 3).zero_();  // a few slots without a label
+  const torch::Tensor teacher_pre = torch::randn({1, T, H}) * 3.0;
+  TeacherStates teacher;
+  teacher.final_hidden = rms_norm(teacher_pre, torch::ones({H}), spec.rms_norm_eps);
+
+  // The block logits, as speculators' _backbone_forward gives them.
+  torch::Tensor logits;
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor positions = (anchors.unsqueeze(-1) + torch::arange(Bs, torch::kInt64)).view({1, N * Bs});
+    torch::Tensor block_tokens = torch::full({N, Bs}, spec.mask_token_id, torch::kInt64);
+    block_tokens.select(1, 0).copy_(input_ids[0].index_select(0, anchors[0]));
+    const torch::Tensor embeddings = torch::embedding(head.embedding_weight(), block_tokens.view({1, N * Bs}));
+    const auto plan = plan_block_attention(anchors, torch::ones({1, N}, torch::kBool), T, Bs, 0, torch::kCPU);
+    const torch::Tensor hidden = drafter->forward(features, embeddings, positions, plan).view({N, Bs, -1});
+    logits = torch::matmul(hidden, head.lm_head_weight().t()).contiguous();
+  }
+
+  ObjectiveOptions options;
+  options.loss = LossMix::single("kl");
+  options.loss_decay_gamma = 4.0;
+  options.kind_options = {{"selector_loss_alpha", 0.7}};
+  AnchorBatch anchor_batch;
+  anchor_batch.anchor_positions = anchors;
+  anchor_batch.block_keep = torch::ones({1, N}, torch::kBool);
+  const ObjectiveOutput out =
+      dflash_loss(*drafter, head.embedding_weight(), head.lm_head_weight(), features, input_ids, loss_mask,
+                  torch::full({1}, T, torch::kInt64), anchor_batch, options, nullptr, &teacher);
+  REQUIRE(out.term_loss_sums.size() == 1);
+  CHECK(out.term_loss_sums[0] > 0.0);
+  out.loss_sum.backward();
+
+  std::vector<std::pair<std::string, torch::Tensor>> tensors{
+      {"input_ids", input_ids},
+      {"features", features},
+      {"anchors", anchors.view({N})},
+      {"loss_mask", loss_mask},
+      {"teacher", teacher_pre},
+      {"logits", logits},
+      {"main_loss_sum", torch::full({1}, out.main_loss_sum, torch::kFloat64)},
+      {"selector_loss_sum", torch::full({1}, out.term_loss_sums[0], torch::kFloat64)},
+      {"gamma", torch::full({1}, 4.0)},
+      {"selector_loss_alpha", torch::full({1}, 0.7)}};
+  for (const auto& item : drafter->named_parameters()) {
+    REQUIRE(item.value().grad().defined());
+    tensors.emplace_back("grad." + item.key(), item.value().grad().contiguous());
+  }
+
+  ScratchDir scratch("dflash2-reference");
+  save_speculators_pretrained(*drafter, {target_dir.string(), target_dir}, scratch.path() / "export");
+  write_safetensors(scratch.path() / "case.safetensors", tensors, {});
+  if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
+  const auto o = ::dflow::testing::run_command(
+      ::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
+          "/tests/drafter/speculators_reference.py dflash2 " + (scratch.path() / "export").string() + " " +
+          (scratch.path() / "case.safetensors").string(),
+      300);
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  CHECK(o.output.find("ok") != std::string::npos);
+}
+
+TEST_CASE("Model.Dflash2.FreshDrafterComputesWhatDFlashDoes") {
+  // Identity convolutions: with DFlash's backbone weights, the same hidden states.
+  torch::set_num_threads(1);
+  const HFConfig target_config = load_hf_config(tiny_target_dir());
+  DrafterOptions options = dflash2_options(2, DFlash2Shape{});
+  DFlashDrafter dflash2(make_drafter_spec(target_config, options), 5);
+  options.kind = "dflash";
+  options.kind_fields = nlohmann::json::object();
+  DFlashDrafter dflash(make_drafter_spec(target_config, options), 5);
+  {
+    torch::NoGradGuard no_grad;
+    auto mine = dflash2->named_parameters();
+    for (const auto& item : dflash->named_parameters()) mine[item.key()].copy_(item.value());
+  }
+  const int64_t T = 24, Bs = 8, H = dflash->spec().hidden_size;
+  torch::manual_seed(4);
+  const torch::Tensor features = torch::randn({1, T, 2 * H});
+  const torch::Tensor anchors = torch::tensor({{2, 9}}, torch::kInt64);
+  const torch::Tensor positions = (anchors.unsqueeze(-1) + torch::arange(Bs, torch::kInt64)).view({1, 2 * Bs});
+  const torch::Tensor embeddings = torch::randn({1, 2 * Bs, H});
+  const auto plan = plan_block_attention(anchors, torch::ones({1, 2}, torch::kBool), T, Bs, 0, torch::kCPU);
+  torch::NoGradGuard no_grad;
+  CHECK(torch::equal(dflash2->forward(features, embeddings, positions, plan),
+                     dflash->forward(features, embeddings, positions, plan)));
+  CHECK(torch::equal(sublayer_conv(*dflash2, 1, false).base_kernel[0][0], torch::ones({H})));
+}
+
+TEST_CASE("Model.Dflash2.GreedyDraftingWithTheSelectorEqualsTargetGreedy") {
+  torch::set_num_threads(1);
+  const TargetModel target = TargetModel::load(tiny_target_dir());
+  DFlash2Shape shape;
+  shape.conv_group_size = 8;
+  shape.selector_rank = 8;
+  shape.selector_top_k = 5;
+  DrafterOptions options = dflash2_options(1, shape);
+  options.block_size = 4;
+  DFlashDrafter drafter(make_drafter_spec(target.config(), options), 23);
+  {
+    // Convolutions and codebooks large enough that the selector changes the drafts.
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(9);
+    for (auto& item : drafter->named_parameters())
+      if (item.key().find("conv") != std::string::npos || item.key().find("candidate_selector") != std::string::npos)
+        item.value().add_(torch::randn_like(item.value()) * 0.5);
+  }
+  torch::manual_seed(12);
+  int64_t changed = 0;
+  for (int64_t i = 0; i < 4; ++i) {
+    const torch::Tensor ids = torch::randint(0, 510, {3 + 5 * i}, torch::kInt64);
+    const std::vector<int64_t> prompt(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    CAPTURE(i);
+    const SpeculativeResult result = speculative_generate(*drafter, target, prompt, 30, {});
+    CHECK(result.tokens == target.generate(prompt, 30, 0.0, 0, {}));
+    // The selector's drafts differ from the backbone's own argmax (its
+    // transition scores zeroed) somewhere.
+    DrafterContextCache cache;
+    const TargetOutput prefill = target.forward(torch::tensor(prompt, torch::kInt64).unsqueeze(0),
+                                                drafter->spec().target_layer_ids, false);
+    cache.append(*drafter, torch::cat(prefill.hidden_states, -1));
+    const std::vector<int64_t> reranked = drafter_generate_block(*drafter, target, cache, prompt.back());
+    torch::Tensor& codebook = candidate_selector(*drafter).predecessor_codebook;
+    const torch::Tensor kept = codebook.detach().clone();
+    {
+      torch::NoGradGuard no_grad;
+      codebook.zero_();
+    }
+    const std::vector<int64_t> unary = drafter_generate_block(*drafter, target, cache, prompt.back());
+    {
+      torch::NoGradGuard no_grad;
+      codebook.copy_(kept);
+    }
+    for (size_t k = 0; k < reranked.size(); ++k) changed += reranked[k] != unary[k] ? 1 : 0;
+  }
+  CHECK(changed > 0);
+}

@@ -1,0 +1,71 @@
+// The drafter node's `head: dflash2`: each bad value of its params is
+// refused naming the key and the value; a few online steps on the demo give
+// finite records with the selector's term (loss = main + alpha x selector).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "error_of.hpp"
+#include "nodes/trainer.hpp"
+#include "train_fixture.hpp"
+
+using namespace dflow;
+using testing::fresh_dir;
+using testing::small_run_config;
+using testing::step_records;
+namespace fs = std::filesystem;
+
+using dflow::testing::error_of;
+
+namespace {
+
+config::Config with_drafter(config::Config config, const std::string& params) {
+  for (auto& n : config.pipeline.nodes)
+    if (n.name == "drafter") n.params.reset(YAML::Load(params));
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("DFlash2.Params.bad_values_are_refused_naming_the_key_and_the_value") {
+  const auto dir = fresh_dir("dflash2-bad");
+  struct Case {
+    std::string params;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases{
+      {"{head: dflash2, conv_kernel_size: 0}", {"params.conv_kernel_size", "must be >= 1", "got 0", "(node 'drafter'"}},
+      {"{head: dflash2, selector_rank: -2}", {"params.selector_rank", "got -2"}},
+      {"{head: dflash2, selector_loss_alpha: -1}", {"params.selector_loss_alpha", "got -1"}},
+      {"{head: dflash2, sliding_window_non_causal: false}", {"params.sliding_window_non_causal", "false"}},
+      {"{head: dflash2, conv_group_size: 7}", {"conv_group_size 7", "does not divide the hidden size"}},
+      {"{selector_top_k: 4}", {"params.selector_top_k", "head is dflash", "set head: dflash2"}},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.params);
+    const std::string e = error_of([&] {
+      nodes::run_training(with_drafter(small_run_config(dir, {"run.max_steps=1", "eval.every_steps=0"}), c.params), {});
+    });
+    for (const auto& s : c.says) CHECK_MESSAGE(e.find(s) != std::string::npos, e);
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("DFlash2.Train.a_few_online_steps_give_finite_records_with_the_selector_term") {
+  const auto dir = fresh_dir("dflash2-train");
+  const auto config = with_drafter(small_run_config(dir, {"run.max_steps=3", "eval.every_steps=0"}),
+                                   "{head: dflash2, selector_rank: 32, selector_top_k: 8, selector_loss_alpha: 0.5}");
+  nodes::run_training(config, {});
+  const auto steps = step_records(dir);
+  REQUIRE(steps.size() == 3);
+  for (const auto& s : steps) {
+    REQUIRE(s.contains("selector_loss"));
+    const double main = s["main_loss"].get<double>(), selector = s["selector_loss"].get<double>();
+    CHECK(std::isfinite(main));
+    CHECK(std::isfinite(selector));
+    CHECK(selector > 0.0);
+    CHECK(std::isfinite(s["grad_norm"].get<double>()));
+    CHECK(s["loss"].get<double>() == doctest::Approx(main + 0.5 * selector).epsilon(1e-6));
+  }
+  fs::remove_all(dir);
+}
