@@ -355,14 +355,7 @@ TEST_CASE("EngineFeatures.packed_rows_train_from_engine_files_as_from_the_target
 // A run from before `format` existed (every run read vLLM's files) keeps its
 // resume signature: the default format is not part of it; another is.
 TEST_CASE("EngineFeatures.the_default_format_leaves_the_resume_signature_as_it_was") {
-  graph::NodeRegistry registry;
-  nodes::register_all_nodes(registry);
-  const nodes::RunHooks* hooks = nodes::run_hooks(registry, "features.engine");
-  REQUIRE(hooks != nullptr);
-  auto signature = [&](const std::string& params) {
-    config::YamlSection section(YAML::Load(params), "params", std::make_shared<config::Origins>());
-    return hooks->resume_signature(section);
-  };
+  const auto signature = testing::engine_resume_signature;
   const std::string vllm = signature("{dir: files, engine_layer_ids: [2, 4]}");
   CHECK(vllm.find("format") == std::string::npos);
   CHECK(vllm.find("dir: files") != std::string::npos);

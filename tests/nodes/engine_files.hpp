@@ -5,6 +5,7 @@
 // so training from them is bit for bit the online run's), and by
 // tools/write_engine_features.py from Hugging Face's forward, as an engine
 // would write them.
+#include <doctest/doctest.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -17,6 +18,8 @@
 #include "config/config.hpp"
 #include "formats/safetensors.hpp"
 #include "nodes/feature_source.hpp"
+#include "nodes/node_kind.hpp"
+#include "nodes/registry.hpp"
 #include "nodes/run_context.hpp"
 #include "test_paths.hpp"
 #include "tools/run_command.hpp"
@@ -97,6 +100,20 @@ inline std::filesystem::path prepare_small_vocabulary_data(const std::filesystem
   INFO(o.output);
   REQUIRE(o.exit_code == 0);
   return jsonl;
+}
+
+// The resume signature features.engine gives `params` (YAML text): what a
+// resume of a run with those params must match.
+inline std::string engine_resume_signature(const std::string& params) {
+  static const graph::NodeRegistry registry = [] {
+    graph::NodeRegistry r;
+    nodes::register_all_nodes(r);
+    return r;
+  }();
+  const nodes::RunHooks* hooks = nodes::run_hooks(registry, "features.engine");
+  REQUIRE(hooks != nullptr);
+  config::YamlSection section(YAML::Load(params), "params", std::make_shared<config::Origins>());
+  return hooks->resume_signature(section);
 }
 
 }  // namespace dflow::testing

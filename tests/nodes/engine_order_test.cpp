@@ -160,14 +160,7 @@ TEST_CASE("EngineOrder.a_map_other_than_the_extractions_is_caught_at_the_first_f
 // A run from before file_order existed keeps its resume signature; a map is
 // part of it (another map reads other files for the same samples).
 TEST_CASE("EngineOrder.no_file_order_leaves_the_resume_signature_as_it_was_and_a_map_is_part_of_it") {
-  graph::NodeRegistry registry;
-  nodes::register_all_nodes(registry);
-  const nodes::RunHooks* hooks = nodes::run_hooks(registry, "features.engine");
-  REQUIRE(hooks != nullptr);
-  auto signature = [&](const std::string& params) {
-    config::YamlSection section(YAML::Load(params), "params", std::make_shared<config::Origins>());
-    return hooks->resume_signature(section);
-  };
+  const auto signature = testing::engine_resume_signature;
   CHECK(signature("{dir: files, engine_layer_ids: [2, 4]}").find("file_order") == std::string::npos);
   CHECK(signature("{dir: files, engine_layer_ids: [2, 4], file_order: order.map.json}").find("file_order: order.map.json") !=
         std::string::npos);
