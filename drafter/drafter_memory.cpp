@@ -58,7 +58,9 @@ DrafterMemoryEstimate estimate_drafter_memory(const DrafterSpec& spec, const Dra
   // backward, k_norm's and RoPE's saved inputs.
   const double features = static_cast<double>(spec.num_features()) * h * e;
   const double per_layer_kv = shape.recompute_layers ? 0 : kd * (f + 3 * e) + 2 * kd * e;
-  out.context_bytes = rows * length * (features + f * h + 2 * e * h + layers * per_layer_kv);
+  // A loss that reads the target's distribution: its last hidden state per token.
+  const double teacher = shape.teacher ? e * h : 0;
+  out.context_bytes = rows * length * (features + f * h + 2 * e * h + layers * per_layer_kv + teacher);
 
   // Chunks as block_attention cuts them (blocks_per_chunk_for_budget).
   const int64_t blocks_per_chunk = std::min<int64_t>(
@@ -86,9 +88,10 @@ DrafterMemoryEstimate estimate_drafter_memory(const DrafterSpec& spec, const Dra
     largest_layer = std::max(largest_layer, bytes);
   }
   // Outside the layers, per slot: the block embedding, RoPE tables, the
-  // final norm, the loss's kept gradient, the plan's boolean masks.
+  // final norm, the loss's kept gradient, the plan's boolean masks, and the
+  // teacher's hidden state gathered for the slot.
   const double mask_bytes = (mean_chunk_context(length, chunks, 0) + queries) * (spec.any_sliding() ? 2 : 1);
-  const double outside = e * h + 2 * e * static_cast<double>(spec.head_dim) + f * h + 2 * e * h + mask_bytes;
+  const double outside = e * h + 2 * e * static_cast<double>(spec.head_dim) + f * h + 2 * e * h + mask_bytes + teacher;
   // Recomputing: each layer's input stays, plus one layer at a time in
   // backward. Either way a layer's backward holds gradients of its largest
   // activations (the SwiGLU's and the hidden state's) while it runs.
@@ -97,11 +100,14 @@ DrafterMemoryEstimate estimate_drafter_memory(const DrafterSpec& spec, const Dra
   const double kind_slot = f * static_cast<double>(kind.activation_floats_per_slot(spec));
   out.per_anchor_bytes = block * (kept + outside + backward_set + kind_slot);
 
-  // Transient: one chunk of logits (logits, fp32 softmax and its gradient)
-  // and the gradients of a layer's context K/V.
+  // Transient: one chunk of logits (the head's product in the compute dtype
+  // before its float32 copy, then the loss's buffers) and the gradients of a
+  // layer's context K/V.
   const double logit_rows = rows * static_cast<double>(anchors) * block;
+  const double before_copy = shape.dtype == torch::kFloat32 ? 0 : e;
   const double logits = std::min(static_cast<double>(shape.max_logits_per_chunk),
-                                 logit_rows * static_cast<double>(spec.vocab_size)) * (e + 2 * f);
+                                 logit_rows * static_cast<double>(spec.vocab_size)) *
+                        (before_copy + f * shape.loss_chunk_buffers);
   out.transient_bytes = logits + rows * length * 2 * kd * e;
   return out;
 }

@@ -26,6 +26,11 @@ struct DrafterMemoryShape {
   int64_t max_attention_scores_per_chunk = 1 << 25;  // as ObjectiveOptions
   int64_t max_logits_per_chunk = 1 << 25;
   int64_t optimizer_floats_per_parameter = 2;  // AdamW's two moments (Muon: one, but its AdamW group: two)
+  // The loss (LossMix::chunk_buffers): [rows, V] float32 buffers it holds
+  // per chunk of logits, and whether it reads the target's distribution
+  // (its last hidden state per token, gathered per trained slot).
+  double loss_chunk_buffers = 2;
+  bool teacher = false;
 };
 
 struct DrafterMemoryEstimate {

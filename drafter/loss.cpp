@@ -1,6 +1,7 @@
 // The losses' registry and their weighted mixes.
 #include "drafter/loss.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -36,6 +37,20 @@ bool LossMix::uses_temperature() const {
   return false;
 }
 
+double LossMix::chunk_buffers(double temperature) const {
+  if (terms.size() == 1 && terms.front().second == 1.0) return draft_loss(terms.front().first).chunk_buffers(temperature);
+  // Before the last term: the chunk's logits (and teacher) beside the term's
+  // copies, and from the second term on the gradient summed so far; the
+  // last term in place of the chunk's, beside that sum.
+  const double inputs = needs_teacher() ? 2 : 1;
+  double peak = 0;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const double term = draft_loss(terms[i].first).chunk_buffers(temperature), sum = i > 0 ? 1 : 0;
+    peak = std::max(peak, i + 1 == terms.size() ? term + sum : inputs + term + sum);
+  }
+  return peak;
+}
+
 std::string LossMix::text() const {
   if (terms.size() == 1 && terms.front().second == 1.0) return terms.front().first;
   std::ostringstream out;
@@ -58,11 +73,14 @@ LossChunkResult mixed_chunk(const LossMix& mix, LossChunk& c) {
   if (mix.terms.size() == 1 && mix.terms.front().second == 1.0) return draft_loss(mix.terms.front().first).chunk(c);
   LossChunkResult out;
   bool accept_from_teacher = false;
-  for (const auto& [name, weight] : mix.terms) {
+  for (size_t i = 0; i < mix.terms.size(); ++i) {
+    const auto& [name, weight] = mix.terms[i];
     const DraftLoss& loss = draft_loss(name);
-    // Each term on its own copy of the logits (a loss computes in place).
-    LossChunk part{c.logits.clone(), c.labels, loss.needs_teacher() ? c.teacher.clone() : torch::Tensor(),
-                   c.weights * weight, c.temperature, c.stats, c.gradient};
+    // Each term but the last on its own copy of the logits (a loss computes in place).
+    const bool last = i + 1 == mix.terms.size();
+    const torch::Tensor teacher = !loss.needs_teacher() ? torch::Tensor() : last ? c.teacher : c.teacher.clone();
+    LossChunk part{last ? c.logits : c.logits.clone(), c.labels, teacher, c.weights * weight, c.temperature, c.stats,
+                   c.gradient};
     const LossChunkResult r = loss.chunk(part);
     if (c.stats) {
       out.loss = out.loss.defined() ? out.loss + weight * r.loss : weight * r.loss;

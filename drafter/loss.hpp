@@ -55,6 +55,11 @@ class DraftLoss {
   // Reads the temperature (kl_temperature), for the catalog and the refusals.
   virtual bool uses_temperature() const { return false; }
   virtual LossChunkResult chunk(LossChunk& c) const = 0;
+  // The most [c, V] buffers of the reduction dtype that chunk() holds at
+  // once, the draft's logits and the teacher's it is handed included (a
+  // boolean [c, V] mask counts a quarter): the memory model's count for the
+  // loss (tests/drafter/test_loss_memory.cpp measures it).
+  virtual double chunk_buffers(double temperature) const = 0;
 };
 
 // The registered losses (drafter/losses/registry.cpp's, and any added since).
@@ -70,6 +75,8 @@ struct LossMix {
   static LossMix single(const std::string& name) { return LossMix{{{name, 1.0}}}; }
   bool needs_teacher() const;
   bool uses_temperature() const;
+  // The mix's chunk_buffers as mixed_chunk computes it.
+  double chunk_buffers(double temperature) const;
   bool is(const std::string& name) const { return terms.size() == 1 && terms.front().first == name; }
   // "ce", "kl" or "{ce: 0.1, kl: 0.9}".
   std::string text() const;
@@ -80,8 +87,9 @@ struct LossMix {
 };
 
 // The mix's chunk: each term's loss and gradient weighed by its weight (a
-// single term is the loss itself, computed in place); the acceptance rate
-// from the first term that reads the teacher, else the first.
+// single term is the loss itself, computed in place; in a mix each term but
+// the last on its own copy of the logits, the last in place); the acceptance
+// rate from the first term that reads the teacher, else the first.
 LossChunkResult mixed_chunk(const LossMix& mix, LossChunk& c);
 
 }  // namespace dflow::model

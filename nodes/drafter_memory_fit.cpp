@@ -68,6 +68,8 @@ model::DrafterMemoryShape micro_batch_shape(const config::DataConfig& data, int6
   s.recompute_layers = recompute;
   s.max_attention_scores_per_chunk = objective.max_attention_scores_per_chunk;
   s.max_logits_per_chunk = objective.max_logits_per_chunk;
+  s.loss_chunk_buffers = objective.loss.chunk_buffers(objective.kl_temperature);
+  s.teacher = objective.loss.needs_teacher();
   return s;
 }
 

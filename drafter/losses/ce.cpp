@@ -8,6 +8,8 @@ namespace {
 class CrossEntropy final : public DraftLoss {
  public:
   std::string name() const override { return "ce"; }
+  // The logits (the gradient is built in place) and logsumexp's working copy.
+  double chunk_buffers(double) const override { return 2; }
   std::string summary() const override { return "cross-entropy on the data's tokens"; }
   LossChunkResult chunk(LossChunk& c) const override {
     LossChunkResult out;

@@ -13,6 +13,7 @@ namespace {
 class JensenShannon final : public DraftLoss {
  public:
   std::string name() const override { return "js"; }
+  double chunk_buffers(double) const override { return 4; }
   std::string summary() const override {
     return "Jensen-Shannon divergence between the target's own distribution and the draft's, at most log 2";
   }

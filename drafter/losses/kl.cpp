@@ -10,6 +10,9 @@ namespace {
 class KLDivergence final : public DraftLoss {
  public:
   std::string name() const override { return "kl"; }
+  // Three [c, V] buffers (draft, teacher, p), four at a temperature other
+  // than 1 (the acceptance rate at temperature 1 needs both softmaxes).
+  double chunk_buffers(double temperature) const override { return temperature == 1.0 ? 3 : 4; }
   std::string summary() const override {
     return "KL(p || q): distillation on the target's own distribution, both at kl_temperature";
   }

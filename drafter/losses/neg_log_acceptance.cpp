@@ -16,6 +16,8 @@ constexpr double kLeastAcceptance = 1e-5;
 class NegLogAcceptance final : public DraftLoss {
  public:
   std::string name() const override { return "neg_log_acceptance"; }
+  // As tv: q, p, q where it is the smaller, logsumexp's working copy and a boolean mask.
+  double chunk_buffers(double) const override { return 4.25; }
   std::string summary() const override {
     return "-log(sum min(p, q)): minus the log acceptance rate against the target's own distribution";
   }

@@ -10,6 +10,8 @@ namespace {
 class ReverseKL final : public DraftLoss {
  public:
   std::string name() const override { return "reverse_kl"; }
+  // The three below and logsumexp's working copy.
+  double chunk_buffers(double) const override { return 4; }
   std::string summary() const override {
     return "KL(q || p): the draft's distribution against the target's own, mode-seeking";
   }

@@ -11,6 +11,8 @@ namespace {
 class TotalVariation final : public DraftLoss {
  public:
   std::string name() const override { return "tv"; }
+  // q, p, q where it is the smaller, logsumexp's working copy and a boolean mask.
+  double chunk_buffers(double) const override { return 4.25; }
   std::string summary() const override {
     return "TV(p, q) = 1 - sum min(p, q): one minus the acceptance rate against the target's own distribution";
   }
