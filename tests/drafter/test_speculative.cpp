@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "drafter/objective.hpp"
+#include "drafter/kinds/dflash2/dflash2.hpp"
 #include "drafter/kinds/dspark/dspark.hpp"
 #include "drafter/speculative.hpp"
 #include "target/model_fixtures.hpp"
@@ -207,19 +209,45 @@ double chi_square_critical(int64_t df) {
 }  // namespace
 
 namespace {
-void check_sampling_keeps_the_target_distribution(const std::string& markov_type);
+// The drafter under test, for the target and its drafter options.
+using DrafterMaker = std::function<DFlashDrafter(const TargetModel&, const DrafterOptions&)>;
+void check_sampling_keeps_the_target_distribution(const DrafterMaker& make);
 }
 
-TEST_CASE("Model.Speculative.SamplingKeepsTheTargetDistribution") { check_sampling_keeps_the_target_distribution(""); }
+TEST_CASE("Model.Speculative.SamplingKeepsTheTargetDistribution") {
+  check_sampling_keeps_the_target_distribution([](const TargetModel& target, const DrafterOptions& options) {
+    return DFlashDrafter(make_drafter_spec(target.config(), options), 5);
+  });
+}
 
 TEST_CASE("Model.Speculative.DsparkSamplingKeepsTheTargetDistribution") {
   // The drafts come from q including the Markov bias of the token sampled
   // at the slot before; acceptance must use that q.
-  check_sampling_keeps_the_target_distribution("rnn");
+  check_sampling_keeps_the_target_distribution(
+      [](const TargetModel& target, const DrafterOptions&) { return heads_drafter(target, "rnn", true, 1); });
+}
+
+TEST_CASE("Model.Speculative.Dflash2SamplingKeepsTheTargetDistribution") {
+  // DFlash2 samples from the selector's scores over the backbone's top k
+  // (zero elsewhere): acceptance must use that q, and the residual gives
+  // the target's mass outside the candidates.
+  check_sampling_keeps_the_target_distribution([](const TargetModel& target, DrafterOptions options) {
+    DFlash2Shape shape;
+    shape.conv_group_size = 8;
+    shape.selector_rank = 8;
+    shape.selector_top_k = 6;
+    options.kind = "dflash2";
+    options.kind_fields = dflash2_fields(shape);
+    DFlashDrafter drafter(make_drafter_spec(target.config(), options), 5);
+    torch::NoGradGuard no_grad;  // off the identity convolutions and near-zero codebooks
+    torch::manual_seed(4);
+    for (auto& p : drafter->parameters()) p.add_(torch::randn_like(p) * 0.05);
+    return drafter;
+  });
 }
 
 namespace {
-void check_sampling_keeps_the_target_distribution(const std::string& markov_type) {
+void check_sampling_keeps_the_target_distribution(const DrafterMaker& make) {
   // Exact marginals of the 2nd and 3rd sampled tokens (the first two drafted
   // positions) on a target small enough to enumerate, against the tokens of
   // 3000 seeded speculative runs with an untrained drafter, whose
@@ -240,8 +268,7 @@ void check_sampling_keeps_the_target_distribution(const std::string& markov_type
   DrafterOptions drafter_options;
   drafter_options.block_size = 4;
   drafter_options.num_target_features = 1;
-  DFlashDrafter drafter = markov_type.empty() ? DFlashDrafter(make_drafter_spec(target.config(), drafter_options), 5)
-                                              : heads_drafter(target, markov_type, true, 1);
+  DFlashDrafter drafter = make(target, drafter_options);
   const double temperature = 3.0;
   const std::vector<int64_t> prompt = {3, 7, 1, 9, 12};
   const int64_t vocab = target.config().vocab_size, prompt_length = static_cast<int64_t>(prompt.size());
