@@ -6,8 +6,8 @@
 # a process whose exit status no test looks at.
 #   tools/sanitize.sh address,undefined [AREA...]   # build-asan/
 #   tools/sanitize.sh thread [AREA...]              # build-tsan/
-# AREAs are test folders (config graph data text model train report nodes
-# tools); all of them by default. DFLOW_SANITIZE_CASES='Train.*,Dist.*' runs
+# AREAs are test folders (config graph data text formats target drafter
+# train report nodes tools); all of them by default. DFLOW_SANITIZE_CASES='Train.*,Dist.*' runs
 # only the matching doctest cases of each area's binary (directly, not
 # through ctest) when a whole area takes too long under the sanitizer.
 set -euo pipefail
@@ -20,12 +20,12 @@ case "$kind" in
   *) echo "[sanitize] error: expected 'address,undefined' or 'thread', got '$kind'" >&2; exit 2 ;;
 esac
 areas=("$@")
-((${#areas[@]})) || areas=(config graph data text model train report nodes tools)
+((${#areas[@]})) || areas=(config graph data text formats target drafter train report nodes tools)
 targets=()
 for a in "${areas[@]}"; do
   [ -d "tests/$a" ] || { echo "[sanitize] error: no test area '$a' (tests/$a)" >&2; exit 2; }
   targets+=("test_$a")
-  case "$a" in model|train|nodes|tools) need_cli=1 ;; esac
+  case "$a" in formats|target|drafter|train|nodes|tools) need_cli=1 ;; esac
 done
 [ -n "${need_cli:-}" ] && targets=(dflow "${targets[@]}")
 supp="$PWD/tools/sanitizers"
