@@ -14,11 +14,12 @@
 #      with a sliding-window draft layer, with D-PACE and with Muon; a one-rank NCCL process group;
 #      the qwen3-8b graph again from a bfloat16 feature cache (cache-features, then features.cached)
 #      and from a serving engine's hidden-state files (features.engine, the
-#      target head-only: peak RSS and GPU memory against the online run)
+#      target head-only: peak RSS and GPU memory against the online run; bf16
+#      and FP8 files; a few steps of each drafter kind from them)
 #      (the step's all-reduce); throughput at the qwen3-8b preset with the
 #      recipe in bf16 (bench_gpu throughput) and through the whole graph;
 #      CUDA vs CPU again on tiny Qwen3-MoE and gpt-oss (MXFP4 resident) echo
-#      targets, and the CUDA-only expert unit checks where test_model is built;
+#      targets, and the CUDA-only expert unit checks where test_target is built;
 #      the qwen3-30b-a3b preset (Qwen3-MoE) made on the GPU and its target
 #      forward (tokens/s, peak GPU memory: bench_gpu throughput);
 #      the drafter step's compute (bench_drafter_compute, bf16, 512 anchors):
@@ -47,6 +48,9 @@ mkdir -p "$RESULTS" "$WORK"
 SUMMARY="$RESULTS/gpu_check.md"
 : >"$SUMMARY"
 FAILED=0
+# The drafter kinds trained a few steps each at Qwen3-8B's shapes from the
+# engine files (tokens/s, peak memory); DFLOW_GPU_CHECK_KINDS="" skips them.
+ENGINE_KINDS="${DFLOW_GPU_CHECK_KINDS-dflash dspark dflash2}"
 
 say() { printf '[gpu_check %4ss] %s\n' "$(($(date +%s) - START_S))" "$*"; }
 row() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" | tee -a "$SUMMARY"; }
@@ -245,12 +249,12 @@ for arch in qwen3_moe gpt_oss; do
   fi
 done
 # The CUDA-only unit checks of the expert paths (grouped GEMM against the CPU loop).
-if [ -x "$BUILD/tests/test_model" ] && run moe_cuda_tests 300 "$BUILD/tests/test_model" --no-intro -tc='Model.Moe.*,Model.Mxfp4Resident.*'; then
+if [ -x "$BUILD/tests/test_target" ] && run moe_cuda_tests 300 "$BUILD/tests/test_target" --no-intro -tc='Model.Moe.*,Model.Mxfp4Resident.*'; then
   row "Model.Moe.*, Model.Mxfp4Resident.* (CUDA paths)" "ok" "$(grep -m1 'test cases' "$RESULTS/moe_cuda_tests.log" | tr -s ' ')"
-elif [ -x "$BUILD/tests/test_model" ]; then
+elif [ -x "$BUILD/tests/test_target" ]; then
   fail "Model.Moe.* on CUDA" "$(grep -m3 -E 'ERROR|FAILED' "$RESULTS/moe_cuda_tests.log" | tr '\n' ' ' | cut -c1-300)"
 else
-  row "Model.Moe.* (CUDA paths)" "skipped" "$BUILD has no tests/test_model (build it there to run the grouped-GEMM check)"
+  row "Model.Moe.* (CUDA paths)" "skipped" "$BUILD has no tests/test_target (build it there to run the grouped-GEMM check)"
 fi
 # 60 steps on cuda:0 (checkpoints at 30 and 60), then 30 resumed from step 30.
 if run demo_cuda 240 train_demo "$WORK/demo-cuda" cuda:0; then
@@ -390,17 +394,30 @@ PYEOF
   # tokens (the writer needs torch alone), engine ids = dflow's layers + 1 and
   # the last layer 36. No node runs the target, so it is loaded head-only: the
   # process's peak RSS and the GPU's peak memory against the online run's.
+  # The same again from FP8 files (speculators' fp8 backend layout, half
+  # the bytes), and one short run of each drafter kind from the bf16 files.
   engine_run() {
-    rm -rf "$WORK/qwen3-8b-hs" "$WORK/qwen3-8b-engine"
-    "$PY" tools/write_engine_features.py --target "$WORK/qwen3-8b" --samples "$WORK/qwen3-8b.jsonl" \
-      --out "$WORK/qwen3-8b-hs" --layer-ids 2 10 18 26 34 --dtype bfloat16 --random-states || return 1
+    rm -rf "$WORK/qwen3-8b-hs" "$WORK/qwen3-8b-hs-fp8" "$WORK/qwen3-8b-engine"
+    for dtype in bfloat16 float8_e4m3fn; do
+      "$PY" tools/write_engine_features.py --target "$WORK/qwen3-8b" --samples "$WORK/qwen3-8b.jsonl" \
+        --out "$WORK/qwen3-8b-hs$([ $dtype = bfloat16 ] || echo -fp8)" --layer-ids 2 10 18 26 34 --dtype $dtype \
+        --random-states || return 1
+    done
     local sets=(--set model.target.path="$WORK/qwen3-8b" --set data.train=["$WORK/qwen3-8b-data"]
                 --set run.max_steps=12 --set metrics.sinks=[jsonl] --set checkpoint.every_steps=0
                 --set devices.target=[cuda:0] --set devices.drafter=cuda:0 --set run.log_level=info)
-    for mode in online engine; do
+    local engine_ids="engine_layer_ids: [2, 10, 18, 26, 34, 36]"
+    for mode in online engine fp8 $ENGINE_KINDS; do
       local engine_sets=()
-      [ "$mode" = engine ] && engine_sets=(--set pipeline.nodes.target.type=features.engine --set pipeline.nodes.target.replicas=2
-        --set "pipeline.nodes.target.params={dir: $WORK/qwen3-8b-hs, engine_layer_ids: [2, 10, 18, 26, 34, 36], dtype: bfloat16}")
+      case "$mode" in
+        online) ;;
+        fp8) engine_sets=(--set "pipeline.nodes.target.params={dir: $WORK/qwen3-8b-hs-fp8, $engine_ids, dtype: float8_e4m3fn}") ;;
+        *) engine_sets=(--set "pipeline.nodes.target.params={dir: $WORK/qwen3-8b-hs, $engine_ids, dtype: bfloat16}") ;;
+      esac
+      [ "$mode" = online ] || engine_sets+=(--set pipeline.nodes.target.type=features.engine
+                                           --set pipeline.nodes.target.replicas=2)
+      case "$mode" in online|engine|fp8) ;; *) engine_sets+=(--set pipeline.nodes.drafter.params.head="$mode"
+                                                            --set run.max_steps=6) ;; esac
       nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 200 >"$RESULTS/gpu-mem-$mode.txt" &
       local sampler=$!
       /usr/bin/time -f "$mode peak RSS %M KiB" "$DFLOW" train examples/qwen3-8b.yaml "${sets[@]}" "${engine_sets[@]}" \
@@ -411,19 +428,28 @@ PYEOF
   }
   if [ -d "$WORK/qwen3-8b-data" ]; then
     if run engine 400 engine_run; then
-      figures=$("$PY" - "$WORK/qwen3-8b-online-mem/metrics.jsonl" "$WORK/qwen3-8b-engine-mem/metrics.jsonl" <<'PYEOF'
+      figures=$("$PY" - "$WORK"/qwen3-8b-{online,engine,fp8}-mem/metrics.jsonl <<'PYEOF'
 import json, sys
 def rate(path):
     steps = [r for r in map(json.loads, open(path)) if r.get("kind") == "step"][2:]
     return sum(r["real_tokens"] for r in steps) / sum(r["time"]["step_s"] for r in steps)
-print(f"engine files {rate(sys.argv[2]):.0f} tok/s vs online {rate(sys.argv[1]):.0f} tok/s")
+print(f"engine files {rate(sys.argv[2]):.0f} tok/s (fp8 files {rate(sys.argv[3]):.0f}) vs online {rate(sys.argv[1]):.0f} tok/s")
 PYEOF
 )
-      row "qwen3-8b from engine files, head-only target" "ok" "$figures; $(grep -h 'peak RSS\|peak GPU\|head only\|head-only' "$RESULTS/engine.log" | tr '\n' ' ' | cut -c1-400)"
+      row "qwen3-8b from engine files (bf16, fp8), head-only target" "ok" "$figures; $(grep -h 'peak RSS\|peak GPU\|head only\|head-only' "$RESULTS/engine.log" | grep -E '^(online|engine|fp8) |head.only' | tr '\n' ' ' | cut -c1-400)"
+      for kind in $ENGINE_KINDS; do
+        figures=$("$PY" - "$WORK/qwen3-8b-$kind-mem/metrics.jsonl" <<'PYEOF'
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "step"][2:]
+print(f"{sum(r['real_tokens'] for r in steps) / sum(r['time']['step_s'] for r in steps):.0f} tok/s, loss {steps[-1]['loss']:.3f}")
+PYEOF
+)
+        row "qwen3-8b drafter head: $kind, from engine files" "ok" "$figures; $(grep -h "^$kind peak" "$RESULTS/engine.log" | tr '\n' ' ')"
+      done
     else
       fail "qwen3-8b from engine files" "$(tail -n3 "$RESULTS/engine.log" 2>/dev/null | tr '\n' ' ' | cut -c1-300)"
     fi
-    rm -rf "$WORK/qwen3-8b-hs"
+    rm -rf "$WORK/qwen3-8b-hs" "$WORK/qwen3-8b-hs-fp8"
   fi
 else
   fail "make-tiny-target --preset qwen3-8b" "see preset.log"

@@ -16,7 +16,9 @@ whose last entry is after the norm.
 `fp8` hidden-states backend): hidden_states in float8_e4m3fn, quantized by
 hs_connectors' own quantize_tensor_to_fp8 from the bfloat16 states vLLM
 hands its connector, with their per-token scales, hidden_states_scales
-float32 [L, 1, 1].
+float32 [L, 1, 1]. With --random-states (shapes alone, for benchmarks) the
+random bfloat16 states are quantized in the same layout (scale = per-token
+amax / 448), without hs_connectors.
 
 --format specforge writes SpecForge's offline capture instead
 (scripts/prepare_hidden_states.py): rows_<g>-<g+G>/data_<i>.ckpt, one
@@ -138,7 +140,8 @@ class LayerCapture:
         return torch.stack([self.states[k][0] for k in self.layer_ids], dim=1)  # [L, K+1, H]
 
 
-SAFETENSORS_DTYPES = {torch.int64: "I64", torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+SAFETENSORS_DTYPES = {torch.int64: "I64", torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
+                      torch.float8_e4m3fn: "F8_E4M3"}
 
 
 def serialize(tensors):
@@ -167,6 +170,13 @@ class RandomStates:
     def states(self, index, tokens):
         generator = torch.Generator(device=self.device).manual_seed(index)
         return torch.randn(len(tokens), self.slots, self.hidden, generator=generator, device=self.device)
+
+
+def per_token_fp8(states):
+    """[L, K, H] float32 -> (float8_e4m3fn states, float32 [L, 1, 1] scales),
+    the fp8 backend's layout: each token scaled by its amax over 448."""
+    scales = (states.abs().amax(dim=(1, 2), keepdim=True) / 448.0).clamp(min=1e-12)
+    return (states / scales).to(torch.float8_e4m3fn).cpu(), scales.cpu()
 
 
 try:
@@ -224,8 +234,6 @@ def main():
         sys.exit(f"--layer-ids {ids}: engine ids lie in [0, {layers}] for a {layers}-layer target")
     if specforge and (args.random_states or args.dtype == "float8_e4m3fn"):
         sys.exit("--format specforge writes the target's forward in bfloat16, float16 or float32")
-    if args.random_states and args.dtype == "float8_e4m3fn":
-        sys.exit("--dtype float8_e4m3fn quantizes the target's forward; --random-states writes bf16, f16 or f32")
     if args.random_states:
         source = RandomStates(args.target, ids)
     else:
@@ -263,6 +271,9 @@ def main():
             if args.strategy == "dspark":
                 record["target_last_hidden_states"] = capture.states["normed"].to(dtype).contiguous()
             return specforge_bytes(record, file_path(i), args.compress)
+        if args.random_states and args.dtype == "float8_e4m3fn":
+            fp8, scales = per_token_fp8(source.states(i, samples[i]).to(torch.bfloat16).float())
+            return save({"token_ids": written, "hidden_states": fp8, "hidden_states_scales": scales})
         if args.random_states:
             hidden = source.states(i, samples[i]).to(dtype)
         elif args.dtype == "float8_e4m3fn":
