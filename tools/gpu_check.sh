@@ -20,6 +20,7 @@
 #      recipe in bf16 (bench_gpu throughput) and through the whole graph;
 #      CUDA vs CPU again on tiny Qwen3-MoE and gpt-oss (MXFP4 resident) echo
 #      targets, and the CUDA-only expert unit checks where test_target is built;
+#      a head-only run at Qwen3.5-35B-A3B's shapes (tools/make_wrapper_head.py);
 #      the qwen3-30b-a3b preset (Qwen3-MoE) made on the GPU and its target
 #      forward (tokens/s, peak GPU memory: bench_gpu throughput);
 #      the drafter step's compute (bench_drafter_compute, bf16, 512 anchors):
@@ -454,6 +455,49 @@ PYEOF
 else
   fail "make-tiny-target --preset qwen3-8b" "see preset.log"
 fi
+# Qwen3.5-35B-A3B's shapes head-only (hidden 2048, vocabulary 248,320, 40
+# layers): its wrapper's embedding, norm and LM head written at random, random
+# engine files of its width, six steps of the recipe with kl (the target's
+# distribution through its head): tokens/s, peak RSS and GPU memory.
+qwen35_head_run() {
+  rm -rf "$WORK"/q35*
+  "$PY" tools/make_wrapper_head.py --preset qwen3.5-35b-a3b --out "$WORK/q35-target" --device cuda &&
+    "$PY" - "$WORK/q35.jsonl" <<'PYEOF' &&
+import json, random, sys
+random.seed(0)
+with open(sys.argv[1], "w") as f:
+    for _ in range(48):
+        n = random.randint(1024, 3072); p = n // 4
+        f.write(json.dumps({"input_ids": [random.randrange(248000) for _ in range(n)],
+                            "loss_mask": [0] * p + [1] * (n - p)}) + "\n")
+PYEOF
+    "$PY" tools/write_engine_features.py --target "$WORK/q35-target" --samples "$WORK/q35.jsonl" --out "$WORK/q35-hs" \
+      --layer-ids 2 11 20 29 38 --dtype bfloat16 --random-states &&
+    "$DFLOW" prepare "$WORK/q35.jsonl" --out "$WORK/q35-data" --max-length 3072 --vocab-size 248320 || return 1
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 200 >"$RESULTS/gpu-mem-q35.txt" &
+  local sampler=$!
+  /usr/bin/time -f "peak RSS %M KiB" "$DFLOW" train examples/qwen3-8b.yaml --set model.target.path="$WORK/q35-target" \
+    --set data.train=["$WORK/q35-data"] --set run.out_dir="$WORK/q35-run" --set run.max_steps=6 \
+    --set metrics.sinks=[jsonl] --set checkpoint.every_steps=0 --set devices.target=[cuda:0] --set devices.drafter=cuda:0 \
+    --set model.drafter.target_layer_ids=[1,10,19,28,37] --set model.drafter.mask_token_id=248319 \
+    --set pipeline.nodes.target.type=features.engine --set pipeline.nodes.target.replicas=2 \
+    --set "pipeline.nodes.target.params={dir: $WORK/q35-hs, engine_layer_ids: [2, 11, 20, 29, 38, 40], dtype: bfloat16}" \
+    --set pipeline.nodes.drafter.params.loss=kl --set run.log_level=info || { kill $sampler; return 1; }
+  kill $sampler; wait $sampler 2>/dev/null
+  echo "peak GPU memory $(sort -n "$RESULTS/gpu-mem-q35.txt" | tail -n1) MiB"
+}
+if run qwen35_head 400 qwen35_head_run; then
+  figures=$("$PY" - "$WORK/q35-run/metrics.jsonl" <<'PYEOF'
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "step"][2:]
+print(f"{sum(r['real_tokens'] for r in steps) / sum(r['time']['step_s'] for r in steps):.0f} tok/s, loss {steps[-1]['loss']:.3f}")
+PYEOF
+)
+  row "qwen3.5-35b-a3b shapes, head-only, kl, from engine files" "ok" "$figures; $(grep -h 'peak RSS\|peak GPU' "$RESULTS/qwen35_head.log" | tr '\n' ' ')"
+else
+  fail "qwen3.5-35b-a3b shapes, head-only" "$(tail -n3 "$RESULTS/qwen35_head.log" 2>/dev/null | tr '\n' ' ' | cut -c1-300)"
+fi
+rm -rf "$WORK"/q35*
 # The qwen3-30b-a3b preset (Qwen3-MoE, 128 experts top-8): random weights
 # drawn on the GPU, then the target's forward through bench_gpu throughput
 # (target tokens/s, peak GPU memory with a drafter step beside it). Its 61 GB
