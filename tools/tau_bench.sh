@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
-# Time to tau for the 2026 drafters: DFlash and DSpark heads, each trained by
-# cross-entropy on the data's tokens (ce) or by distillation on the target's
-# distribution (kl), three seeds each, on a target that does not saturate
-# (bench/RESULTS.md "Time to tau: DFlash and DSpark, ce and kl").
-#   tools/tau_bench.sh [OUT_DIR] [STEPS]     (env: SEEDS, PARALLEL)
+# Time to tau for the drafter kinds: each trained by cross-entropy on the
+# data's tokens (ce) and by distillation on the target's distribution (kl,
+# speculators' default objective), three seeds each, on a target that does
+# not saturate (bench/RESULTS.md "Time to tau: every drafter kind, ce and kl").
+#   tools/tau_bench.sh [OUT_DIR] [STEPS]     (env: SEEDS, PARALLEL, KINDS)
 # The target is a small byte-level Qwen3 trained by tools/make_text_target.py
 # (a few CPU minutes, once) on the Python standard library's source; the
 # drafters train on 256-byte windows of that text (bench/tau_bench.yaml) and
 # tau is measured with speculative sampling (temperature 1) on 16 held-out
-# prompts every 25 steps. The four
-# recipes run as one `dflow sweep` (a rerun resumes it); the table gives tau at
-# fixed steps and the CPU minutes (user + system, the step records' cpu_s)
-# each run took to reach them, per seed and as the mean over seeds.
+# prompts every 25 steps. Each kind's two recipes run as one `dflow sweep`
+# (OUT_DIR/sweep-KIND; a rerun resumes it); the table gives tau at fixed
+# steps and the CPU minutes (user + system, the step records' cpu_s) each
+# run took to reach them, per seed and as the mean over seeds, for every
+# kind whose sweep is there. The vocabulary is 258 bytes, so DSpark's Markov
+# head runs at rank 32 (at its default 256 the table would be a full bigram
+# table, which a real vocabulary never allows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/tau-bench}"
 STEPS="${2:-300}"
 SEEDS="${SEEDS:-3}"
 PARALLEL="${PARALLEL:-2}"
+KINDS="${KINDS:-dflash dspark dflash2 xpress dspine}"
 BIN=build/dflow
 PY="${DFLOW_VENV:-/opt/dflow/torch-2.15.0}/bin/python"
 [ -x "$BIN" ] || { echo "[tau] error: build dflow first (tools/build.sh dflow)" >&2; exit 1; }
@@ -34,23 +38,33 @@ fi
 # The base config names runs/tau-bench; another OUT_DIR is set here.
 paths=(--set model.target.path="$OUT/text/target" --set data.train=["$OUT/data"]
        --set eval.prompts="$OUT/text/heldout.jsonl" --set run.max_steps="$STEPS")
-"$BIN" sweep bench/tau_bench.yaml --out "$OUT/sweep" "${paths[@]}" --seeds "$SEEDS" --parallel "$PARALLEL" \
-  --variant 'dflash-ce: pipeline.nodes.drafter.params={head: dflash, loss: ce}' \
-  --variant 'dflash-kl: pipeline.nodes.drafter.params={head: dflash, loss: kl}' \
-  --variant 'dspark-ce: pipeline.nodes.drafter.params={head: dspark, loss: ce}' \
-  --variant 'dspark-kl: pipeline.nodes.drafter.params={head: dspark, loss: kl}'
+# Each kind's params beyond the defaults, for this target (hidden 128, vocabulary 258).
+kind_params() {
+  case "$1" in
+    dspark) echo ", markov_rank: 32" ;;
+    *) echo "" ;;
+  esac
+}
+for kind in $KINDS; do
+  extra=$(kind_params "$kind")
+  "$BIN" sweep bench/tau_bench.yaml --out "$OUT/sweep-$kind" "${paths[@]}" --seeds "$SEEDS" --parallel "$PARALLEL" \
+    --variant "$kind-ce: pipeline.nodes.drafter.params={head: $kind, loss: ce$extra}" \
+    --variant "$kind-kl: pipeline.nodes.drafter.params={head: $kind, loss: kl$extra}"
+done
 
 echo
-"$PY" - "$OUT/sweep" "$SEEDS" "$STEPS" <<'PY'
+"$PY" - "$OUT" "$SEEDS" "$STEPS" <<'PY'
 import json, math, os, sys
 out, seeds, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 first_seed = 1234
-names = ["dflash-ce", "dflash-kl", "dspark-ce", "dspark-kl"]
+kinds = [k for k in ("dflash", "dspark", "dflash2", "xpress", "dspine") if os.path.isdir(f"{out}/sweep-{k}")]
+names = [f"{k}-{loss}" for k in kinds for loss in ("ce", "kl")]
 at_steps = [s for s in (50, 100, 200, 300, 400, 600) if s < steps] + [steps]
 
 def runs(name):
     for k in range(seeds):
-        run = f"{out}/{name}+seed={first_seed + k}" if seeds > 1 else f"{out}/{name}"
+        sweep = f"{out}/sweep-{name.rsplit('-', 1)[0]}"
+        run = f"{sweep}/{name}+seed={first_seed + k}" if seeds > 1 else f"{sweep}/{name}"
         cpu, tau = {}, {}
         for line in open(os.path.join(run, "metrics.jsonl")):
             r = json.loads(line)
