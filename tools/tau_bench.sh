@@ -3,7 +3,7 @@
 # data's tokens (ce) and by distillation on the target's distribution (kl,
 # speculators' default objective), three seeds each, on a target that does
 # not saturate (bench/RESULTS.md "Time to tau: every drafter kind, ce and kl").
-#   tools/tau_bench.sh [OUT_DIR] [STEPS]     (env: SEEDS, PARALLEL, KINDS)
+#   tools/tau_bench.sh [OUT_DIR] [STEPS]     (env: SEEDS, PARALLEL, KINDS, DFLOW_BIN)
 # The target is a small byte-level Qwen3 trained by tools/make_text_target.py
 # (a few CPU minutes, once) on the Python standard library's source; the
 # drafters train on 256-byte windows of that text (bench/tau_bench.yaml) and
@@ -22,7 +22,7 @@ STEPS="${2:-300}"
 SEEDS="${SEEDS:-3}"
 PARALLEL="${PARALLEL:-2}"
 KINDS="${KINDS:-dflash dspark dflash2 xpress dspine}"
-BIN=build/dflow
+BIN="${DFLOW_BIN:-build/dflow}"  # a copy keeps a long bench off the binary a rebuild replaces
 PY="${DFLOW_VENV:-/opt/dflow/torch-2.15.0}/bin/python"
 [ -x "$BIN" ] || { echo "[tau] error: build dflow first (tools/build.sh dflow)" >&2; exit 1; }
 [ -x "$PY" ] || { echo "[tau] error: no venv Python at $PY (run tools/setup.sh)" >&2; exit 1; }
