@@ -13,6 +13,7 @@
 
 #include "drafter/objective.hpp"
 #include "drafter/kinds/dspark/dspark.hpp"
+#include "drafter/kinds/xpress/xpress.hpp"
 #include "drafter/speculative.hpp"
 #include "target/model_fixtures.hpp"
 
@@ -49,6 +50,25 @@ DFlashDrafter heads_drafter(const TargetModel& target, const std::string& markov
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(9);
   for (auto& item : markov_head(*drafter)->named_parameters()) item.value().normal_(0.0, 1.0, generator);
   for (auto& item : confidence_head(*drafter)->named_parameters()) item.value().normal_(0.0, 0.3, generator);
+  return drafter;
+}
+
+// An XPress drafter whose refiner is large enough to change the drafts
+// (a fresh one's bias is tiny).
+DFlashDrafter xpress_drafter(const TargetModel& target) {
+  DrafterOptions options;
+  options.num_layers = 1;
+  options.block_size = 4;
+  options.num_target_features = 1;
+  options.kind = "xpress";
+  XPressShape shape;
+  shape.xpress_rank = 8;
+  shape.num_jacobi_passes = 2;
+  options.kind_fields = xpress_fields(shape);
+  DFlashDrafter drafter(make_drafter_spec(target.config(), options), 23);
+  torch::NoGradGuard no_grad;
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(9);
+  for (auto& item : refiner_head(*drafter).named_parameters()) item.value().normal_(0.0, 0.5, generator);
   return drafter;
 }
 
@@ -218,7 +238,13 @@ TEST_CASE("Model.Speculative.DsparkSamplingKeepsTheTargetDistribution") {
   check_sampling_keeps_the_target_distribution("rnn");
 }
 
+TEST_CASE("Model.Speculative.XpressSamplingKeepsTheTargetDistribution") {
+  // The drafts come from the last Jacobi pass's refined q; acceptance must use that q.
+  check_sampling_keeps_the_target_distribution("xpress");
+}
+
 namespace {
+// markov_type: "" for DFlash, "xpress" for XPress, else DSpark heads of that Markov type.
 void check_sampling_keeps_the_target_distribution(const std::string& markov_type) {
   // Exact marginals of the 2nd and 3rd sampled tokens (the first two drafted
   // positions) on a target small enough to enumerate, against the tokens of
@@ -240,8 +266,9 @@ void check_sampling_keeps_the_target_distribution(const std::string& markov_type
   DrafterOptions drafter_options;
   drafter_options.block_size = 4;
   drafter_options.num_target_features = 1;
-  DFlashDrafter drafter = markov_type.empty() ? DFlashDrafter(make_drafter_spec(target.config(), drafter_options), 5)
-                                              : heads_drafter(target, markov_type, true, 1);
+  DFlashDrafter drafter = markov_type.empty()      ? DFlashDrafter(make_drafter_spec(target.config(), drafter_options), 5)
+                          : markov_type == "xpress" ? xpress_drafter(target)
+                                                    : heads_drafter(target, markov_type, true, 1);
   const double temperature = 3.0;
   const std::vector<int64_t> prompt = {3, 7, 1, 9, 12};
   const int64_t vocab = target.config().vocab_size, prompt_length = static_cast<int64_t>(prompt.size());

@@ -13,6 +13,7 @@
 
 #include "drafter/block_attention.hpp"
 #include "drafter/drafter_export_speculators.hpp"
+#include "drafter/kind.hpp"
 #include "drafter/kinds/xpress/xpress.hpp"
 #include "drafter/objective.hpp"
 #include "drafter/speculative.hpp"
@@ -160,13 +161,22 @@ TEST_CASE("Model.SpeculatorsReference.XpressEqualsXPressDraftModel") {
   CHECK(o.output.find("ok") != std::string::npos);
 }
 
-TEST_CASE("Model.Xpress.AFreshRefinerStartsWithItsMixerAtZero") {
+TEST_CASE("Model.Xpress.AFreshRefinerStartsWithItsMixerAtZeroAndIsCountedAndRefusedByTheDFlashLayout") {
   const HFConfig target_config = load_hf_config(tiny_target_dir());
   DFlashDrafter drafter(make_drafter_spec(target_config, xpress_options(1, XPressShape{})), 5);
   RefinerHeadImpl& refiner = refiner_head(*drafter);
   CHECK(refiner.mix_l.sizes() == torch::IntArrayRef({256, 8, 8}));
   CHECK(refiner.mix_l.abs().max().item<double>() == 0.0);
   CHECK(refiner.readout->weight.std().item<double>() == doctest::Approx(0.02).epsilon(0.05));
+  // The memory fit counts exactly the refiner's parameters.
+  int64_t count = 0;
+  for (const auto& p : refiner.parameters()) count += p.numel();
+  const DrafterKind& kind = drafter_kind("xpress");
+  CHECK(kind.parameter_count(drafter->spec()) == count);
+  CHECK(kind.activation_floats_per_slot(drafter->spec()) > 0);
+  // z-lab's layout would serve it without the refiner.
+  CHECK(kind.refuses_format("dflash", drafter->spec().kind_fields).find("--format speculators") != std::string::npos);
+  CHECK(kind.refuses_format("speculators", drafter->spec().kind_fields).empty());
 }
 
 TEST_CASE("Model.Xpress.GreedyJacobiDraftingEqualsTargetGreedy") {
