@@ -29,10 +29,6 @@ class XPressModules final : public KindModules {
  private:
   // The argmax of hidden [N, H] through the head plus readout(x) [N, r] (x undefined: none), chunked.
   torch::Tensor argmax_rows(const torch::Tensor& hidden, const torch::Tensor& head, const torch::Tensor& x);
-  // Slot 0's previous token is the one before the anchor, slot k's the token drafted (or the data's) at k - 1.
-  static torch::Tensor previous_of(const torch::Tensor& before_anchor, const torch::Tensor& tokens) {
-    return torch::cat({before_anchor.reshape({-1, 1}), tokens.narrow(1, 0, tokens.size(1) - 1)}, 1);
-  }
 };
 
 namespace {
