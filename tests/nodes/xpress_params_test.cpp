@@ -3,7 +3,8 @@
 // `--set` trains (the loss falls) with records carrying its terms (loss =
 // main + consistency_weight x consistency + base_anchor_weight x
 // base_anchor) and the backbone's own acceptance per slot, and its eval
-// drafts with the Jacobi passes; `loss: kl` trains it too; a resume
+// drafts with the Jacobi passes; `loss: kl` trains it too (on packed
+// rows); a resume
 // refuses a change of its params and goes on with the same ones.
 #include <doctest/doctest.h>
 
@@ -92,10 +93,12 @@ TEST_CASE("XPress.Train.a_short_run_chosen_by_set_learns_with_its_terms_in_the_r
   fs::remove_all(dir);
 }
 
-TEST_CASE("XPress.Train.loss_kl_trains_it_against_the_targets_distribution") {
+TEST_CASE("XPress.Train.loss_kl_trains_it_against_the_targets_distribution_on_packed_rows") {
+  // Packed rows: slot 0's previous token stays within the anchor's sample.
   const auto dir = fresh_dir("xpress-kl");
-  const auto config = with_drafter(small_run_config(dir, {"run.max_steps=2", "eval.every_steps=0"}),
-                                   "{head: xpress, xpress_rank: 16, consistency_passes: 2, loss: kl}");
+  const auto config = with_drafter(
+      testing::with_pad(small_run_config(dir, {"run.max_steps=2", "eval.every_steps=0"}), "pad_bucket.pack"),
+      "{head: xpress, xpress_rank: 16, consistency_passes: 2, loss: kl}");
   nodes::run_training(config, {});
   const auto steps = step_records(dir);
   REQUIRE(steps.size() == 2);
