@@ -44,12 +44,20 @@ struct DrafterSpec;
 struct TrainedSlots {
   torch::Tensor hidden;       // [K, Bs, H]: the backbone's hidden states after its final norm
   torch::Tensor prev_tokens;  // [K, Bs] int64: the data's token just before each slot (slot 0: the anchor)
+  // With prev_tokens: [K] int64, the data's token just before each block's
+  // anchor (the anchor's own where its sample starts there).
+  torch::Tensor before_anchor;
   torch::Tensor rows;         // [P] int64: the trained slots' flat index in K * Bs
   torch::Tensor selected;     // [P, H]: their hidden states
   // What the main loss compares them with, for a kind's own terms:
   torch::Tensor labels;   // [P] int64: the data's token at each trained slot
   torch::Tensor head;     // [V, H]: the target's frozen LM head
   torch::Tensor teacher;  // [P, H]: the target's final hidden state predicting each slot (undefined without a teacher)
+  // The main loss of these rows (its objective, teacher, temperature and
+  // chunks) with another bias on their logits (null: the backbone's alone),
+  // under the main loss's row weights or, position_weights false, weight 1
+  // on every trained slot.
+  std::function<ChunkedDraftLossResult(const LogitsBias* bias, bool position_weights)> loss;
 };
 
 // The main loss's rows, for the terms a kind computes after it.
@@ -88,6 +96,7 @@ struct BlockDraftInputs {
   torch::Tensor hidden;           // [B, H]: the backbone's, slot 0 (the bonus token) included
   torch::Tensor backbone_logits;  // [B-1, V]: slots 1 .. B-1 through the target's LM head
   int64_t bonus_token = 0;
+  int64_t previous_token = 0;      // the committed token before the bonus (the bonus itself with none)
   SlotSampler* sampler = nullptr;  // null: greedy
   bool want_logits = false;
 };

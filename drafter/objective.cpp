@@ -348,8 +348,15 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   slots.hidden = hidden.reshape({blocks_total, block_size, spec.hidden_size});
   slots.rows = rows;
   slots.selected = selected;
-  if (kind.reads_previous_tokens())
-    slots.prev_tokens = input_ids.to(device, torch::kInt64).gather(1, prev_position).view({blocks_total, block_size});
+  if (kind.reads_previous_tokens()) {
+    const torch::Tensor ids = input_ids.to(device, torch::kInt64);
+    slots.prev_tokens = ids.gather(1, prev_position).view({blocks_total, block_size});
+    // The token before each anchor, where the anchor's sample has one.
+    const torch::Tensor anchor = anchors.anchor_positions.to(device, torch::kInt64).clamp(0, length - 1);  // [B, N]
+    const torch::Tensor sample_begin = context_begin.defined() ? context_begin.to(device, torch::kInt64)
+                                                               : torch::zeros_like(anchor);
+    slots.before_anchor = ids.gather(1, torch::where(anchor > sample_begin, anchor - 1, anchor)).reshape({-1});
+  }
   const std::optional<LogitsBias> bias = kind.logits_bias(slots);
   torch::Tensor teacher_rows;
   if (with_teacher) {
@@ -366,6 +373,13 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   slots.labels = labels;
   slots.head = head;
   slots.teacher = teacher_rows;
+  slots.loss = [&](const LogitsBias* other_bias, bool position_weights) {
+    if (position_weights)
+      return chunked_draft_loss(selected, head, other_bias, labels, teacher_rows, options.loss,
+                                options.kl_temperature, weights, rows_per_chunk, reweight);
+    return chunked_draft_loss(selected, head, other_bias, labels, teacher_rows, options.loss, options.kl_temperature,
+                              torch::ones_like(weights), rows_per_chunk);
+  };
   const ChunkedDraftLossResult main =
       chunked_draft_loss(selected, head, bias ? &*bias : nullptr, labels, teacher_rows, options.loss,
                          options.kl_temperature, weights, rows_per_chunk, reweight);

@@ -125,13 +125,14 @@ Verdict verify_sampled(const std::vector<int64_t>& block, const torch::Tensor& d
 // One block of drafts: one backbone pass, then the drafter's kind chooses
 // the slots' tokens (the backbone's own way: all in parallel).
 BlockDraft draft_block(DFlashDrafterImpl& drafter, const TargetModel& target, const DrafterContextCache& cache,
-                       int64_t bonus_token, Sampler* sampler, bool want_logits) {
+                       int64_t bonus_token, int64_t previous_token, Sampler* sampler, bool want_logits) {
   torch::NoGradGuard no_grad;
   const int64_t slots = drafter.spec().block_size - 1;
   BlockDraftInputs in;
   in.hidden = draft_block_hidden(drafter, target, cache, bonus_token)[0];  // [B, H], drafter's device
   in.backbone_logits = target.lm_head(in.hidden.narrow(0, 1, slots).to(target.device()).unsqueeze(0))[0];  // [B-1, V]
   in.bonus_token = bonus_token;
+  in.previous_token = previous_token < 0 ? bonus_token : previous_token;
   in.sampler = sampler;
   in.want_logits = want_logits;
   return drafter.kind_modules().draft_block(in);
@@ -140,13 +141,14 @@ BlockDraft draft_block(DFlashDrafterImpl& drafter, const TargetModel& target, co
 }  // namespace
 
 std::vector<int64_t> drafter_generate_block(DFlashDrafterImpl& drafter, const TargetModel& target,
-                                            const DrafterContextCache& cache, int64_t bonus_token) {
-  return draft_block(drafter, target, cache, bonus_token, nullptr, false).drafts;
+                                            const DrafterContextCache& cache, int64_t bonus_token,
+                                            int64_t previous_token) {
+  return draft_block(drafter, target, cache, bonus_token, previous_token, nullptr, false).drafts;
 }
 
 torch::Tensor drafter_block_logits(DFlashDrafterImpl& drafter, const TargetModel& target,
-                                   const DrafterContextCache& cache, int64_t bonus_token) {
-  return draft_block(drafter, target, cache, bonus_token, nullptr, true).logits;
+                                   const DrafterContextCache& cache, int64_t bonus_token, int64_t previous_token) {
+  return draft_block(drafter, target, cache, bonus_token, previous_token, nullptr, true).logits;
 }
 
 double SpeculativeResult::mean_acceptance_length() const {
@@ -189,7 +191,11 @@ SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetM
   while (static_cast<int64_t>(result.tokens.size()) < max_new_tokens && !is_eos(result.tokens.back())) {
     const int64_t start = target_cache.length();  // position of the bonus token
     std::vector<int64_t> block = {bonus};
-    BlockDraft drafted = draft_block(drafter, target, draft_cache, bonus, sampling ? &sampler : nullptr, false);
+    // The committed token before the bonus: the prompt's last, then the last one generated before it.
+    const int64_t previous =
+        result.tokens.size() >= 2 ? result.tokens[result.tokens.size() - 2] : prompt_ids.back();
+    BlockDraft drafted =
+        draft_block(drafter, target, draft_cache, bonus, previous, sampling ? &sampler : nullptr, false);
     const torch::Tensor& draft_probabilities = drafted.probabilities;  // [B-1, V], sampling only: each draft's q
     block.insert(block.end(), drafted.drafts.begin(), drafted.drafts.end());
 

@@ -34,12 +34,15 @@ class DrafterContextCache {
 
 // One non-causal draft pass over [bonus, MASK x (B-1)] at positions
 // cache.length() .. + B-1, using the spec's mask token (the one trained with).
-// Returns the B-1 argmax drafts for slots 1 .. B-1.
+// Returns the B-1 argmax drafts for slots 1 .. B-1. previous_token: the
+// committed token before the bonus (-1: none), for a kind that reads it.
 std::vector<int64_t> drafter_generate_block(DFlashDrafterImpl& drafter, const TargetModel& target,
-                                            const DrafterContextCache& cache, int64_t bonus_token);
+                                            const DrafterContextCache& cache, int64_t bonus_token,
+                                            int64_t previous_token = -1);
 // The same pass, returning the logits of slots 1 .. B-1: [B-1, V] on the CPU in float32.
 torch::Tensor drafter_block_logits(DFlashDrafterImpl& drafter, const TargetModel& target,
-                                   const DrafterContextCache& cache, int64_t bonus_token);
+                                   const DrafterContextCache& cache, int64_t bonus_token,
+                                   int64_t previous_token = -1);
 
 struct SpeculativeResult {
   std::vector<int64_t> tokens;                 // generated tokens (prompt excluded)

@@ -28,6 +28,14 @@ modules used here are loaded with bare parent packages instead.
         (grad.<name>). DFlash2DraftModel loads the export and computes the
         same with kl_div as the unary loss, on dflow's anchors; its loss
         times its denominator (the masked slots) is dflow's weighted sum.
+    speculators_reference.py xpress EXPORT_DIR CASE.safetensors
+        EXPORT_DIR: `dflow export --format speculators` of an XPress drafter;
+        CASE: as dflash2's, with the teacher-forced refined logits
+        [N, Bs, V], the loss sums (teacher-forced, consistency rounds' mean,
+        base anchor), the metric sums (accept_rate, accuracy,
+        base_accept_rate) and the weights. XPressDraftModel loads the export
+        and computes the same with {ce: 0.1, tv: 0.9} and ce_from_data (dflow's
+        ce is on the data's token), on dflow's anchors.
 
 Prints "ok" and exits 0, or names the disagreement and exits 1.
 """
@@ -65,11 +73,13 @@ def load_speculators():
     import speculators.models.dspark as dspark  # noqa: E402
     import speculators.losses as losses  # noqa: E402
     import speculators.models.dflash2 as dflash2  # noqa: E402
+    import speculators.models.xpress as xpress  # noqa: E402
 
     # What speculators/__init__.py does once its imports are done: resolve the
     # configs' torch annotations, DSpark's among them.
     config.reload_schemas()
     load_speculators.dflash2 = dflash2
+    load_speculators.xpress = xpress
     return dspark, losses
 
 
@@ -216,6 +226,92 @@ def check_dflash2(export_dir, case_path):
     print("ok")
 
 
+# Argmax margin the consistency rounds need: the top two logits of every
+# slot at least this far apart (float32 rounding moves them by ~1e-5), so
+# that dflow's rounds and speculators' read the same previous tokens.
+ARGMAX_MARGIN = 1e-3
+
+
+def check_xpress(export_dir, case_path):
+    load_speculators()
+    xpress = load_speculators.xpress
+    import speculators.models.dflash.core as dflash_core  # noqa: E402
+    config, model, weights = load_export(export_dir, "xpress", xpress.XPressSpeculatorConfig, xpress.XPressDraftModel)
+    if config.architectures != ["XPressSpeculator"]:
+        fail("architectures %r" % config.architectures)
+    case = load_file(case_path)
+    input_ids, features, anchors = case["input_ids"], case["features"], case["anchors"]
+    T, N, Bs = input_ids.shape[1], anchors.numel(), config.block_size
+    with torch.no_grad():
+        model.verifier_lm_head.weight.copy_(weights["lm_head.weight"])
+        model.verifier_norm.weight.fill_(1.0)
+    dflash_core.select_anchors = lambda loss_mask, n, block_size: (anchors.clone(), torch.ones(N, dtype=torch.bool))
+    document_ids = torch.zeros(1, T, dtype=torch.long)
+    loss_mask = case["loss_mask"]
+    eager = load_speculators_eager()
+    loss_config = {"ce": (eager.ce_loss, 0.1), "tv": (eager.tv_loss, 0.9)}
+
+    # Every refine pass's bias, in order: the teacher-forced one, then the rounds.
+    biases = []
+    block_bias = model.refiner_head.block_bias
+
+    def recording_block_bias(*args, **kwargs):
+        out = block_bias(*args, **kwargs)
+        biases.append(out.detach())
+        return out
+
+    model.refiner_head.block_bias = recording_block_bias
+    _, loss, metrics = model.forward(features, input_ids, loss_mask, case["teacher"], document_ids,
+                                     loss_config=loss_config, gamma=case["gamma"].item(), max_anchors=N,
+                                     consistency_weight=case["consistency_weight"].item(),
+                                     consistency_passes=int(case["consistency_passes"].item()),
+                                     base_anchor_weight=case["base_anchor_weight"].item(),
+                                     ce_from_data=True)
+    passes = int(case["consistency_passes"].item())
+    if len(biases) != 1 + passes:
+        fail("speculators ran %d refine passes, expected %d" % (len(biases), 1 + passes))
+    base = case["logits"]
+    with torch.no_grad():
+        _, logits, _, _, indices = model._backbone_forward(
+            features, input_ids, loss_mask, case["teacher"], document_ids, max_anchors=N)
+        if not torch.equal(indices.view(N, Bs)[:, 0], anchors):
+            fail("speculators took anchors %s" % indices.view(N, Bs)[:, 0].tolist())
+        compare("logits", base, logits.view(N, Bs, -1))
+        compare("refined logits", case["refined_logits"], logits.view(N, Bs, -1) + biases[0])
+        # The argmax each round is fed: the backbone's, then each round's but
+        # the last, at the slots whose token a round reads (1 .. Bs - 2).
+        for name, seeds in [("backbone", base)] + [("round %d" % j, base + biases[1 + j]) for j in range(passes - 1)]:
+            top = seeds[:, 1:-1].topk(2, dim=-1).values
+            margin = (top[..., 0] - top[..., 1]).min().item()
+            print("%s argmax: top two at least %.3g apart" % (name, margin))
+            if not margin >= ARGMAX_MARGIN:
+                fail("the %s argmax is within %.3g of a tie: the case cannot tell the rounds apart" % (name, margin))
+
+    # speculators divides each weighted sum by the masked slots (plus its
+    # eps; its data-label ce by the slots plus 1e-8, 1e-13 apart here).
+    aligned = loss_mask[0, indices].view(N, Bs).clone()
+    aligned[:, 0] = 0
+    denominator = aligned.sum().double() + 1e-5
+    for name in ("tf_loss", "consistency_loss", "base_anchor_loss"):
+        compare(name + " sum", case[name + "_sum"], metrics[name + "_sum"].double() * denominator, 1e-4)
+    for name in ("accept_rate", "accuracy", "base_accept_rate"):
+        compare(name + " sum", case[name + "_sum"], metrics[name + "_sum"].double(), 1e-4)
+    (loss * denominator.float()).backward()
+    checked = 0
+    for name, parameter in model.named_parameters():
+        key = "grad." + name
+        if key not in case:
+            continue
+        if parameter.grad is None:
+            fail("speculators gives %s no gradient" % name)
+        compare(key, case[key], parameter.grad, 1e-4)
+        checked += 1
+    expected = sum(1 for k in case if k.startswith("grad."))
+    if checked != expected:
+        fail("compared %d gradients of dflow's %d" % (checked, expected))
+    print("ok")
+
+
 def load_speculators_eager():
     import speculators.losses.eager as eager  # noqa: E402
     return eager
@@ -299,5 +395,7 @@ if __name__ == "__main__":
         print("ok")
     elif len(sys.argv) == 4 and sys.argv[1] == "dflash2":
         check_dflash2(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 4 and sys.argv[1] == "xpress":
+        check_xpress(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)

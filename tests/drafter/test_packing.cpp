@@ -10,6 +10,7 @@
 
 #include "drafter/block_attention.hpp"
 #include "target/documents.hpp"
+#include "drafter/kinds/xpress/xpress.hpp"
 #include "drafter/objective.hpp"
 #include "target/model_fixtures.hpp"
 
@@ -409,4 +410,53 @@ TEST_CASE("Pack.ALongDocumentNeitherPadsShortOnesNorRunsAsOneChunk") {
   std::vector<int64_t> sizes;
   for (const auto& chunk : short_plan.chunks) sizes.push_back(chunk.num_queries / 16);
   CHECK(sizes == std::vector<int64_t>{3, 3, 2});
+}
+
+TEST_CASE("Pack.XpressLossAndGradientsEqualTheSamplesRunUnpackedWithAnchorsAtSampleStarts") {
+  // XPress reads the token before each anchor: at a sample's first token
+  // it is the anchor's own, packed or not (never the sample before's last).
+  torch::set_num_threads(1);
+  DrafterOptions options;
+  options.num_layers = 1;
+  options.block_size = 8;
+  options.num_target_features = 2;
+  options.kind = "xpress";
+  XPressShape shape;
+  shape.xpress_rank = 8;
+  options.kind_fields = xpress_fields(shape);
+  DFlashDrafter drafter(make_drafter_spec(tiny_target().config(), options), 3);
+  {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(9);
+    for (auto& p : drafter->parameters()) p.add_(torch::randn_like(p) * 0.3);
+  }
+  PackedRig rig;
+  for (auto& mask : rig.masks) mask.fill_(1);
+  rig.build();
+  const auto& target = tiny_target();
+  const auto& layers = drafter->spec().target_layer_ids;
+  auto batch = [](const std::vector<std::vector<int64_t>>& anchors, int64_t width) {
+    AnchorBatch out;
+    out.anchor_positions = torch::zeros({static_cast<int64_t>(anchors.size()), width}, torch::kInt64);
+    out.block_keep = torch::zeros({static_cast<int64_t>(anchors.size()), width}, torch::kBool);
+    for (size_t r = 0; r < anchors.size(); ++r)
+      for (size_t j = 0; j < anchors[r].size(); ++j) {
+        out.anchor_positions[static_cast<int64_t>(r)][static_cast<int64_t>(j)] = anchors[r][j];
+        out.block_keep[static_cast<int64_t>(r)][static_cast<int64_t>(j)] = true;
+      }
+    return out;
+  };
+  // Sample 1 starts at 13 in packed row 0.
+  const auto alone = run_loss(*drafter, target.context_features(rig.unpacked_ids, layers), rig.unpacked_ids,
+                              rig.unpacked_mask, rig.unpacked_lengths, batch({{0, 5}, {0, 3}, {0, 9}}, 2), nullptr);
+  const auto packed =
+      run_loss(*drafter, target.context_features(rig.packed_ids, rig.documents, layers), rig.packed_ids,
+               rig.packed_mask, rig.packed_lengths, batch({{0, 5, 13, 16}, {0, 9}}, 4), &rig.documents);
+  CHECK(alone.loss > 0.1);
+  CHECK(std::abs(packed.loss - alone.loss) <= 1e-5 * std::abs(alone.loss));
+  REQUIRE(packed.gradients.size() == alone.gradients.size());
+  for (size_t i = 0; i < alone.gradients.size(); ++i) {
+    CAPTURE(i);
+    CHECK(max_relative_difference(packed.gradients[i], alone.gradients[i]) < 1e-4);
+  }
 }

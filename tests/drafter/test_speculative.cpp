@@ -15,6 +15,7 @@
 #include "drafter/objective.hpp"
 #include "drafter/kinds/dflash2/dflash2.hpp"
 #include "drafter/kinds/dspark/dspark.hpp"
+#include "drafter/kinds/xpress/xpress.hpp"
 #include "drafter/speculative.hpp"
 #include "target/model_fixtures.hpp"
 
@@ -51,6 +52,25 @@ DFlashDrafter heads_drafter(const TargetModel& target, const std::string& markov
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(9);
   for (auto& item : markov_head(*drafter)->named_parameters()) item.value().normal_(0.0, 1.0, generator);
   for (auto& item : confidence_head(*drafter)->named_parameters()) item.value().normal_(0.0, 0.3, generator);
+  return drafter;
+}
+
+// An XPress drafter whose refiner is large enough to change the drafts
+// (a fresh one's bias is tiny).
+DFlashDrafter xpress_drafter(const TargetModel& target) {
+  DrafterOptions options;
+  options.num_layers = 1;
+  options.block_size = 4;
+  options.num_target_features = 1;
+  options.kind = "xpress";
+  XPressShape shape;
+  shape.xpress_rank = 8;
+  shape.num_jacobi_passes = 2;
+  options.kind_fields = xpress_fields(shape);
+  DFlashDrafter drafter(make_drafter_spec(target.config(), options), 23);
+  torch::NoGradGuard no_grad;
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(9);
+  for (auto& item : refiner_head(*drafter).named_parameters()) item.value().normal_(0.0, 0.5, generator);
   return drafter;
 }
 
@@ -244,6 +264,12 @@ TEST_CASE("Model.Speculative.Dflash2SamplingKeepsTheTargetDistribution") {
     for (auto& p : drafter->parameters()) p.add_(torch::randn_like(p) * 0.05);
     return drafter;
   });
+}
+
+TEST_CASE("Model.Speculative.XpressSamplingKeepsTheTargetDistribution") {
+  // The drafts come from the last Jacobi pass's refined q; acceptance must use that q.
+  check_sampling_keeps_the_target_distribution(
+      [](const TargetModel& target, const DrafterOptions&) { return xpress_drafter(target); });
 }
 
 namespace {

@@ -1,0 +1,223 @@
+// XPress (drafter/kinds/xpress): its forward logits (the backbone's and the
+// teacher-forced refined ones), its loss (the teacher-forced loss, the
+// consistency rounds, the base anchor), its metrics and every parameter's
+// gradient against vllm-project/speculators' XPressDraftModel on dflow's
+// `--format speculators` export (tests/drafter/speculators_reference.py);
+// greedy drafting with the Jacobi passes is lossless.
+#include <doctest/doctest.h>
+
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "drafter/block_attention.hpp"
+#include "drafter/drafter_export_speculators.hpp"
+#include "drafter/kind.hpp"
+#include "drafter/kinds/xpress/xpress.hpp"
+#include "drafter/objective.hpp"
+#include "drafter/speculative.hpp"
+#include "formats/safetensors.hpp"
+#include "target/hf_reference_fixtures.hpp"
+#include "target/layers.hpp"
+#include "target/model_fixtures.hpp"
+#include "target/target_head.hpp"
+
+using namespace dflow::model;
+using dflow::model::testing::ScratchDir;
+using dflow::model::testing::tiny_target_dir;
+
+namespace {
+
+DrafterOptions xpress_options(int64_t num_layers, const XPressShape& shape) {
+  DrafterOptions options;
+  options.num_layers = num_layers;
+  options.block_size = 8;
+  options.target_layer_ids = {0, 2};  // rising, not the last layer (servable)
+  options.kind = "xpress";
+  options.kind_fields = xpress_fields(shape);
+  return options;
+}
+
+double total(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
+
+// The refiner drawn large enough that its bias moves the argmax (it starts
+// as a near no-op: the mixer at zero, the readout at std 0.02).
+void enlarge_refiner(DFlashDrafterImpl& drafter, double scale) {
+  torch::NoGradGuard no_grad;
+  RefinerHeadImpl& refiner = refiner_head(drafter);
+  refiner.mix_l.add_(torch::randn_like(refiner.mix_l) * 0.3);
+  for (torch::Tensor* w : {&refiner.token_embed->weight, &refiner.in_proj->weight, &refiner.readout->weight})
+    w->mul_(scale);
+}
+
+}  // namespace
+
+TEST_CASE("Model.SpeculatorsReference.XpressEqualsXPressDraftModel") {
+  torch::set_num_threads(1);
+  const auto target_dir = tiny_target_dir();
+  const HFConfig target_config = load_hf_config(target_dir);
+  XPressShape shape;
+  shape.xpress_rank = 12;
+  shape.xpress_mlp_ratio = 2;
+  shape.num_jacobi_passes = 4;
+  DFlashDrafter drafter(make_drafter_spec(target_config, xpress_options(2, shape)), 5);
+  const DrafterSpec& spec = drafter->spec();
+  torch::manual_seed(11);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : drafter->parameters()) p.add_(torch::randn_like(p) * 0.05);
+  }
+  enlarge_refiner(*drafter, 20.0);
+  const TargetHead head = TargetHead::load(target_dir);
+
+  const int64_t T = 48, Bs = spec.block_size, H = spec.hidden_size;
+  // Anchor 0 has no token before it: its slot 0 reads the anchor's own.
+  const std::vector<int64_t> anchor_list{0, 11, 20, 37};
+  const int64_t N = static_cast<int64_t>(anchor_list.size());
+  const torch::Tensor input_ids = torch::randint(0, spec.vocab_size - 2, {1, T}, torch::kInt64);
+  const torch::Tensor features = torch::randn({1, T, spec.num_features() * H});
+  const torch::Tensor anchors = torch::tensor(anchor_list, torch::kInt64).view({1, N});
+  torch::Tensor loss_mask = torch::ones({1, T}, torch::kInt64);
+  loss_mask.narrow(1, 14, 3).zero_();  // a few slots without a label
+  const torch::Tensor teacher_pre = torch::randn({1, T, H}) * 3.0;
+  TeacherStates teacher;
+  teacher.final_hidden = rms_norm(teacher_pre, torch::ones({H}), spec.rms_norm_eps);
+
+  // The backbone's block logits and the teacher-forced refined ones, as
+  // speculators' _backbone_forward and refiner_head.block_bias give them.
+  torch::Tensor logits, refined;
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor positions = (anchors.unsqueeze(-1) + torch::arange(Bs, torch::kInt64)).view({1, N * Bs});
+    torch::Tensor block_tokens = torch::full({N, Bs}, spec.mask_token_id, torch::kInt64);
+    block_tokens.select(1, 0).copy_(input_ids[0].index_select(0, anchors[0]));
+    const torch::Tensor embeddings = torch::embedding(head.embedding_weight(), block_tokens.view({1, N * Bs}));
+    const auto plan = plan_block_attention(anchors, torch::ones({1, N}, torch::kBool), T, Bs, 0, torch::kCPU);
+    const torch::Tensor hidden = drafter->forward(features, embeddings, positions, plan).view({N, Bs, -1});
+    logits = torch::matmul(hidden, head.lm_head_weight().t()).contiguous();
+    const torch::Tensor data = input_ids[0].index_select(0, positions[0]).view({N, Bs});
+    const torch::Tensor before = input_ids[0].index_select(0, (anchors[0] - 1).clamp_min(0));
+    const torch::Tensor prev = torch::cat({before.unsqueeze(1), data.narrow(1, 0, Bs - 1)}, 1);
+    RefinerHeadImpl& refiner = refiner_head(*drafter);
+    refined = (logits + refiner.readout->forward(refiner.features(prev, refiner.hidden_cache(hidden)))).contiguous();
+  }
+
+  // XPress's own recipe: {ce: 0.1, tv: 0.9} (dflow's ce on the data's
+  // token: speculators' ce_from_data), its default rounds and weights.
+  ObjectiveOptions options;
+  options.loss = LossMix{{{"ce", 0.1}, {"tv", 0.9}}};
+  options.loss_decay_gamma = 4.0;
+  options.kind_options = {{"consistency_weight", 0.3},
+                          {"consistency_passes", 3},
+                          {"base_anchor_weight", 0.6},
+                          {"base_anchor_full_weight", false}};
+  AnchorBatch anchor_batch;
+  anchor_batch.anchor_positions = anchors;
+  anchor_batch.block_keep = torch::ones({1, N}, torch::kBool);
+  const ObjectiveOutput out =
+      dflash_loss(*drafter, head.embedding_weight(), head.lm_head_weight(), features, input_ids, loss_mask,
+                  torch::full({1}, T, torch::kInt64), anchor_batch, options, nullptr, &teacher);
+  REQUIRE(out.term_loss_sums.size() == 2);
+  CHECK(out.term_loss_sums[0] > 0.0);
+  CHECK(out.term_loss_sums[1] > 0.0);
+  REQUIRE(out.term_series_per_position.size() == 2);
+  out.loss_sum.backward();
+
+  std::vector<std::pair<std::string, torch::Tensor>> tensors{
+      {"input_ids", input_ids},
+      {"features", features},
+      {"anchors", anchors.view({N})},
+      {"loss_mask", loss_mask},
+      {"teacher", teacher_pre},
+      {"logits", logits},
+      {"refined_logits", refined},
+      {"tf_loss_sum", torch::full({1}, out.main_loss_sum, torch::kFloat64)},
+      {"consistency_loss_sum", torch::full({1}, out.term_loss_sums[0], torch::kFloat64)},
+      {"base_anchor_loss_sum", torch::full({1}, out.term_loss_sums[1], torch::kFloat64)},
+      {"accept_rate_sum", torch::full({1}, total(out.accept_rate_per_position), torch::kFloat64)},
+      {"accuracy_sum", torch::full({1}, total(out.correct_per_position), torch::kFloat64)},
+      {"base_accept_rate_sum", torch::full({1}, total(out.term_series_per_position[1]), torch::kFloat64)},
+      {"gamma", torch::full({1}, 4.0)},
+      {"consistency_weight", torch::full({1}, 0.3)},
+      {"consistency_passes", torch::full({1}, 3.0)},
+      {"base_anchor_weight", torch::full({1}, 0.6)}};
+  for (const auto& item : drafter->named_parameters()) {
+    REQUIRE(item.value().grad().defined());
+    tensors.emplace_back("grad." + item.key(), item.value().grad().contiguous());
+  }
+
+  ScratchDir scratch("xpress-reference");
+  save_speculators_pretrained(*drafter, {target_dir.string(), target_dir}, scratch.path() / "export");
+  write_safetensors(scratch.path() / "case.safetensors", tensors, {});
+  if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
+  const auto o = ::dflow::testing::run_command(
+      ::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
+          "/tests/drafter/speculators_reference.py xpress " + (scratch.path() / "export").string() + " " +
+          (scratch.path() / "case.safetensors").string(),
+      300);
+  INFO(o.output);
+  CHECK(o.exit_code == 0);
+  CHECK(o.output.find("ok") != std::string::npos);
+}
+
+TEST_CASE("Model.Xpress.AFreshRefinerStartsWithItsMixerAtZeroAndIsCountedAndRefusedByTheDFlashLayout") {
+  const HFConfig target_config = load_hf_config(tiny_target_dir());
+  DFlashDrafter drafter(make_drafter_spec(target_config, xpress_options(1, XPressShape{})), 5);
+  RefinerHeadImpl& refiner = refiner_head(*drafter);
+  CHECK(refiner.mix_l.sizes() == torch::IntArrayRef({256, 8, 8}));
+  CHECK(refiner.mix_l.abs().max().item<double>() == 0.0);
+  CHECK(refiner.readout->weight.std().item<double>() == doctest::Approx(0.02).epsilon(0.05));
+  // The memory fit counts exactly the refiner's parameters.
+  int64_t count = 0;
+  for (const auto& p : refiner.parameters()) count += p.numel();
+  const DrafterKind& kind = drafter_kind("xpress");
+  CHECK(kind.parameter_count(drafter->spec()) == count);
+  CHECK(kind.activation_floats_per_slot(drafter->spec()) > 0);
+  // z-lab's layout would serve it without the refiner.
+  CHECK(kind.refuses_format("dflash", drafter->spec().kind_fields).find("--format speculators") != std::string::npos);
+  CHECK(kind.refuses_format("speculators", drafter->spec().kind_fields).empty());
+}
+
+TEST_CASE("Model.Xpress.GreedyJacobiDraftingEqualsTargetGreedy") {
+  torch::set_num_threads(1);
+  const TargetModel target = TargetModel::load(tiny_target_dir());
+  XPressShape shape;
+  shape.xpress_rank = 16;
+  shape.num_jacobi_passes = 3;
+  DrafterOptions options = xpress_options(1, shape);
+  options.block_size = 4;
+  DFlashDrafter drafter(make_drafter_spec(target.config(), options), 23);
+  torch::manual_seed(9);
+  enlarge_refiner(*drafter, 30.0);
+  torch::manual_seed(12);
+  int64_t changed = 0;
+  for (int64_t i = 0; i < 4; ++i) {
+    const torch::Tensor ids = torch::randint(0, 510, {3 + 5 * i}, torch::kInt64);
+    const std::vector<int64_t> prompt(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    CAPTURE(i);
+    const SpeculativeResult result = speculative_generate(*drafter, target, prompt, 30, {});
+    CHECK(result.tokens == target.generate(prompt, 30, 0.0, 0, {}));
+    // The passes' drafts differ from the backbone's own argmax (the
+    // refiner's readout zeroed) somewhere.
+    DrafterContextCache cache;
+    const TargetOutput prefill = target.forward(torch::tensor(prompt, torch::kInt64).unsqueeze(0),
+                                                drafter->spec().target_layer_ids, false);
+    cache.append(*drafter, torch::cat(prefill.hidden_states, -1));
+    const int64_t previous = prompt[prompt.size() - 2];
+    const std::vector<int64_t> refined = drafter_generate_block(*drafter, target, cache, prompt.back(), previous);
+    torch::Tensor& readout = refiner_head(*drafter).readout->weight;
+    const torch::Tensor kept = readout.detach().clone();
+    {
+      torch::NoGradGuard no_grad;
+      readout.zero_();
+    }
+    const std::vector<int64_t> backbone = drafter_generate_block(*drafter, target, cache, prompt.back(), previous);
+    {
+      torch::NoGradGuard no_grad;
+      readout.copy_(kept);
+    }
+    for (size_t k = 0; k < refined.size(); ++k) changed += refined[k] != backbone[k] ? 1 : 0;
+  }
+  CHECK(changed > 0);
+}
