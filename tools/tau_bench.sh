@@ -42,6 +42,7 @@ paths=(--set model.target.path="$OUT/text/target" --set data.train=["$OUT/data"]
 kind_params() {
   case "$1" in
     dspark) echo ", markov_rank: 32" ;;
+    xpress) echo ", xpress_rank: 32" ;;   # the refiner's vocabulary factors, at DSpark's rank
     *) echo "" ;;
   esac
 }
