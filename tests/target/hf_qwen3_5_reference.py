@@ -3,9 +3,9 @@ untied, several layer_types patterns) written by transformers, and
 transformers' own outputs on them: the independent reference for dflow's
 in-process Qwen3.5 target (tests/target/test_qwen3_5_reference.cpp).
 
-    hf_qwen3_5_reference.py OUT_DIR
+    hf_qwen3_5_reference.py OUT_DIR [NAME ...]
 
-writes, for each checkpoint OUT_DIR/<name>/, what hf_moe_reference.py
+writes, for each checkpoint (or only those named) OUT_DIR/<name>/, what hf_moe_reference.py
 writes (config.json, save_pretrained's safetensors with the vision tower,
 reference.safetensors and reference.json), with a third row of 150 tokens
 so that the delta rule runs over several of its 64-token chunks. The text
@@ -78,7 +78,10 @@ def main():
     out_dir = Path(sys.argv[1])
     logging.disable_progress_bar()
     new_tokens = 10
+    only = set(sys.argv[2:])
     for seed, (name, (moe, tied, sharded, text)) in enumerate(CHECKPOINTS.items()):
+        if only and name not in only:
+            continue
         torch.manual_seed(500 + seed)
         model = make(moe, tied, text).eval()
         randomize(model)
