@@ -19,6 +19,8 @@ std::string to_string(ModelFamily family) {
     case ModelFamily::Llama: return "llama";
     case ModelFamily::Qwen3Moe: return "qwen3_moe";
     case ModelFamily::GptOss: return "gpt_oss";
+    case ModelFamily::Qwen3_5: return "qwen3_5";
+    case ModelFamily::Qwen3_5Moe: return "qwen3_5_moe";
   }
   return "unknown";
 }
@@ -99,13 +101,16 @@ using namespace config_parse;
 ModelFamily detect_family(HFConfig& config, const std::string& source) {
   const std::vector<std::pair<std::string, ModelFamily>> by_type = {
       {"qwen3", ModelFamily::Qwen3},         {"qwen2", ModelFamily::Qwen2},  {"llama", ModelFamily::Llama},
-      {"qwen3_moe", ModelFamily::Qwen3Moe}, {"gpt_oss", ModelFamily::GptOss}};
+      {"qwen3_moe", ModelFamily::Qwen3Moe}, {"gpt_oss", ModelFamily::GptOss},
+      {"qwen3_5", ModelFamily::Qwen3_5},    {"qwen3_5_moe", ModelFamily::Qwen3_5Moe}};
   const std::vector<std::pair<std::string, ModelFamily>> by_architecture = {
       {"Qwen3ForCausalLM", ModelFamily::Qwen3},
       {"Qwen2ForCausalLM", ModelFamily::Qwen2},
       {"LlamaForCausalLM", ModelFamily::Llama},
       {"Qwen3MoeForCausalLM", ModelFamily::Qwen3Moe},
-      {"GptOssForCausalLM", ModelFamily::GptOss}};
+      {"GptOssForCausalLM", ModelFamily::GptOss},
+      {"Qwen3_5ForConditionalGeneration", ModelFamily::Qwen3_5},
+      {"Qwen3_5MoeForConditionalGeneration", ModelFamily::Qwen3_5Moe}};
   std::string architectures_text;
   for (const auto& name : config.architectures) architectures_text += (architectures_text.empty() ? "" : ", ") + name;
   const std::string described = "model_type '" + config.model_type + "', architectures [" + architectures_text + "]";
@@ -115,7 +120,7 @@ ModelFamily detect_family(HFConfig& config, const std::string& source) {
     if (config.model_type == name) family = value;
   }
   if (!config.model_type.empty() && !family) {
-    throw config_error(source, "unsupported " + described + "; dflow supports qwen3, qwen2, llama, qwen3_moe and gpt_oss");
+    throw config_error(source, "unsupported " + described + "; dflow supports qwen3, qwen2, llama, qwen3_moe, gpt_oss, qwen3_5 and qwen3_5_moe");
   }
   for (const auto& architecture : config.architectures) {
     if (architecture == kDrafterArchitecture) {
@@ -127,7 +132,8 @@ ModelFamily detect_family(HFConfig& config, const std::string& source) {
     if (it == by_architecture.end()) {
       throw config_error(source, "unsupported architecture '" + architecture + "' (" + described +
                                      "); dflow supports Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, "
-                                     "Qwen3MoeForCausalLM, GptOssForCausalLM");
+                                     "Qwen3MoeForCausalLM, GptOssForCausalLM, Qwen3_5ForConditionalGeneration, "
+                                     "Qwen3_5MoeForConditionalGeneration");
     }
     if (family && *family != it->second) throw config_error(source, "inconsistent " + described);
     family = it->second;
@@ -168,26 +174,51 @@ HFConfig parse_hf_config(const nlohmann::json& json, const std::string& source) 
     }
   }
   config.family = detect_family(config, source);
+  // Qwen3.5/3.6 ship as multimodal wrappers: the text model's keys are in text_config.
+  const bool wrapper = config.family == ModelFamily::Qwen3_5 || config.family == ModelFamily::Qwen3_5Moe;
+  if (wrapper && !(json.contains("text_config") && json["text_config"].is_object())) {
+    throw config_error(source, to_string(config.family) + " config without a 'text_config' object (the text model's "
+                                                          "sizes; dflow reads the multimodal wrapper's text model)");
+  }
+  const nlohmann::json& body = wrapper ? json["text_config"] : json;
+  const std::string where = wrapper ? source + " text_config" : source;
+  if (wrapper && json.contains("quantization_config") && !json["quantization_config"].is_null()) {
+    throw config_error(source, "quantization_config " + json["quantization_config"].dump() + " is not supported for " +
+                                   to_string(config.family) + " (dflow loads unquantized weights only)");
+  }
 
-  config.hidden_size = required_int(json, "hidden_size", source);
-  config.num_hidden_layers = required_int(json, "num_hidden_layers", source);
-  config.num_attention_heads = required_int(json, "num_attention_heads", source);
-  config.intermediate_size = required_int(json, "intermediate_size", source);
-  config.vocab_size = required_int(json, "vocab_size", source);
-  config.num_key_value_heads = optional_int(json, "num_key_value_heads", config.num_attention_heads);
-  config.head_dim = optional_int(json, "head_dim", config.hidden_size / config.num_attention_heads);
-  config.max_position_embeddings = optional_int(json, "max_position_embeddings", 0);
-  config.rms_norm_eps = optional_number(json, "rms_norm_eps", 1e-6);
-  config.tie_word_embeddings = optional_bool(json, "tie_word_embeddings", false);
-  read_hf_special_tokens(json, config);
+  config.hidden_size = required_int(body, "hidden_size", where);
+  config.num_hidden_layers = required_int(body, "num_hidden_layers", where);
+  config.num_attention_heads = required_int(body, "num_attention_heads", where);
+  // Qwen3.5-MoE has no dense MLP (every layer routed, with a shared expert).
+  config.intermediate_size =
+      config.family == ModelFamily::Qwen3_5Moe ? 0 : required_int(body, "intermediate_size", where);
+  config.vocab_size = required_int(body, "vocab_size", where);
+  config.num_key_value_heads = optional_int(body, "num_key_value_heads", config.num_attention_heads);
+  config.head_dim = optional_int(body, "head_dim", config.hidden_size / config.num_attention_heads);
+  config.max_position_embeddings = optional_int(body, "max_position_embeddings", 0);
+  config.rms_norm_eps = optional_number(body, "rms_norm_eps", 1e-6);
+  // A wrapper ties by its top-level key when it has one (as transformers does).
+  config.tie_word_embeddings = optional_bool(json, "tie_word_embeddings", optional_bool(body, "tie_word_embeddings", false));
+  read_hf_special_tokens(body, config);
+  if (wrapper) {  // the top level's where text_config has none
+    HFConfig top;
+    read_hf_special_tokens(json, top);
+    if (config.eos_token_ids.empty()) config.eos_token_ids = top.eos_token_ids;
+    if (!config.mask_token_id) config.mask_token_id = top.mask_token_id;
+  }
   switch (config.family) {
     case ModelFamily::Qwen3:
     case ModelFamily::Qwen2:
     case ModelFamily::Llama: read_dense_family(json, config, source); break;
     case ModelFamily::Qwen3Moe: read_qwen3_moe_family(json, config, source); break;
     case ModelFamily::GptOss: read_gpt_oss_family(json, config, source); break;
+    case ModelFamily::Qwen3_5:
+    case ModelFamily::Qwen3_5Moe: read_qwen3_5_family(body, config, where); break;
   }
-  config.norm = config.family == ModelFamily::GptOss ? NormStyle::ScaleWide : NormStyle::ScaleAfterCast;
+  config.norm = config.family == ModelFamily::GptOss ? NormStyle::ScaleWide
+                : wrapper                                 ? NormStyle::OnePlusWeight
+                                                          : NormStyle::ScaleAfterCast;
 
   if (config.num_key_value_heads <= 0 || config.num_attention_heads % config.num_key_value_heads != 0) {
     throw config_error(source, "num_attention_heads " + std::to_string(config.num_attention_heads) +

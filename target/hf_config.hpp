@@ -1,5 +1,6 @@
 // Hugging Face config.json for the supported decoder families: dense Qwen3,
-// Qwen2 and Llama, and the mixture-of-experts Qwen3-MoE and gpt-oss.
+// Qwen2 and Llama, the mixture-of-experts Qwen3-MoE and gpt-oss, and the
+// hybrid Qwen3.5/3.6 text models (dense and MoE) of their multimodal wrappers.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,10 @@
 
 namespace dflow::model {
 
-enum class ModelFamily { Qwen3, Qwen2, Llama, Qwen3Moe, GptOss };
+// Qwen3_5 / Qwen3_5Moe: the text model of Qwen3_5ForConditionalGeneration /
+// Qwen3_5MoeForConditionalGeneration (its text_config, its tensors under
+// model.language_model.; the vision tower is never read).
+enum class ModelFamily { Qwen3, Qwen2, Llama, Qwen3Moe, GptOss, Qwen3_5, Qwen3_5Moe };
 std::string to_string(ModelFamily family);
 
 // How a family's RMSNorm applies its weight (target/target.hpp family_rms_norm).
@@ -27,7 +31,10 @@ struct MoeConfig {
   int64_t num_experts = 0;               // qwen3_moe num_experts, gpt_oss num_local_experts
   int64_t experts_per_token = 0;         // num_experts_per_tok
   int64_t expert_intermediate_size = 0;  // qwen3_moe moe_intermediate_size, gpt_oss intermediate_size
-  bool norm_topk_prob = false;           // qwen3_moe: renormalise the top-k probabilities
+  bool norm_topk_prob = false;           // qwen3_moe: renormalise the top-k probabilities (qwen3_5_moe: always)
+  // qwen3_5_moe: a shared expert of this width beside the routed ones on
+  // every sparse layer, its output scaled by sigmoid(shared_expert_gate(x)).
+  int64_t shared_expert_intermediate_size = 0;
   // Per decoder layer: true where the MLP is routed experts (qwen3_moe:
   // decoder_sparse_step and mlp_only_layers; gpt_oss: every layer), false
   // where it is the dense SwiGLU of intermediate_size.
@@ -39,6 +46,19 @@ struct MoeConfig {
     return num_experts > 0 && layer >= 0 && layer < static_cast<int64_t>(sparse_layers.size()) &&
            sparse_layers[static_cast<size_t>(layer)];
   }
+};
+
+// A hybrid stack's per-layer token mixer (qwen3_5 layer_types).
+enum class LayerKind { full_attention, linear_attention };
+
+// Gated DeltaNet's sizes (qwen3_5 linear_* keys): heads of the keys (and
+// queries) and of the values, their widths, and the causal depthwise conv's
+// kernel over q, k and v.
+struct LinearAttentionConfig {
+  int64_t num_key_heads = 0, num_value_heads = 0, key_head_dim = 0, value_head_dim = 0, conv_kernel = 0;
+  int64_t key_dim() const { return num_key_heads * key_head_dim; }
+  int64_t value_dim() const { return num_value_heads * value_head_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // the conv's channels: q, k, v
 };
 
 // RoPE frequency scaling: "default" (none) or "yarn" (gpt_oss).
@@ -76,6 +96,18 @@ struct HFConfig {
   // layer_types). Empty: every layer is full.
   std::vector<int64_t> sliding_window_per_layer;
   bool attention_sinks = false;  // gpt_oss: a learned per-head logit in every softmax
+  // The leading dims of each head RoPE rotates (qwen3_5: head_dim *
+  // partial_rotary_factor); the rest pass through. 0: the whole head.
+  int64_t rotary_dim = 0;
+  // qwen3_5: q_proj also gives a per-channel gate, the attention's output
+  // times sigmoid(gate) before o_proj.
+  bool attention_output_gate = false;
+  // Per decoder layer (qwen3_5 layer_types); empty: every layer full attention.
+  std::vector<LayerKind> layer_kinds;
+  LinearAttentionConfig linear;
+  // Where the text model's tensors live: "model." ("model.language_model."
+  // in a multimodal wrapper); lm_head.weight is at the top either way.
+  std::string tensor_prefix = "model.";
   MoeConfig moe;
   std::vector<int64_t> eos_token_ids;
   // From `dflow_mask_token_id` or `dflash_config.mask_token_id`.
@@ -84,6 +116,15 @@ struct HFConfig {
   bool is_dflash_drafter = false;
 
   int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
+  bool linear_attention(int64_t layer) const {
+    return layer >= 0 && layer < static_cast<int64_t>(layer_kinds.size()) &&
+           layer_kinds[static_cast<size_t>(layer)] == LayerKind::linear_attention;
+  }
+  bool has_linear_attention() const {
+    for (int64_t l = 0; l < num_hidden_layers; ++l)
+      if (linear_attention(l)) return true;
+    return false;
+  }
   int64_t sliding_window(int64_t layer) const {
     return layer >= 0 && layer < static_cast<int64_t>(sliding_window_per_layer.size())
                ? sliding_window_per_layer[static_cast<size_t>(layer)]

@@ -24,6 +24,10 @@ void read_plain_rope(const nlohmann::json& json, HFConfig& config, const std::st
 void read_dense_family(const nlohmann::json& json, HFConfig& config, const std::string& source);
 // Qwen3MoeForCausalLM (target/hf_config_qwen3_moe.cpp).
 void read_qwen3_moe_family(const nlohmann::json& json, HFConfig& config, const std::string& source);
+// The text_config of Qwen3_5(Moe)ForConditionalGeneration
+// (target/hf_config_qwen3_5.cpp): layer_types, Gated DeltaNet's sizes,
+// partial rotary, the gated attention, the MoE with its shared expert.
+void read_qwen3_5_family(const nlohmann::json& text, HFConfig& config, const std::string& source);
 // GptOssForCausalLM (target/hf_config_gpt_oss.cpp).
 void read_gpt_oss_family(const nlohmann::json& json, HFConfig& config, const std::string& source);
 

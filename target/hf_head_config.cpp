@@ -87,9 +87,11 @@ constexpr Wrapper kWrappers[] = {
     {"Llama4ForConditionalGeneration", NormStyle::ScaleAfterCast},      // Llama4TextRMSNorm
 };
 
-// A wrapper (...ForConditionalGeneration with a text_config): the text
-// model's facts, never runnable in-process.
-void read_wrapper(const nlohmann::json& json, const std::string& source, HeadConfig& config) {
+// A wrapper (...ForConditionalGeneration with a text_config) dflow does not
+// run in-process: the text model's facts, and why not (`refusal`,
+// parse_hf_config's, for a family dflow runs whose config it refused).
+void read_wrapper(const nlohmann::json& json, const std::string& source, const std::string& refusal,
+                  HeadConfig& config) {
   const auto& text = json["text_config"];
   if (config.architecture == "Gemma3ForConditionalGeneration")
     throw head_error(source, "Gemma3ForConditionalGeneration scales its embedding by sqrt(hidden_size) "
@@ -109,8 +111,11 @@ void read_wrapper(const nlohmann::json& json, const std::string& source, HeadCon
   config.norm = NormStyle::Unknown;
   for (const auto& known : kWrappers)
     if (config.architecture == known.architecture) config.norm = known.norm;
-  config.not_runnable_because = "a multimodal wrapper (its text model '" + config.text_model_type +
-                                "' in text_config), which dflow does not run in-process";
+  const bool runs_family = config.architecture == "Qwen3_5ForConditionalGeneration" ||
+                           config.architecture == "Qwen3_5MoeForConditionalGeneration";
+  config.not_runnable_because = runs_family ? refusal
+                                            : "a multimodal wrapper (its text model '" + config.text_model_type +
+                                                  "' in text_config), which dflow does not run in-process";
 }
 
 }  // namespace
@@ -127,14 +132,14 @@ HeadConfig parse_head_config(const nlohmann::json& json, const std::string& sour
   HeadConfig config;
   const bool wrapper = json.contains("text_config") && json["text_config"].is_object();
   std::string refusal;
-  if (!wrapper) {
-    try {
-      config = runnable_head_config(parse_hf_config(json, source));
-    } catch (const std::runtime_error& e) {
-      refusal = refusal_of(e.what(), source);
-    }
+  try {
+    // Qwen3.5/3.6's wrappers run in-process: parse_hf_config reads their text_config.
+    config = runnable_head_config(parse_hf_config(json, source));
+    if (wrapper) config.text_model_type = json["text_config"].value("model_type", std::string("text_config"));
+  } catch (const std::runtime_error& e) {
+    refusal = refusal_of(e.what(), source);
   }
-  if (wrapper || !refusal.empty()) {
+  if (!refusal.empty()) {
     config.not_runnable_because = refusal;
     config.model_type = json.value("model_type", std::string());
     if (json.contains("architectures") && json["architectures"].is_array())
@@ -142,7 +147,7 @@ HeadConfig parse_head_config(const nlohmann::json& json, const std::string& sour
         if (name.is_string()) config.architectures.push_back(name.get<std::string>());
     config.architecture = config.architectures.empty() ? config.model_type : config.architectures.front();
     if (wrapper) {
-      read_wrapper(json, source, config);
+      read_wrapper(json, source, refusal, config);
     } else {
       try {
         HFConfig names = config;

@@ -1,4 +1,5 @@
-// The frozen target LLM (Qwen3, Qwen2, Llama, Qwen3-MoE, gpt-oss), loaded from a Hugging Face
+// The frozen target LLM (Qwen3, Qwen2, Llama, Qwen3-MoE, gpt-oss, the
+// Qwen3.5/3.6 text models dense and MoE), loaded from a Hugging Face
 // checkpoint directory. Inference only: every call runs under NoGradGuard.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "target/documents.hpp"
+#include "target/gated_deltanet.hpp"
 #include "target/hf_config.hpp"
 #include "target/layers.hpp"
 #include "target/moe.hpp"
@@ -38,27 +40,49 @@ torch::Tensor family_rms_norm(const HFConfig& config, const torch::Tensor& x, co
 
 struct TargetLayerWeights {
   torch::Tensor input_layernorm, post_attention_layernorm;  // [H]
-  torch::Tensor q_proj, k_proj, v_proj, o_proj;             // [out, in]
+  torch::Tensor q_proj, k_proj, v_proj, o_proj;             // [out, in]; q_proj [2 q_width, H] with an output gate
   torch::Tensor q_bias, k_bias, v_bias, o_bias;             // undefined when absent
   torch::Tensor q_norm, k_norm;                             // [head_dim], undefined unless qk_norm
   torch::Tensor gate_proj, up_proj, down_proj;  // the dense MLP; undefined where `experts` are
   ExpertWeights experts;                         // routed experts (config.moe.sparse(layer))
   torch::Tensor sinks;                           // [heads], gpt-oss attention sinks; else undefined
+  // Qwen3.5-MoE's shared expert beside the routed ones: sigmoid(x . shared_expert_gate) * its SwiGLU.
+  torch::Tensor shared_gate_proj, shared_up_proj, shared_down_proj, shared_expert_gate;
+  LinearAttentionWeights linear;  // a linear_attention layer's mixer (no q..o_proj then)
 };
 
 // Per-layer keys and values of the tokens seen so far (after k_norm and
-// RoPE), preallocated to a capacity so appending never copies the past.
+// RoPE), preallocated to a capacity so appending never copies the past; for
+// a target with linear-attention layers (Qwen3.5/3.6), each such layer's conv
+// and recurrent state instead.
 class KVCache {
  public:
   int64_t length() const { return length_; }
   int64_t capacity() const { return capacity_; }
   int64_t batch_size() const { return batch_size_; }
   // Forget entries from `new_length` on (e.g. rejected speculative tokens).
+  // A recurrent state cannot be cut like keys and values: with linear
+  // layers, the states as they were before the last forward_cached call are
+  // kept, and going back to a length within that call restores them and
+  // feeds the call's first new_length - start tokens again at the start of
+  // the next call (whose outputs are still only its own tokens'). Going back
+  // before the last call's start throws.
   void truncate(int64_t new_length);
+  // Bytes the linear-attention layers' conv and recurrent states hold (0 for
+  // a target without them), each kept twice (the current state and the one
+  // to go back to); the same at any length.
+  int64_t linear_state_bytes() const;
 
  private:
   friend class TargetModel;
-  std::vector<torch::Tensor> keys_, values_;  // per layer [B, KVH, capacity, D]
+  bool has_linear_states() const;
+  std::vector<torch::Tensor> keys_, values_;  // per layer [B, KVH, capacity, D]; undefined for linear layers
+  std::vector<LinearAttentionState> linear_states_;  // per layer; undefined for full-attention layers
+  // Linear layers: the states before the last call, its start and its
+  // tokens [B, n]; and the tokens a truncation left to feed again.
+  std::vector<LinearAttentionState> rollback_states_;
+  int64_t rollback_length_ = -1;
+  torch::Tensor rollback_tokens_, replay_tokens_;
   int64_t length_ = 0;
   int64_t capacity_ = 0;
   int64_t batch_size_ = 0;

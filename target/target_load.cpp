@@ -72,8 +72,9 @@ TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device de
 
   const int64_t hidden = c.hidden_size, head_dim = c.head_dim;
   const int64_t q_width = c.num_attention_heads * head_dim, kv_width = c.num_key_value_heads * head_dim;
-  model.embed_tokens_ = source.take("model.embed_tokens.weight", {c.vocab_size, hidden});
-  model.final_norm_ = source.take("model.norm.weight", {hidden});
+  const std::string& root = c.tensor_prefix;  // "model." or, in a multimodal wrapper, "model.language_model."
+  model.embed_tokens_ = source.take(root + "embed_tokens.weight", {c.vocab_size, hidden});
+  model.final_norm_ = source.take(root + "norm.weight", {hidden});
   if (c.tie_word_embeddings && !source.has("lm_head.weight")) {
     model.lm_head_ = model.embed_tokens_;
   } else {
@@ -81,27 +82,41 @@ TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device de
   }
   model.expert_options_ = expert_options(c);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    const std::string prefix = root + "layers." + std::to_string(i) + ".";
     const std::string attn = prefix + "self_attn.";
     TargetLayerWeights layer;
     layer.input_layernorm = source.take(prefix + "input_layernorm.weight", {hidden});
     layer.post_attention_layernorm = source.take(prefix + "post_attention_layernorm.weight", {hidden});
-    layer.q_proj = source.take(attn + "q_proj.weight", {q_width, hidden});
-    layer.k_proj = source.take(attn + "k_proj.weight", {kv_width, hidden});
-    layer.v_proj = source.take(attn + "v_proj.weight", {kv_width, hidden});
-    layer.o_proj = source.take(attn + "o_proj.weight", {hidden, q_width});
-    layer.q_bias = source.take_optional(attn + "q_proj.bias", {q_width}, c.attention_bias);
-    layer.k_bias = source.take_optional(attn + "k_proj.bias", {kv_width}, c.attention_bias);
-    layer.v_bias = source.take_optional(attn + "v_proj.bias", {kv_width}, c.attention_bias);
-    layer.o_bias = source.take_optional(attn + "o_proj.bias", {hidden}, c.attention_output_bias);
-    if (c.qk_norm) {
-      layer.q_norm = source.take(attn + "q_norm.weight", {head_dim});
-      layer.k_norm = source.take(attn + "k_norm.weight", {head_dim});
+    check_layer_kind(source, c, i, prefix);
+    if (c.linear_attention(i)) {
+      layer.linear = load_linear_attention(source, prefix + "linear_attn.", c);
+    } else {
+      const int64_t q_out = c.attention_output_gate ? 2 * q_width : q_width;  // Qwen3.5: query and gate per head
+      layer.q_proj = source.take(attn + "q_proj.weight", {q_out, hidden});
+      layer.k_proj = source.take(attn + "k_proj.weight", {kv_width, hidden});
+      layer.v_proj = source.take(attn + "v_proj.weight", {kv_width, hidden});
+      layer.o_proj = source.take(attn + "o_proj.weight", {hidden, q_width});
+      layer.q_bias = source.take_optional(attn + "q_proj.bias", {q_out}, c.attention_bias);
+      layer.k_bias = source.take_optional(attn + "k_proj.bias", {kv_width}, c.attention_bias);
+      layer.v_bias = source.take_optional(attn + "v_proj.bias", {kv_width}, c.attention_bias);
+      layer.o_bias = source.take_optional(attn + "o_proj.bias", {hidden}, c.attention_output_bias);
+      if (c.qk_norm) {
+        layer.q_norm = source.take(attn + "q_norm.weight", {head_dim});
+        layer.k_norm = source.take(attn + "k_norm.weight", {head_dim});
+      }
+      if (c.attention_sinks) layer.sinks = source.take(attn + "sinks", {c.num_attention_heads});
     }
-    if (c.attention_sinks) layer.sinks = source.take(attn + "sinks", {c.num_attention_heads});
     if (c.moe.sparse(i)) {
       layer.experts = c.family == ModelFamily::GptOss ? load_gpt_oss_experts(source, prefix + "mlp.", c, options.mxfp4_experts)
                                                       : load_qwen3_moe_experts(source, prefix + "mlp.", c);
+      if (c.moe.shared_expert_intermediate_size > 0) {
+        const std::string shared = prefix + "mlp.shared_expert.";
+        const int64_t width = c.moe.shared_expert_intermediate_size;
+        layer.shared_gate_proj = source.take(shared + "gate_proj.weight", {width, hidden});
+        layer.shared_up_proj = source.take(shared + "up_proj.weight", {width, hidden});
+        layer.shared_down_proj = source.take(shared + "down_proj.weight", {hidden, width});
+        layer.shared_expert_gate = source.take(prefix + "mlp.shared_expert_gate.weight", {1, hidden});
+      }
     } else {
       layer.gate_proj = source.take(prefix + "mlp.gate_proj.weight", {c.intermediate_size, hidden});
       layer.up_proj = source.take(prefix + "mlp.up_proj.weight", {c.intermediate_size, hidden});

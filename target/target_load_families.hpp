@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "target/hf_config.hpp"
+#include "target/gated_deltanet.hpp"
 #include "target/moe.hpp"
 #include "formats/safetensors.hpp"
 
@@ -79,6 +80,14 @@ ExpertWeights load_qwen3_moe_experts(const WeightSource& source, const std::stri
 // gpt-oss: MXFP4 projections kept packed or dequantized as `mxfp4` says.
 ExpertWeights load_gpt_oss_experts(const WeightSource& source, const std::string& prefix, const HFConfig& config,
                                    Mxfp4Experts mxfp4);
+// A Qwen3.5 linear_attention layer's Gated DeltaNet; `prefix` is
+// "<root>layers.<i>.linear_attn." (target/target_load_qwen3_5.cpp).
+LinearAttentionWeights load_linear_attention(const WeightSource& source, const std::string& prefix,
+                                             const HFConfig& config);
+// Refuses a layer whose tensors are another kind's than layer_types says
+// (self_attn.* on a linear_attention layer, linear_attn.* on a full one),
+// naming the layer, its layer_types entry and the tensor found.
+void check_layer_kind(const WeightSource& source, const HFConfig& config, int64_t layer, const std::string& prefix);
 // The router and activation config.moe describes (default options when dense).
 ExpertOptions expert_options(const HFConfig& config);
 

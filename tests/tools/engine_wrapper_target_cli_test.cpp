@@ -3,8 +3,9 @@
 // tests/target/hf_wrapper_checkpoints.py), as docs/targets.md walks a user
 // through it: engine files written by tools/write_engine_features.py, `dflow
 // train` with ce and with kl, `dflow export`, the exported config read back.
-// Running the wrapper in-process is refused naming its class, as is kl for a
-// wrapper whose norm dflow does not know.
+// A wrapper dflow does not run in-process (Qwen3-VL's) is refused naming its
+// class, as is kl for a wrapper whose norm dflow does not know (Qwen3.5/3.6
+// itself runs in-process: tests/target/test_qwen3_5_reference.cpp).
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -99,12 +100,18 @@ TEST_CASE("Cli.EngineFeatures.a_qwen3_5_moe_wrapper_trains_head_only_with_ce_and
   CHECK(torch::equal(spec.at("embed_tokens.weight"), reference.at("embedding")));
   CHECK(torch::equal(spec.at("lm_head.weight"), reference.at("lm_head")));
 
-  // In-process: refused naming the class, pointing to features.engine.
+  // In-process, a wrapper dflow does not run: refused naming the class, pointing to features.engine.
+  const fs::path vl = dir / "vl";
+  fs::copy(target, vl);
+  auto vl_config = model::read_json_file(vl / "config.json");
+  vl_config["architectures"] = {"Qwen3VLMoeForConditionalGeneration"};
+  vl_config["model_type"] = "qwen3_vl_moe";
+  std::ofstream(vl / "config.json") << vl_config.dump();
   std::ofstream(dir / "in-process.yaml")
-      << config::to_yaml(testing::small_run_config(dir / "in-process", {"model.target.path=" + target.string()}));
+      << config::to_yaml(testing::small_run_config(dir / "in-process", {"model.target.path=" + vl.string()}));
   o = run_dflow("train " + (dir / "in-process.yaml").string());
   CHECK(o.exit_code == 2);
-  CHECK_MESSAGE(has(o.output, "is Qwen3_5MoeForConditionalGeneration, which dflow cannot run: a multimodal wrapper"),
+  CHECK_MESSAGE(has(o.output, "is Qwen3VLMoeForConditionalGeneration, which dflow cannot run: a multimodal wrapper"),
                 o.output);
   CHECK(has(o.output, "features.engine"));
 
