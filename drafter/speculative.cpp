@@ -48,6 +48,7 @@ torch::Tensor draft_block_hidden(DFlashDrafterImpl& drafter, const TargetModel& 
   const torch::Tensor anchor = torch::full({1, 1}, start, torch::kInt64);
   BlockAttentionPlan plan = plan_block_attention(anchor, torch::ones({1, 1}, torch::kBool), start, block_size, 0, device);
   if (spec.any_sliding()) add_sliding_window(plan, anchor, spec.sliding_window);  // as in training
+  drafter.kind_modules().begin_blocks(BlockTokens{block_tokens});
   return drafter.forward_with_context_kv(cache.per_layer(), target.embed(block_tokens).to(device), positions, plan);
 }
 
@@ -132,6 +133,7 @@ BlockDraft draft_block(DFlashDrafterImpl& drafter, const TargetModel& target, co
   in.hidden = draft_block_hidden(drafter, target, cache, bonus_token)[0];  // [B, H], drafter's device
   in.backbone_logits = target.lm_head(in.hidden.narrow(0, 1, slots).to(target.device()).unsqueeze(0))[0];  // [B-1, V]
   in.bonus_token = bonus_token;
+  in.head = target.lm_head_weight();
   in.sampler = sampler;
   in.want_logits = want_logits;
   return drafter.kind_modules().draft_block(in);

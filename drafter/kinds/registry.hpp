@@ -14,5 +14,6 @@ std::vector<std::shared_ptr<const DrafterKind>> builtin_drafter_kinds();
 std::shared_ptr<const DrafterKind> dflash_kind();
 std::shared_ptr<const DrafterKind> dflash2_kind();
 std::shared_ptr<const DrafterKind> dspark_kind();
+std::shared_ptr<const DrafterKind> dspine_kind();
 
 }  // namespace dflow::model

@@ -71,7 +71,7 @@ TEST_CASE("Cli.Nodes.a_kind_shows_its_ports_params_and_needs") {
                         "neg_log_acceptance, reverse_kl, tv): "));
     // Each drafter kind's params, under the head that takes them.
     CHECK(has(o.output, "    markov_rank (integer; default 256; only with head: dspark): "));
-    CHECK(has(o.output, "    head (string; default dflash; one of: dflash, dflash2, dspark): "));
+    CHECK(has(o.output, "    head (string; default dflash; one of: dflash, dflash2, dspark, dspine): "));
     CHECK(has(o.output, "  needs:   the whole target in-process when fill: true: "));
     CHECK(has(o.output, "  needs:   the whole target in-process: runs the target in-process\n"));
     CHECK(has(o.output, "its work is the compute that bounds a run"));
