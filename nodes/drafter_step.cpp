@@ -225,7 +225,8 @@ std::vector<std::pair<std::string, std::string>> objective_terms(const DrafterCh
 // Why the node needs the target's distribution ("" when it does not).
 std::string teacher_reason(const DrafterChoice& c) {
   if (c.loss.needs_teacher()) return "trains with loss: " + c.loss.text();
-  if (c.kind().needs_teacher(c.kind_params)) return "trains head: " + c.base.head;
+  if (c.kind().needs_teacher(c.kind_params))
+    return "trains head: " + c.base.head + ", whose loss terms read the target's distribution";
   return "";
 }
 
