@@ -374,6 +374,10 @@ TEST_CASE("DSpine.Drafting.the_chained_selection_equals_select_cached_and_greedy
       expected.push_back(candidates[s][index].item<int64_t>());
     }
     CHECK(drafts == expected);
+    // The rows it drafts (and samples) from: the K scores at the candidates, nothing elsewhere.
+    const torch::Tensor rows = drafter_block_logits(*drafter, target, cache, prompt.back());
+    CHECK(torch::isfinite(rows).sum(-1).eq(c.top_k).all().item<bool>());
+    for (int64_t s = 0; s < 3; ++s) CHECK(rows[s].argmax().item<int64_t>() == expected[static_cast<size_t>(s)]);
     for (int64_t s = 0; s < 3; ++s) changed += expected[static_cast<size_t>(s)] != unary[s].argmax().item<int64_t>();
   }
   CHECK(changed > 0);  // the refinement reorders the backbone's candidates somewhere

@@ -65,7 +65,8 @@ TEST_CASE("Cli.Nodes.a_kind_shows_its_ports_params_and_needs") {
     const auto o = run_dflow("nodes drafter_step features.cached target_forward");
     INFO(o.output);
     REQUIRE(o.exit_code == 0);
-    CHECK(has(o.output, "  needs:   the teacher (the target's last hidden state with every batch) when loss: js, "
+    CHECK(has(o.output, "  needs:   the teacher (the target's last hidden state with every batch) when head: dspine: "
+                        "trains head: dspine, whose loss terms read the target's distribution; or when loss: js, "
                         "kl, neg_log_acceptance, reverse_kl or tv\n"));
     CHECK(has(o.output, "    loss (string, or a mapping of losses to weights; default ce; one of: ce, js, kl, "
                         "neg_log_acceptance, reverse_kl, tv): "));
