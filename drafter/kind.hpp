@@ -184,6 +184,9 @@ class DrafterKind {
   // The architecture its config.json names (its own layout: `--format dflash`
   // and the checkpoints).
   virtual std::string architecture() const { return "DFlashDraftModel"; }
+  // Whether its draft blocks attend causally (slot k to slots 0 .. k of its
+  // block), in training and drafting alike, rather than whole.
+  virtual bool causal_blocks(const nlohmann::json& /*fields*/) const { return false; }
   // Whether training needs the target's distribution at every trained slot
   // (TrainedSlots::teacher) whatever the loss: the feature source must give it.
   virtual bool needs_teacher(const nlohmann::json& /*params*/) const { return false; }

@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "drafter/causal_blocks.hpp"
 #include "drafter/chunked_cross_entropy.hpp"
 #include "target/documents.hpp"
 #include "drafter/kind.hpp"
@@ -300,6 +301,7 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   BlockAttentionPlan plan = plan_block_attention(anchors.anchor_positions, anchors.block_keep, length, block_size,
                                                  blocks_per_chunk, device, context_begin,
                                                  options.max_attention_scores_per_chunk / spec.num_attention_heads);
+  if (drafter_kind(spec.kind).causal_blocks(spec.kind_fields)) make_blocks_causal(plan);
   if (spec.any_sliding()) add_sliding_window(plan, anchors.anchor_positions, spec.sliding_window);
   const torch::Tensor draft_positions = blocks.block_positions.view({batch, draft_slots});
   KindModules& kind = drafter.kind_modules();

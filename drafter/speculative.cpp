@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "drafter/causal_blocks.hpp"
 #include "drafter/kind.hpp"
 
 namespace dflow::model {
@@ -47,7 +48,8 @@ torch::Tensor draft_block_hidden(DFlashDrafterImpl& drafter, const TargetModel& 
   const torch::Tensor positions = torch::arange(start, start + block_size, long_options).unsqueeze(0);  // [1, B]
   const torch::Tensor anchor = torch::full({1, 1}, start, torch::kInt64);
   BlockAttentionPlan plan = plan_block_attention(anchor, torch::ones({1, 1}, torch::kBool), start, block_size, 0, device);
-  if (spec.any_sliding()) add_sliding_window(plan, anchor, spec.sliding_window);  // as in training
+  if (drafter_kind(spec.kind).causal_blocks(spec.kind_fields)) make_blocks_causal(plan);  // as in training
+  if (spec.any_sliding()) add_sliding_window(plan, anchor, spec.sliding_window);
   drafter.kind_modules().begin_blocks(BlockTokens{block_tokens});
   return drafter.forward_with_context_kv(cache.per_layer(), target.embed(block_tokens).to(device), positions, plan);
 }

@@ -2,7 +2,7 @@
 // (specforge/modeling/draft/dspine.py, specforge/algorithms/dspine/model.py;
 // no installable reference), recomputed here in float64 with plain LibTorch
 // ops over the drafter's own tensors: the whitened PCA codes of the LM head,
-// the injection after every layer (teacher-forced or not), the loss's terms
+// the injection after every layer (teacher-forced or not) on causal blocks, the loss's terms
 // and every parameter's gradient (an independent autograd pass), the
 // schedule, the chained candidate selection; a fresh drafter computes what
 // DFlash does; greedy drafting is lossless; the export carries SpecForge's
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "drafter/block_attention.hpp"
+#include "drafter/causal_blocks.hpp"
 #include "drafter/kind.hpp"
 #include "drafter/kinds/dspine/dspine.hpp"
 #include "drafter/objective.hpp"
@@ -186,7 +187,7 @@ TEST_CASE("DSpine.Schedule.warmup_and_teacher_forcing_follow_SpecForge's_formula
   CHECK(dspine_schedule(no_warmup, 0, 10).first == doctest::Approx(0.5));
 }
 
-TEST_CASE("DSpine.Forward.a_fresh_drafter_computes_what_DFlash_does") {
+TEST_CASE("DSpine.Forward.a_fresh_drafter_computes_what_DFlash_does_on_causal_blocks") {
   torch::set_num_threads(1);
   const HFConfig target_config = load_hf_config(tiny_target_dir());
   DrafterOptions options = dspine_options(2, 8, small_config());
@@ -206,11 +207,25 @@ TEST_CASE("DSpine.Forward.a_fresh_drafter_computes_what_DFlash_does") {
   const torch::Tensor anchors = torch::tensor({{2, 9}}, torch::kInt64);
   const torch::Tensor positions = (anchors.unsqueeze(-1) + torch::arange(Bs, torch::kInt64)).view({1, 2 * Bs});
   const torch::Tensor embeddings = torch::randn({1, 2 * Bs, H});
-  const auto plan = plan_block_attention(anchors, torch::ones({1, 2}, torch::kBool), T, Bs, 0, torch::kCPU);
+  auto plan = plan_block_attention(anchors, torch::ones({1, 2}, torch::kBool), T, Bs, 0, torch::kCPU);
+  make_blocks_causal(plan);  // SpecForge's DSpine masks
   torch::NoGradGuard no_grad;
-  dspine->kind_modules().begin_blocks(BlockTokens{torch::randint(0, 500, {1, 2 * Bs}, torch::kInt64)});
-  CHECK(torch::equal(dspine->forward(features, embeddings, positions, plan),
-                     dflash->forward(features, embeddings, positions, plan)));
+  const torch::Tensor tokens = torch::randint(0, 500, {1, 2 * Bs}, torch::kInt64);
+  dspine->kind_modules().begin_blocks(BlockTokens{tokens});
+  const torch::Tensor out = dspine->forward(features, embeddings, positions, plan);
+  CHECK(torch::equal(out, dflash->forward(features, embeddings, positions, plan)));
+  // Causal within the block, the injection included: slot 5 of the first
+  // block changes no earlier slot, and every slot of its block from 5 on.
+  perturb(*dspine, 0.05, 3);
+  dspine->kind_modules().begin_blocks(BlockTokens{tokens});
+  const torch::Tensor before = dspine->forward(features, embeddings, positions, plan);
+  torch::Tensor changed = embeddings.clone();
+  changed[0][5].add_(1.0);
+  dspine->kind_modules().begin_blocks(BlockTokens{tokens});
+  const torch::Tensor after = dspine->forward(features, changed, positions, plan);
+  CHECK(torch::equal(after.narrow(1, 0, 5), before.narrow(1, 0, 5)));
+  CHECK(torch::equal(after.narrow(1, Bs, Bs), before.narrow(1, Bs, Bs)));
+  CHECK((after[0][7] - before[0][7]).abs().max().item<double>() > 1e-4);
 }
 
 TEST_CASE("DSpine.Loss.forward_terms_and_gradients_equal_SpecForge's_equations_in_float64") {
@@ -272,7 +287,8 @@ TEST_CASE("DSpine.Loss.forward_terms_and_gradients_equal_SpecForge's_equations_i
   torch::Tensor block_ids = torch::full({N, Bs}, spec.mask_token_id, torch::kInt64);
   block_ids.select(1, 0).copy_(data.select(1, 0));
   const torch::Tensor embeddings = torch::embedding(embedding, block_ids.view({1, N * Bs}));
-  const auto plan = plan_block_attention(anchors, torch::ones({1, N}, torch::kBool), T, Bs, 0, torch::kCPU);
+  auto plan = plan_block_attention(anchors, torch::ones({1, N}, torch::kBool), T, Bs, 0, torch::kCPU);
+  make_blocks_causal(plan);
   Equations eq(*drafter, c.replacement_layers);
   const Pass pass = reference_pass(*drafter, eq, features, embeddings, at.view({1, N * Bs}), plan, block_ids, data,
                                    torch::ones({N}, torch::kBool));

@@ -136,6 +136,8 @@ class DSpineKind final : public DrafterKind {
   }
   std::string architecture() const override { return "DSpineDraftModel"; }
   bool needs_teacher(const nlohmann::json&) const override { return true; }
+  // SpecForge trains DSpine with causal_block masks.
+  bool causal_blocks(const nlohmann::json&) const override { return true; }
   std::vector<config::KeyDoc> params() const override { return dspine_params().params(); }
   nlohmann::json read_params(config::YamlSection& params) const override { return dspine_params().read(params); }
   std::vector<std::pair<std::string, std::string>> resume_terms(const nlohmann::json& p) const override {
