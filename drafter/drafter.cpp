@@ -177,8 +177,10 @@ torch::Tensor DFlashDrafterImpl::run_layers(const torch::Tensor& context, const 
   torch::Tensor hidden = block_embeddings.to(fc->weight.scalar_type());  // [B, Q, H]
   const RotaryTables draft_rotary =
       rotary_tables(block_positions.to(hidden.device()), spec_.head_dim, spec_.rope_theta, hidden.scalar_type());
-  for (size_t i = 0; i < layers->size(); ++i)
+  for (size_t i = 0; i < layers->size(); ++i) {
     hidden = recomputed_layer(*layers->ptr<DraftLayerImpl>(i), hidden, context, context_rotary, draft_rotary, plan);
+    hidden = kind_modules_->after_layer(static_cast<int64_t>(i), hidden);
+  }
   return norm(hidden);
 }
 
@@ -205,6 +207,7 @@ torch::Tensor DFlashDrafterImpl::forward_with_context_kv(const std::vector<Conte
       rotary_tables(block_positions.to(hidden.device()), spec_.head_dim, spec_.rope_theta, hidden.scalar_type());
   for (size_t i = 0; i < layers->size(); ++i) {
     hidden = layers->ptr<DraftLayerImpl>(i)->forward(hidden, context_kv_per_layer[i], draft_rotary, plan);
+    hidden = kind_modules_->after_layer(static_cast<int64_t>(i), hidden);
   }
   return norm(hidden);
 }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "drafter/drafter.hpp"
+#include "drafter/kind.hpp"
 #include "formats/json_file.hpp"
 #include "formats/safetensors.hpp"
 
@@ -14,6 +15,7 @@ void save_pretrained(DFlashDrafterImpl& drafter, const std::filesystem::path& di
   std::filesystem::create_directories(dir);
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& item : drafter.named_parameters(/*recurse=*/true)) tensors.emplace_back(item.key(), item.value());
+  for (auto& flag : drafter.kind_modules().saved_flags()) tensors.push_back(std::move(flag));
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
   write_json_atomically(dir / "config.json", drafter_config_json(drafter.spec(), drafter.fc->weight.scalar_type()));
 }
@@ -42,6 +44,14 @@ DFlashDrafter load_pretrained(const std::filesystem::path& dir) {
                   c10::str(item.value().sizes()));
     }
     item.value().copy_(it->second);
+  }
+  for (const auto& [name, value] : drafter->kind_modules().saved_flags()) {
+    expected_names.insert(name);
+    const auto it = tensors.find(name);
+    if (it == tensors.end()) continue;  // a checkpoint of dflow's own (its training state) has none
+    if (it->second.sizes() != value.sizes() || !torch::equal(it->second.to(value.scalar_type()), value))
+      throw error("tensor '" + name + "' is " + c10::str(it->second) + ", where a drafter of kind '" + spec.kind +
+                  "' ready to use has " + c10::str(value));
   }
   for (const auto& [name, tensor] : tensors) {
     if (expected_names.count(name) == 0) {

@@ -145,7 +145,7 @@ nlohmann::json drafter_config_json(const DrafterSpec& spec, torch::Dtype dtype) 
   if (dtype == torch::kFloat16) dtype_name = "float16";
   if (dtype == torch::kFloat64) dtype_name = "float64";
   nlohmann::json config = {
-      {"architectures", {"DFlashDraftModel"}},
+      {"architectures", {drafter_kind(spec.kind).architecture()}},
       {"model_type", "qwen3"},
       {"hidden_size", spec.hidden_size},
       {"intermediate_size", spec.intermediate_size},
@@ -230,7 +230,15 @@ void read_attention_layout(const nlohmann::json& config, DrafterSpec& spec, cons
 }  // namespace
 
 DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::string& source) {
-  const HFConfig parsed = parse_hf_config(config, source);
+  // A kind of its own architecture (DSpineDraftModel) is a DFlash drafter to the parser.
+  nlohmann::json as_dflash = config;
+  if (config.contains("architectures") && config["architectures"].is_array() && config["architectures"].size() == 1 &&
+      config["architectures"][0].is_string()) {
+    for (const auto& name : drafter_kind_names())
+      if (config["architectures"][0].get<std::string>() == drafter_kind(name).architecture())
+        as_dflash["architectures"] = nlohmann::json::array({"DFlashDraftModel"});
+  }
+  const HFConfig parsed = parse_hf_config(as_dflash, source);
   if (!parsed.is_dflash_drafter) {
     throw std::runtime_error("drafter config '" + source + "': architectures must be [\"DFlashDraftModel\"]");
   }

@@ -97,6 +97,7 @@ struct BlockDraftInputs {
   torch::Tensor backbone_logits;  // [B-1, V]: slots 1 .. B-1 through the target's LM head
   int64_t bonus_token = 0;
   int64_t previous_token = 0;      // the committed token before the bonus (the bonus itself with none)
+  torch::Tensor head;              // [V, H]: the target's frozen LM head (on its device)
   SlotSampler* sampler = nullptr;  // null: greedy
   bool want_logits = false;
 };
@@ -110,6 +111,20 @@ struct BlockDraft {
 
 // The two sublayers of a draft layer, each added to the layer's residual.
 enum class DraftSublayer { attention, mlp };
+
+// The tokens of the blocks the next pass of the draft layers runs over,
+// for a kind that reads them inside the layers (begin_blocks).
+struct BlockTokens {
+  torch::Tensor tokens;  // [B, Q] int64 (whole blocks): slot 0 the anchor token (drafting: the bonus), MASK elsewhere
+  // Training only (undefined in drafting): the data's token at each slot
+  // (0 past a sample's end), the optimizer step (0-based), the steps the
+  // run's schedule spans and a seed for the step's draws.
+  torch::Tensor data_tokens;  // [B, Q] int64
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  uint64_t seed = 0;
+  bool training() const { return data_tokens.defined(); }
+};
 
 // A kind's part of one drafter: the modules it registered on it and what
 // they compute. The default is the backbone alone.
@@ -127,10 +142,25 @@ class KindModules {
                                  const std::function<torch::Tensor(const torch::Tensor&)>& run) {
     return run(x);
   }
+  // After each draft layer (training and drafting alike): the layer's
+  // output [B, Q, H] (whole blocks) -> what the next layer (or the final
+  // norm) takes. The default passes it on; DSpine injects each slot's
+  // predecessor here. Not recomputed with the layer (recompute_layers).
+  virtual torch::Tensor after_layer(int64_t /*layer*/, const torch::Tensor& hidden) { return hidden; }
+  // Before a pass of the draft layers whose after_layer reads the blocks'
+  // tokens: the objective and the drafting give them.
+  virtual void begin_blocks(const BlockTokens& /*tokens*/) {}
   // After the drafter drew every parameter (normal(0, 0.02), norms 1,
   // biases 0, in registration order): the kind's modules that start
   // otherwise (DFlash2's identity convolutions) set their values here.
   virtual void reset_parameters() {}
+  // A drafter built to train from scratch: the modules a kind derives from
+  // the target's frozen LM head [V, H] (DSpine's token codes) set here.
+  virtual void initialize_from_head(const torch::Tensor& /*lm_head_weight*/) {}
+  // Constant tensors its exports carry beside the parameters, as its
+  // reference's loader expects them (DSpine's transfer_ready): save_pretrained
+  // writes them; load_pretrained accepts each, if equal.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> saved_flags() const { return {}; }
   // Training. Whether logits_bias / extra_terms read TrainedSlots::prev_tokens.
   virtual bool reads_previous_tokens() const { return false; }
   // A trained low-rank bias added to the draft logits of the selected slots.
@@ -159,6 +189,16 @@ class DrafterKind {
   virtual ~DrafterKind() = default;
   virtual std::string name() const = 0;
   virtual std::string summary() const = 0;  // one line, for the catalog
+
+  // The architecture its config.json names (its own layout: `--format dflash`
+  // and the checkpoints).
+  virtual std::string architecture() const { return "DFlashDraftModel"; }
+  // Whether its draft blocks attend causally (slot k to slots 0 .. k of its
+  // block), in training and drafting alike, rather than whole.
+  virtual bool causal_blocks(const nlohmann::json& /*fields*/) const { return false; }
+  // Whether training needs the target's distribution at every trained slot
+  // (TrainedSlots::teacher) whatever the loss: the feature source must give it.
+  virtual bool needs_teacher(const nlohmann::json& /*params*/) const { return false; }
 
   // Params, beside `head: <name>` in the drafter node's params.
   // Each declared key as the node catalog lists it (config::KeyDoc).

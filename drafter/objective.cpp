@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "drafter/causal_blocks.hpp"
 #include "drafter/chunked_cross_entropy.hpp"
 #include "target/documents.hpp"
 #include "drafter/kind.hpp"
@@ -300,8 +301,12 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   BlockAttentionPlan plan = plan_block_attention(anchors.anchor_positions, anchors.block_keep, length, block_size,
                                                  blocks_per_chunk, device, context_begin,
                                                  options.max_attention_scores_per_chunk / spec.num_attention_heads);
+  if (drafter_kind(spec.kind).causal_blocks(spec.kind_fields)) make_blocks_causal(plan);
   if (spec.any_sliding()) add_sliding_window(plan, anchors.anchor_positions, spec.sliding_window);
   const torch::Tensor draft_positions = blocks.block_positions.view({batch, draft_slots});
+  KindModules& kind = drafter.kind_modules();
+  kind.begin_blocks(BlockTokens{blocks.block_tokens.view({batch, draft_slots}), blocks.labels.view({batch, draft_slots}),
+                                options.step, options.total_steps, options.draw_seed});
   const torch::Tensor hidden =
       documents != nullptr
           ? drafter.forward(context_features.to(device), documents->position_ids.to(device, torch::kInt64),
@@ -333,8 +338,7 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   // trained row), within the anchor's sample for every slot that has a label:
   // a kind reads the token there (a bias from the previous token), and a teacher the target's
   // state there (the one that predicts the token at anchor + k).
-  KindModules& kind = drafter.kind_modules();
-  const bool with_teacher = options.loss.needs_teacher();
+  const bool with_teacher = options.loss.needs_teacher() || drafter_kind(spec.kind).needs_teacher(options.kind_options);
   const int64_t blocks_total = batch * anchors.blocks_per_sample();
   torch::Tensor prev_position;  // [B, N*Bs], positions within the row
   if (kind.reads_previous_tokens() || with_teacher) {
@@ -360,6 +364,10 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   const std::optional<LogitsBias> bias = kind.logits_bias(slots);
   torch::Tensor teacher_rows;
   if (with_teacher) {
+    if (teacher == nullptr || !teacher->final_hidden.defined())
+      throw std::invalid_argument("dflash_loss: a drafter of kind '" + spec.kind + "' trains against the target's "
+                                  "distribution: it needs the target's last hidden state after its final norm "
+                                  "(TeacherStates.final_hidden [B, S, H]); none was given");
     check_teacher(*teacher, input_ids, lm_head_weight);
     const torch::Tensor& final_hidden = teacher->final_hidden;
     const torch::Tensor flat_index =

@@ -49,6 +49,13 @@ struct ObjectiveOptions {
   // acceptance rate 1 - TV(p, q) where they need one; without the target's
   // distribution p is the one-hot of the data's token, so the rate is q(label).
   nlohmann::json kind_options = nlohmann::json::object();
+  // Where the run is, for a kind whose terms follow a schedule (DSpine's
+  // teacher forcing and alignment warm-up): the optimizer step (0-based),
+  // the steps the run's schedule spans (0: unknown) and a seed for the
+  // micro-batch's draws.
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  uint64_t draw_seed = 0;
 };
 
 // The target's own distribution for the losses that need it (and the

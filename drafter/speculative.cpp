@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "drafter/causal_blocks.hpp"
 #include "drafter/kind.hpp"
 
 namespace dflow::model {
@@ -47,7 +48,9 @@ torch::Tensor draft_block_hidden(DFlashDrafterImpl& drafter, const TargetModel& 
   const torch::Tensor positions = torch::arange(start, start + block_size, long_options).unsqueeze(0);  // [1, B]
   const torch::Tensor anchor = torch::full({1, 1}, start, torch::kInt64);
   BlockAttentionPlan plan = plan_block_attention(anchor, torch::ones({1, 1}, torch::kBool), start, block_size, 0, device);
-  if (spec.any_sliding()) add_sliding_window(plan, anchor, spec.sliding_window);  // as in training
+  if (drafter_kind(spec.kind).causal_blocks(spec.kind_fields)) make_blocks_causal(plan);  // as in training
+  if (spec.any_sliding()) add_sliding_window(plan, anchor, spec.sliding_window);
+  drafter.kind_modules().begin_blocks(BlockTokens{block_tokens});
   return drafter.forward_with_context_kv(cache.per_layer(), target.embed(block_tokens).to(device), positions, plan);
 }
 
@@ -133,6 +136,7 @@ BlockDraft draft_block(DFlashDrafterImpl& drafter, const TargetModel& target, co
   in.backbone_logits = target.lm_head(in.hidden.narrow(0, 1, slots).to(target.device()).unsqueeze(0))[0];  // [B-1, V]
   in.bonus_token = bonus_token;
   in.previous_token = previous_token < 0 ? bonus_token : previous_token;
+  in.head = target.lm_head_weight();
   in.sampler = sampler;
   in.want_logits = want_logits;
   return drafter.kind_modules().draft_block(in);

@@ -222,6 +222,14 @@ std::vector<std::pair<std::string, std::string>> objective_terms(const DrafterCh
   return out;
 }
 
+// Why the node needs the target's distribution ("" when it does not).
+std::string teacher_reason(const DrafterChoice& c) {
+  if (c.loss.needs_teacher()) return "trains with loss: " + c.loss.text();
+  if (c.kind().needs_teacher(c.kind_params))
+    return "trains head: " + c.base.head + ", whose loss terms read the target's distribution";
+  return "";
+}
+
 std::string objective_resume_text(const DrafterChoice& c) {
   std::string out;
   for (const auto& [name, value] : objective_terms(c)) out += (out.empty() ? "{" : ", ") + name + ": " + value;
@@ -254,6 +262,8 @@ class DrafterStep final : public graph::FunctionBody {
     objective_.loss = chosen.loss;
     objective_.kl_temperature = chosen.kl_temperature;
     objective_.kind_options = chosen.kind_params;
+    needs_teacher_because_ = teacher_reason(chosen);
+    needs_teacher_ = !needs_teacher_because_.empty();
     log_memory_fit(run_, objective_, name_);
     const auto& head = *run_.target_head;
     // Frozen [V, H], in the drafter's compute dtype: a bf16 drafter runs the
@@ -273,8 +283,8 @@ class DrafterStep final : public graph::FunctionBody {
 
  private:
   StepTotals step(TrainableState& state, const FeatureBatch& received) {
-    if (objective_.loss.needs_teacher() && received.batch.plan.rows() > 0 && !received.teacher_hidden.defined())
-      throw std::runtime_error("node '" + name_ + "' (drafter_step) trains with loss: " + objective_.loss.text() +
+    if (needs_teacher_ && received.batch.plan.rows() > 0 && !received.teacher_hidden.defined())
+      throw std::runtime_error("node '" + name_ + "' (drafter_step) " + needs_teacher_because_ +
                                ", but its batch came without the target's last hidden state: the feature source "
                                "feeding it cannot give it");
     const FeatureBatch features = without_samples(run_, received, state.quarantined);
@@ -304,9 +314,15 @@ class DrafterStep final : public graph::FunctionBody {
     const model::PackedDocuments documents{batch.packed() ? batch.position_ids.to(device) : torch::Tensor(),
                                            batch.document_ids};
     const model::TeacherStates teacher{features.teacher_hidden};
+    // Where the run is, for a kind whose terms follow a schedule, and a seed
+    // for this micro-batch's draws (the same on a resume).
+    model::ObjectiveOptions options = objective_;
+    options.step = position.global_step;
+    options.total_steps = state.schedule.total_steps;
+    options.draw_seed = mix_seed(run_.config.run.seed, position.global_step, batch.plan.index_in_epoch, position.epoch);
     auto result = model::dflash_loss(*state.drafter, embedding_, lm_head_, features.features,
                                      batch.input_ids.to(device), batch.loss_mask.to(device), batch.lengths.to(device),
-                                     anchors, objective_, batch.packed() ? &documents : nullptr,
+                                     anchors, options, batch.packed() ? &documents : nullptr,
                                      teacher.final_hidden.defined() ? &teacher : nullptr);
     torch::Tensor weighted_ce = result.loss_sum;  // sum(w * CE), differentiable
     double weighted_ce_sum = result.weighted_ce_sum;
@@ -369,9 +385,22 @@ class DrafterStep final : public graph::FunctionBody {
     for (size_t k = 0; k < from.size() && k < into.size(); ++k) into[k] += from[k];
   }
 
+  static uint64_t mix_seed(uint64_t seed, int64_t step, int64_t batch, int64_t epoch) {
+    uint64_t x = seed;
+    for (const int64_t v : {step, batch, epoch}) {  // splitmix64 over each value in turn
+      x += 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(v);
+      x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+      x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+      x ^= x >> 31;
+    }
+    return x;
+  }
+
   const RunContext& run_;
   StateHome& home_;
   std::string name_;
+  bool needs_teacher_ = false;
+  std::string needs_teacher_because_;  // "trains with loss: kl", ...
   model::ObjectiveOptions objective_;  // the run's, with this node's position weighting
   torch::Tensor embedding_, lm_head_;
 };
@@ -436,8 +465,7 @@ void register_drafter_step(graph::NodeRegistry& registry) {
     return DrafterKindChoice{c.base.head, c.kind().spec_fields(c.kind_params)};
   };
   hooks.teacher = [](config::YamlSection& params) -> std::string {
-    const DrafterChoice c = read_drafter_params(params);
-    return c.loss.needs_teacher() ? "trains with loss: " + c.loss.text() : "";
+    return teacher_reason(read_drafter_params(params));
   };
   add_node_kind(registry, std::move(spec), std::move(hooks));
 }

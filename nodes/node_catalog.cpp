@@ -1,5 +1,6 @@
 #include "nodes/node_catalog.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -77,6 +78,29 @@ std::optional<std::string> first_answer(const std::vector<Probe>& tried,
   return std::nullopt;
 }
 
+// first_answer for each param on its own, joined: " when head: x: ...; or
+// when loss: js or kl" (the defaults' answer alone when they give one).
+std::optional<std::string> answer_per_param(const std::vector<Probe>& tried,
+                                            const std::function<std::string(const YAML::Node& params)>& ask) {
+  std::vector<std::string> keys;
+  for (const auto& probe : tried) {
+    const std::string key = probe.setting.substr(0, probe.setting.find(": "));
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+  }
+  std::string out;
+  for (const auto& key : keys) {
+    std::vector<Probe> own;
+    for (const auto& probe : tried)
+      if (probe.setting.substr(0, probe.setting.find(": ")) == key) own.push_back(probe);
+    const auto answer = first_answer(own, ask);
+    if (!answer) continue;
+    if (key.empty()) return answer;
+    out += (out.empty() ? "" : "; or") + *answer;
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
 // What the kind needs of a run, each in words, from its hooks.
 std::vector<std::string> needs_of(const graph::NodeSpec& spec) {
   std::vector<std::string> out;
@@ -97,7 +121,7 @@ std::vector<std::string> needs_of(const graph::NodeSpec& spec) {
   }
   if (hooks->teacher) {
     const std::string what = "the teacher (the target's last hidden state with every batch)";
-    say(what, first_answer(tried, [&](const YAML::Node& params) {
+    say(what, answer_per_param(tried, [&](const YAML::Node& params) {
           config::YamlSection section(params, "params", std::make_shared<config::Origins>());
           return hooks->teacher(section);
         }));

@@ -25,6 +25,9 @@ TrainableState::TrainableState(const RunContext& run, const train::LoadedCheckpo
   const auto& config = run.config;
   drafter = model::DFlashDrafter(run.drafter_spec, config.run.seed);
   drafter->to(run.drafter_device, run.drafter_dtype);
+  // What the kind derives from the target's LM head (a resume then restores
+  // the checkpoint's own, with the trained modules that read them).
+  drafter->kind_modules().initialize_from_head(run.target_head->lm_head_weight());
   optimizer = run.make_optimizer(parameters());
   schedule.peak_lr = config.train.lr;
   schedule.total_steps = schedule_steps(run, resume);
@@ -61,7 +64,9 @@ train::CheckpointState TrainableState::snapshot(const RunContext& run) const {
   if (run.options.rank != 0) return s;
   s.config_yaml = run.config_yaml;
   const auto named = parameters();
-  for (const auto& [name, t] : named) s.drafter_tensors.emplace_back(name, t.detach().to(torch::kCPU).clone());
+  // Every parameter, the frozen ones a kind derives (DSpine's codes) included.
+  for (const auto& item : drafter->named_parameters(true))
+    s.drafter_tensors.emplace_back(item.key(), item.value().detach().to(torch::kCPU).clone());
   s.drafter_config = model::drafter_config_json(drafter->spec(), named.front().second.scalar_type());
   for (const auto& [name, t] : optimizer->state_tensors()) s.optimizer_tensors.emplace_back(name, t.to(torch::kCPU).clone());
   s.optimizer_steps = optimizer->steps_taken();
@@ -86,6 +91,14 @@ void TrainableState::restore(const train::LoadedCheckpoint& ckpt) {
     auto it = ckpt.drafter_tensors.find(name);
     if (it == ckpt.drafter_tensors.end()) throw std::runtime_error("checkpoint " + ckpt.dir.string() + " lacks " + name);
     param.copy_(it->second);
+  }
+  for (auto& item : drafter->named_parameters(true)) {
+    if (item.value().requires_grad()) continue;
+    const auto it = ckpt.drafter_tensors.find(item.key());
+    if (it == ckpt.drafter_tensors.end())
+      throw std::runtime_error("checkpoint " + ckpt.dir.string() + " lacks " + item.key() + " (its drafter kind's "
+                               "fixed tensor, which the trained modules were fitted to)");
+    item.value().copy_(it->second);
   }
   optimizer->load_state_tensors(ckpt.optimizer_tensors, ckpt.optimizer_steps);
   guard.restore(ckpt.run_state.value("guard", nlohmann::json::object()));

@@ -3,7 +3,7 @@
 namespace dflow::model {
 
 std::vector<std::shared_ptr<const DrafterKind>> builtin_drafter_kinds() {
-  return {dflash_kind(), dflash2_kind(), dspark_kind(), xpress_kind()};
+  return {dflash_kind(), dflash2_kind(), dspark_kind(), dspine_kind(), xpress_kind()};
 }
 
 }  // namespace dflow::model

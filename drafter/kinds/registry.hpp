@@ -15,5 +15,6 @@ std::shared_ptr<const DrafterKind> dflash_kind();
 std::shared_ptr<const DrafterKind> dflash2_kind();
 std::shared_ptr<const DrafterKind> dspark_kind();
 std::shared_ptr<const DrafterKind> xpress_kind();
+std::shared_ptr<const DrafterKind> dspine_kind();
 
 }  // namespace dflow::model

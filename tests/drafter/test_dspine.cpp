@@ -1,0 +1,439 @@
+// DSpine (drafter/kinds/dspine) against SpecForge's equations
+// (specforge/modeling/draft/dspine.py, specforge/algorithms/dspine/model.py;
+// no installable reference), recomputed here in float64 with plain LibTorch
+// ops over the drafter's own tensors: the whitened PCA codes of the LM head,
+// the injection after every layer (teacher-forced or not) on causal blocks, the loss's terms
+// and every parameter's gradient (an independent autograd pass), the
+// schedule, the chained candidate selection; a fresh drafter computes what
+// DFlash does; greedy drafting is lossless; the export carries SpecForge's
+// DSpineDraftModel names and fields.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "drafter/block_attention.hpp"
+#include "drafter/causal_blocks.hpp"
+#include "drafter/kind.hpp"
+#include "drafter/kinds/dspine/dspine.hpp"
+#include "drafter/objective.hpp"
+#include "drafter/speculative.hpp"
+#include "formats/json_file.hpp"
+#include "formats/safetensors.hpp"
+#include "target/layers.hpp"
+#include "target/model_fixtures.hpp"
+#include "target/target_head.hpp"
+
+using namespace dflow::model;
+using dflow::model::testing::ScratchDir;
+using dflow::model::testing::tiny_target_dir;
+
+namespace {
+
+DSpineConfig small_config() {
+  DSpineConfig c;
+  c.transfer_rank = 16;
+  c.message_size = 12;
+  c.top_k = 6;
+  c.replacement_layers = 1;
+  return c;
+}
+
+DrafterOptions dspine_options(int64_t num_layers, int64_t block_size, const DSpineConfig& c) {
+  DrafterOptions options;
+  options.num_layers = num_layers;
+  options.block_size = block_size;
+  options.target_layer_ids = {0, 2};
+  options.kind = "dspine";
+  options.kind_fields = dspine_fields(c);
+  return options;
+}
+
+torch::Tensor unit(const torch::Tensor& x) { return x / x.norm(2, -1, true).clamp_min(1e-12); }
+
+torch::Tensor weight_of(torch::nn::ModuleList& list, int64_t i) {
+  return list->ptr<torch::nn::LinearImpl>(static_cast<size_t>(i))->weight;
+}
+
+// SpecForge's AdjacentInjection and refine, written out over the drafter's tensors.
+struct Equations {
+  DFlashDrafterImpl& drafter;
+  AdjacentInjectionImpl& injection;
+  torch::Tensor codes;
+  double root;  // sqrt(r)
+  int64_t replacement_layers;
+
+  explicit Equations(DFlashDrafterImpl& d, int64_t replacement)
+      : drafter(d),
+        injection(dspine_injection(d)),
+        codes(dspine_transfer_codes(d)),
+        root(std::sqrt(static_cast<double>(dspine_transfer_codes(d).size(1)))),
+        replacement_layers(replacement) {}
+
+  torch::Tensor feature(const torch::Tensor& h, int64_t layer) {
+    return root * unit(torch::matmul(h, weight_of(injection.readouts, layer).t()));
+  }
+  torch::Tensor write(const torch::Tensor& h, const torch::Tensor& receiver, const torch::Tensor& pred, int64_t layer) {
+    const torch::Tensor gate = torch::sigmoid(torch::matmul(receiver, injection.receiver_gate->weight.t()) +
+                                              torch::matmul(pred, injection.predecessor_gate->weight.t()) + injection.bias);
+    const torch::Tensor message = torch::matmul(pred, injection.message->weight.t());
+    const torch::Tensor delta = torch::matmul(gate * message, weight_of(injection.writes, layer).t());
+    return h + h.norm(2, -1, true) / std::sqrt(static_cast<double>(h.size(-1))) * delta;
+  }
+  torch::Tensor code(const torch::Tensor& ids) { return root * codes.index({ids}); }
+  // h [N, Bs, H], ids / data [N, Bs]; replace [N] bool or undefined.
+  torch::Tensor inject(const torch::Tensor& h, int64_t layer, const torch::Tensor& ids, const torch::Tensor& data,
+                       const torch::Tensor& replace) {
+    using torch::indexing::Slice;
+    const torch::Tensor f = feature(h, layer);
+    torch::Tensor pred = torch::cat({code(ids.index({Slice(), Slice(0, 1)})), f.index({Slice(), Slice(1, -1)})}, 1);
+    if (replace.defined() && layer < replacement_layers)
+      pred = torch::where(replace.view({-1, 1, 1}), code(data.index({Slice(), Slice(0, -1)})), pred);
+    const torch::Tensor after = write(h.index({Slice(), Slice(1)}), f.index({Slice(), Slice(1)}), pred, layer);
+    return torch::cat({h.index({Slice(), Slice(0, 1)}), after}, 1);
+  }
+  torch::Tensor refine(const torch::Tensor& h, const torch::Tensor& pred_ids) {
+    const int64_t last = drafter.spec().num_layers - 1;
+    return rms_norm(write(h, feature(h, last), code(pred_ids), last), drafter.norm->weight, drafter.spec().rms_norm_eps);
+  }
+};
+
+struct Pass {
+  torch::Tensor final_hidden;  // [N, Bs, H] after the final norm
+  torch::Tensor pre;           // [N, Bs, H] the last layer's output before its injection
+  std::vector<torch::Tensor> features;  // per layer [N, Bs, r] after its injection
+};
+
+// The drafter's forward rebuilt: the backbone's layers, then SpecForge's injection after each.
+Pass reference_pass(DFlashDrafterImpl& d, Equations& eq, const torch::Tensor& features, const torch::Tensor& embeddings,
+                    const torch::Tensor& positions, const BlockAttentionPlan& plan, const torch::Tensor& ids,
+                    const torch::Tensor& data, const torch::Tensor& replace) {
+  const DrafterSpec& spec = d.spec();
+  const int64_t T = features.size(1), N = ids.size(0), Bs = spec.block_size;
+  const std::vector<ContextKV> kv = d.context_kv(d.project_features(features), 0);
+  (void)T;
+  const RotaryTables rotary = rotary_tables(positions, spec.head_dim, spec.rope_theta, embeddings.scalar_type());
+  Pass out;
+  torch::Tensor h = embeddings;
+  for (int64_t l = 0; l < spec.num_layers; ++l) {
+    h = d.layers->ptr<DraftLayerImpl>(static_cast<size_t>(l))->forward(h, kv[static_cast<size_t>(l)], rotary, plan);
+    out.pre = h.view({N, Bs, -1});
+    const torch::Tensor injected = eq.inject(out.pre, l, ids, data, replace);
+    out.features.push_back(eq.feature(injected, l));
+    h = injected.view({1, N * Bs, -1});
+  }
+  out.final_hidden = rms_norm(h, d.norm->weight, spec.rms_norm_eps).view({N, Bs, -1});
+  return out;
+}
+
+void perturb(DFlashDrafterImpl& d, double scale, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  for (auto& item : d.named_parameters())
+    if (item.value().requires_grad()) item.value().add_(torch::randn_like(item.value()) * scale);
+}
+
+}  // namespace
+
+TEST_CASE("DSpine.Codes.whitened_pca_of_the_head_rows_equals_a_float64_recomputation") {
+  torch::set_num_threads(1);
+  const TargetHead head = TargetHead::load(tiny_target_dir());
+  const torch::Tensor w = head.lm_head_weight().to(torch::kFloat64);
+  const int64_t r = 16;
+  const TransferSpace space = dspine_transfer_space(head.lm_head_weight(), r);
+  // SpecForge's initialize_transfer_space in float64.
+  const torch::Tensor rows = unit(w);
+  const torch::Tensor mean = rows.mean(0);
+  const torch::Tensor centred = rows - mean;
+  auto [values, directions] = torch::linalg_eigh(torch::matmul(centred.t(), centred));
+  values = values.narrow(0, values.size(0) - r, r);
+  directions = directions.narrow(1, directions.size(1) - r, r);
+  // Each direction up to its sign (eigh's choice), the codes then exactly so.
+  const torch::Tensor mine = space.directions.to(torch::kFloat64);
+  const torch::Tensor agreement = (mine * directions).sum(0);
+  CHECK(agreement.abs().min().item<double>() > 1.0 - 1e-4);
+  const torch::Tensor expected = unit(torch::matmul(centred, directions * agreement.sign()) / values.sqrt());
+  CHECK((space.codes.to(torch::kFloat64) - expected).abs().max().item<double>() < 2e-4);
+  CHECK(torch::allclose(space.codes.norm(2, -1), torch::ones({w.size(0)}), 1e-5, 1e-5));
+
+  // A drafter's codes and every readout from the head; a rank the head cannot give is refused.
+  DFlashDrafter drafter(make_drafter_spec(load_hf_config(tiny_target_dir()), dspine_options(2, 8, small_config())), 3);
+  drafter->kind_modules().initialize_from_head(head.lm_head_weight());
+  CHECK(torch::equal(dspine_transfer_codes(*drafter), space.codes));
+  for (int64_t l = 0; l < 2; ++l) CHECK(torch::equal(weight_of(dspine_injection(*drafter).readouts, l), space.directions.t()));
+  DSpineConfig too_wide = small_config();
+  too_wide.transfer_rank = 80;
+  CHECK_THROWS_WITH_AS(DFlashDrafter(make_drafter_spec(load_hf_config(tiny_target_dir()), dspine_options(2, 8, too_wide)), 3),
+                       doctest::Contains("transfer_rank 80 exceeds min(hidden size, vocabulary - 1) = 64"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("DSpine.Schedule.warmup_and_teacher_forcing_follow_SpecForge's_formula") {
+  const DSpineConfig c;  // SpecForge's defaults: 0.5 over 146 steps; p 0.5 held to 1/6, 0 from 1/3
+  auto at = [&](int64_t step, int64_t total) { return dspine_schedule(c, step, total); };
+  CHECK(at(0, 600).first == 0.0);
+  CHECK(at(73, 600).first == doctest::Approx(0.25));
+  CHECK(at(146, 600).first == doctest::Approx(0.5));
+  CHECK(at(400, 600).first == doctest::Approx(0.5));
+  CHECK(at(0, 600).second == doctest::Approx(0.5));
+  CHECK(at(100, 600).second == doctest::Approx(0.5));   // progress 1/6: still held
+  CHECK(at(150, 600).second == doctest::Approx(0.25));  // (1/3 - 1/4) / (1/3 - 1/6) = 1/2
+  CHECK(at(200, 600).second == 0.0);
+  CHECK(at(10, 0).second == 0.0);  // the run's length unknown: no replacement
+  DSpineConfig no_warmup = c;
+  no_warmup.alignment_warmup_steps = 0;
+  CHECK(dspine_schedule(no_warmup, 0, 10).first == doctest::Approx(0.5));
+}
+
+TEST_CASE("DSpine.Forward.a_fresh_drafter_computes_what_DFlash_does_on_causal_blocks") {
+  torch::set_num_threads(1);
+  const HFConfig target_config = load_hf_config(tiny_target_dir());
+  DrafterOptions options = dspine_options(2, 8, small_config());
+  DFlashDrafter dspine(make_drafter_spec(target_config, options), 5);
+  dspine->kind_modules().initialize_from_head(TargetHead::load(tiny_target_dir()).lm_head_weight());
+  options.kind = "dflash";
+  options.kind_fields = nlohmann::json::object();
+  DFlashDrafter dflash(make_drafter_spec(target_config, options), 5);
+  {
+    torch::NoGradGuard no_grad;
+    auto mine = dspine->named_parameters();
+    for (const auto& item : dflash->named_parameters()) mine[item.key()].copy_(item.value());
+  }
+  const int64_t T = 24, Bs = 8, H = dflash->spec().hidden_size;
+  torch::manual_seed(4);
+  const torch::Tensor features = torch::randn({1, T, 2 * H});
+  const torch::Tensor anchors = torch::tensor({{2, 9}}, torch::kInt64);
+  const torch::Tensor positions = (anchors.unsqueeze(-1) + torch::arange(Bs, torch::kInt64)).view({1, 2 * Bs});
+  const torch::Tensor embeddings = torch::randn({1, 2 * Bs, H});
+  auto plan = plan_block_attention(anchors, torch::ones({1, 2}, torch::kBool), T, Bs, 0, torch::kCPU);
+  make_blocks_causal(plan);  // SpecForge's DSpine masks
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = torch::randint(0, 500, {1, 2 * Bs}, torch::kInt64);
+  dspine->kind_modules().begin_blocks(BlockTokens{tokens});
+  const torch::Tensor out = dspine->forward(features, embeddings, positions, plan);
+  CHECK(torch::equal(out, dflash->forward(features, embeddings, positions, plan)));
+  // Causal within the block, the injection included: slot 5 of the first
+  // block changes no earlier slot, and every slot of its block from 5 on.
+  perturb(*dspine, 0.05, 3);
+  dspine->kind_modules().begin_blocks(BlockTokens{tokens});
+  const torch::Tensor before = dspine->forward(features, embeddings, positions, plan);
+  torch::Tensor changed = embeddings.clone();
+  changed[0][5].add_(1.0);
+  dspine->kind_modules().begin_blocks(BlockTokens{tokens});
+  const torch::Tensor after = dspine->forward(features, changed, positions, plan);
+  CHECK(torch::equal(after.narrow(1, 0, 5), before.narrow(1, 0, 5)));
+  CHECK(torch::equal(after.narrow(1, Bs, Bs), before.narrow(1, Bs, Bs)));
+  CHECK((after[0][7] - before[0][7]).abs().max().item<double>() > 1e-4);
+}
+
+TEST_CASE("DSpine.Loss.forward_terms_and_gradients_equal_SpecForge's_equations_in_float64") {
+  torch::set_num_threads(1);
+  const TargetHead target_head = TargetHead::load(tiny_target_dir());
+  DSpineConfig c = small_config();
+  c.alignment_warmup_steps = 4;
+  c.replacement_probability = 1.0;  // every block teacher-forced in layer 0 at this step
+  c.ce_weight = 0.3;
+  c.candidate_mass_threshold = 0.05;
+  c.top_k = 64;  // the labels among the untrained drafter's candidates at some slots
+  DFlashDrafter drafter(make_drafter_spec(load_hf_config(tiny_target_dir()), dspine_options(2, 8, c)), 5);
+  drafter->kind_modules().initialize_from_head(target_head.lm_head_weight());
+  drafter->to(torch::kFloat64);
+  perturb(*drafter, 0.05, 11);
+  const DrafterSpec& spec = drafter->spec();
+  const torch::Tensor head = target_head.lm_head_weight().to(torch::kFloat64);
+  const torch::Tensor embedding = target_head.embedding_weight().to(torch::kFloat64);
+
+  const int64_t T = 48, Bs = spec.block_size, H = spec.hidden_size;
+  const std::vector<int64_t> anchor_list{3, 11, 20, 37};
+  const int64_t N = static_cast<int64_t>(anchor_list.size());
+  torch::manual_seed(7);
+  const torch::Tensor input_ids = torch::randint(0, spec.vocab_size - 2, {1, T}, torch::kInt64);
+  const torch::Tensor features = torch::randn({1, T, spec.num_features() * H}, torch::kFloat64);
+  const torch::Tensor anchors = torch::tensor(anchor_list, torch::kInt64).view({1, N});
+  torch::Tensor loss_mask = torch::ones({1, T}, torch::kInt64);
+  loss_mask.narrow(1, 14, 3).zero_();
+  TeacherStates teacher;
+  teacher.final_hidden = rms_norm(torch::randn({1, T, H}, torch::kFloat64) * 3.0, torch::ones({H}, torch::kFloat64),
+                                  spec.rms_norm_eps);
+
+  ObjectiveOptions options;
+  options.loss = LossMix{{{"ce", 0.3}, {"tv", 1.4}}};  // SpecForge's backbone pair at ce_weight 0.3 (L1 = 2 TV)
+  options.loss_decay_gamma = 4.0;
+  options.kind_options = dspine_fields(c);
+  options.step = 2;
+  options.total_steps = 100;
+  AnchorBatch anchor_batch;
+  anchor_batch.anchor_positions = anchors;
+  anchor_batch.block_keep = torch::ones({1, N}, torch::kBool);
+  const ObjectiveOutput out = dflash_loss(*drafter, embedding, head, features, input_ids, loss_mask,
+                                          torch::full({1}, T, torch::kInt64), anchor_batch, options, nullptr, &teacher);
+  REQUIRE(out.term_loss_sums.size() == 2);
+  out.loss_sum.backward();
+  std::vector<std::pair<std::string, torch::Tensor>> grads;
+  for (auto& item : drafter->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    REQUIRE(item.value().grad().defined());
+    grads.emplace_back(item.key(), item.value().grad().clone());
+    item.value().mutable_grad().zero_();
+  }
+
+  // The same in SpecForge's equations.
+  const torch::Tensor slot = torch::arange(Bs, torch::kInt64);
+  const torch::Tensor at = anchors.view({N, 1}) + slot;  // [N, Bs]
+  const torch::Tensor ids_row = input_ids[0];
+  const torch::Tensor data = ids_row.index({at.clamp_max(T - 1)}).masked_fill(at.ge(T), 0);
+  torch::Tensor block_ids = torch::full({N, Bs}, spec.mask_token_id, torch::kInt64);
+  block_ids.select(1, 0).copy_(data.select(1, 0));
+  const torch::Tensor embeddings = torch::embedding(embedding, block_ids.view({1, N * Bs}));
+  auto plan = plan_block_attention(anchors, torch::ones({1, N}, torch::kBool), T, Bs, 0, torch::kCPU);
+  make_blocks_causal(plan);
+  Equations eq(*drafter, c.replacement_layers);
+  const Pass pass = reference_pass(*drafter, eq, features, embeddings, at.view({1, N * Bs}), plan, block_ids, data,
+                                   torch::ones({N}, torch::kBool));
+  const torch::Tensor valid =
+      slot.gt(0).view({1, Bs}) & at.lt(T) & loss_mask[0].index({at.clamp_max(T - 1)}).ne(0);  // [N, Bs]
+  const torch::Tensor rows = valid.reshape({-1}).nonzero().squeeze(1);
+  // The position weights exp(-(k - 1) / gamma), held in float32 as dflow's blocks hold them.
+  const torch::Tensor w = torch::exp(-(slot.to(torch::kFloat64) - 1.0) / 4.0)
+                              .to(torch::kFloat32)
+                              .to(torch::kFloat64)
+                              .expand({N, Bs})
+                              .reshape({-1})
+                              .index({rows});
+  const torch::Tensor labels = data.reshape({-1}).index({rows});
+  const torch::Tensor prev = data.reshape({-1}).index({rows - 1});
+  const torch::Tensor hidden = pass.final_hidden.reshape({-1, H}).index({rows});
+  const torch::Tensor teacher_rows = teacher.final_hidden[0].index({(at - 1).clamp_min(0).reshape({-1}).index({rows})});
+  const torch::Tensor logits = torch::matmul(hidden, head.t());
+  const torch::Tensor log_p = logits.log_softmax(-1);
+  const torch::Tensor ce = -log_p.gather(1, labels.unsqueeze(1)).squeeze(1);
+  const torch::Tensor p_target = torch::matmul(teacher_rows, head.t()).softmax(-1);
+  const torch::Tensor l1 = (log_p.exp() - p_target).abs().sum(-1);
+  const torch::Tensor backbone = ((c.ce_weight * ce + (1 - c.ce_weight) * l1) * w).sum();
+  const torch::Tensor candidates = std::get<1>(logits.detach().topk(c.top_k, -1));
+  const torch::Tensor refined = eq.refine(pass.pre.reshape({-1, H}).index({rows}), prev);
+  const torch::Tensor scores = (head.index({candidates}) * refined.unsqueeze(1)).sum(-1);
+  const torch::Tensor log_q = scores.log_softmax(-1);
+  torch::Tensor target_candidates = p_target.gather(1, candidates);
+  const torch::Tensor mass = target_candidates.sum(-1);
+  target_candidates = target_candidates / mass.unsqueeze(-1).clamp_min(1e-30);
+  const torch::Tensor covered = candidates.eq(labels.unsqueeze(-1));
+  const torch::Tensor refined_ce = -(log_q * covered).sum(-1);
+  const torch::Tensor refined_l1 = (log_q.exp() - target_candidates).abs().sum(-1) * mass.gt(c.candidate_mass_threshold);
+  const torch::Tensor refinement = ((c.ce_weight * refined_ce + (1 - c.ce_weight) * refined_l1) * w).sum();
+  torch::Tensor alignment = torch::zeros({}, torch::kFloat64);
+  const torch::Tensor label_codes = dspine_transfer_codes(*drafter).index({labels});
+  for (const torch::Tensor& f : pass.features) {
+    const torch::Tensor fr = f.reshape({-1, c.transfer_rank}).index({rows});
+    alignment = alignment + ((1 - (fr * label_codes).sum(-1) / (fr.norm(2, -1) * label_codes.norm(2, -1))) * w).sum();
+  }
+  const double beta = c.alignment_weight * 2.0 / 4.0;
+  const double mean_ce = ((ce * w).sum() / w.sum()).item<double>();
+  const torch::Tensor total = backbone + refinement + beta * mean_ce * alignment;
+
+  CHECK(covered.any(-1).any().item<bool>());  // the refinement's cross-entropy is exercised
+  CHECK(out.main_loss_sum == doctest::Approx(backbone.item<double>()).epsilon(1e-9));
+  CHECK(out.term_loss_sums[0] == doctest::Approx(refinement.item<double>()).epsilon(1e-9));
+  CHECK(out.term_loss_sums[1] == doctest::Approx(alignment.item<double>()).epsilon(1e-9));
+  CHECK(out.loss_sum.item<double>() == doctest::Approx(total.item<double>()).epsilon(1e-9));
+  total.backward();
+  for (auto& [name, grad] : grads) {
+    CAPTURE(name);
+    const torch::Tensor expected = drafter->named_parameters()[name].grad();
+    CHECK((grad - expected).abs().max().item<double>() <= 1e-9 * (1.0 + expected.abs().max().item<double>()));
+  }
+}
+
+TEST_CASE("DSpine.Drafting.the_chained_selection_equals_select_cached_and_greedy_is_lossless") {
+  torch::set_num_threads(1);
+  const TargetModel target = TargetModel::load(tiny_target_dir());
+  DSpineConfig c = small_config();
+  c.top_k = 5;
+  DFlashDrafter drafter(make_drafter_spec(target.config(), dspine_options(1, 4, c)), 23);
+  drafter->kind_modules().initialize_from_head(target.lm_head_weight());
+  perturb(*drafter, 0.3, 9);
+  torch::manual_seed(12);
+  int64_t changed = 0;
+  for (int64_t i = 0; i < 4; ++i) {
+    const torch::Tensor ids = torch::randint(0, 510, {3 + 5 * i}, torch::kInt64);
+    const std::vector<int64_t> prompt(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    CAPTURE(i);
+    const SpeculativeResult result = speculative_generate(*drafter, target, prompt, 30, {});
+    CHECK(result.tokens == target.generate(prompt, 30, 0.0, 0, {}));
+
+    DrafterContextCache cache;
+    const TargetOutput prefill =
+        target.forward(torch::tensor(prompt, torch::kInt64).unsqueeze(0), drafter->spec().target_layer_ids, false);
+    cache.append(*drafter, torch::cat(prefill.hidden_states, -1));
+    const std::vector<int64_t> drafts = drafter_generate_block(*drafter, target, cache, prompt.back());
+    // SpecForge's transition_scores over all candidate pairs and select_cached.
+    torch::NoGradGuard no_grad;
+    Equations eq(*drafter, c.replacement_layers);
+    const torch::Tensor pre = dspine_pre_injection(*drafter)[0].narrow(0, 1, 3);  // [S, H]
+    const torch::Tensor hidden = rms_norm(eq.inject(dspine_pre_injection(*drafter).view({1, 4, -1}), 0,
+                                                    torch::tensor({{prompt.back(), int64_t{0}, int64_t{0}, int64_t{0}}}, torch::kInt64),
+                                                    torch::Tensor(), torch::Tensor())[0],
+                                          drafter->norm->weight, drafter->spec().rms_norm_eps);
+    const torch::Tensor unary = torch::matmul(hidden.narrow(0, 1, 3), target.lm_head_weight().t());
+    const torch::Tensor candidates = std::get<1>(unary.topk(c.top_k, -1));  // [S, K]
+    const torch::Tensor predecessors =
+        torch::cat({torch::full({1, c.top_k}, prompt.back(), torch::kInt64), candidates.narrow(0, 0, 2)}, 0);
+    const torch::Tensor refined = eq.refine(pre.unsqueeze(1).expand({3, c.top_k, pre.size(1)}), predecessors);
+    const torch::Tensor scores =
+        torch::einsum("ikh,ijh->ikj", {refined, target.lm_head_weight().index({candidates})});  // [S, K, K]
+    int64_t index = 0;
+    std::vector<int64_t> expected;
+    for (int64_t s = 0; s < 3; ++s) {
+      index = scores[s][index].argmax().item<int64_t>();
+      expected.push_back(candidates[s][index].item<int64_t>());
+    }
+    CHECK(drafts == expected);
+    // The rows it drafts (and samples) from: the K scores at the candidates, nothing elsewhere.
+    const torch::Tensor rows = drafter_block_logits(*drafter, target, cache, prompt.back());
+    CHECK(torch::isfinite(rows).sum(-1).eq(c.top_k).all().item<bool>());
+    for (int64_t s = 0; s < 3; ++s) CHECK(rows[s].argmax().item<int64_t>() == expected[static_cast<size_t>(s)]);
+    for (int64_t s = 0; s < 3; ++s) changed += expected[static_cast<size_t>(s)] != unary[s].argmax().item<int64_t>();
+  }
+  CHECK(changed > 0);  // the refinement reorders the backbone's candidates somewhere
+}
+
+TEST_CASE("DSpine.Export.SpecForge's_DSpineDraftModel_names_and_fields") {
+  torch::set_num_threads(1);
+  const HFConfig target_config = load_hf_config(tiny_target_dir());
+  const DSpineConfig c = small_config();
+  DFlashDrafter drafter(make_drafter_spec(target_config, dspine_options(2, 8, c)), 5);
+  drafter->kind_modules().initialize_from_head(TargetHead::load(tiny_target_dir()).lm_head_weight());
+  ScratchDir scratch("dspine-export");
+  save_pretrained(*drafter, scratch.path());
+  const auto config = read_json_file(scratch.path() / "config.json");
+  CHECK(config["architectures"] == nlohmann::json::array({"DSpineDraftModel"}));
+  CHECK(config["dspine_config"] == dspine_fields(c));
+  CHECK(config["dspine_config"].size() == 11);
+  CHECK(config["dflash_config"]["target_layer_ids"] == nlohmann::json::array({0, 2}));
+  const SafetensorsFile file(scratch.path() / "model.safetensors");
+  const auto tensors = file.all_tensors();
+  for (const std::string name :
+       {"injection.readouts.0.weight", "injection.readouts.1.weight", "injection.writes.0.weight",
+        "injection.writes.1.weight", "injection.message.weight", "injection.receiver_gate.weight",
+        "injection.predecessor_gate.weight", "injection.bias", "transfer_codes", "transfer_ready", "fc.weight",
+        "layers.1.mlp.down_proj.weight"}) {
+    CAPTURE(name);
+    CHECK(tensors.count(name) == 1);
+  }
+  CHECK((tensors.at("transfer_ready").scalar_type() == torch::kBool));
+  CHECK(tensors.at("transfer_ready").item<bool>());
+  CHECK(tensors.at("injection.readouts.0.weight").sizes() == torch::IntArrayRef({16, 64}));
+  CHECK(tensors.at("injection.writes.0.weight").sizes() == torch::IntArrayRef({64, 12}));
+  CHECK(tensors.at("transfer_codes").sizes() == torch::IntArrayRef({512, 16}));
+  // Loaded back whole; speculators' layout refused, naming what it cannot carry.
+  DFlashDrafter loaded = load_pretrained(scratch.path());
+  CHECK(loaded->spec().kind == "dspine");
+  CHECK(torch::equal(dspine_transfer_codes(*loaded), dspine_transfer_codes(*drafter)));
+  const DrafterKind& kind = drafter_kind("dspine");
+  CHECK(kind.refuses_format("dflash", loaded->spec().kind_fields).empty());
+  const std::string why = kind.refuses_format("speculators", loaded->spec().kind_fields);
+  CHECK(why.find("speculators has no DSpine model") != std::string::npos);
+  CHECK(why.find("--format dflash") != std::string::npos);
+}

@@ -1,0 +1,93 @@
+// The drafter node's `head: dspine`: each bad value of its params is refused
+// naming the key and the value; a few online steps on the demo give finite
+// records with its refinement and alignment terms (it reads the target's
+// distribution whatever the loss); a resume that changes one of its params
+// is refused, one that keeps them goes on from the checkpoint's codes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "error_of.hpp"
+#include "nodes/trainer.hpp"
+#include "train_fixture.hpp"
+
+using namespace dflow;
+using testing::fresh_dir;
+using testing::small_run_config;
+using testing::step_records;
+using testing::stopped_after;
+namespace fs = std::filesystem;
+
+using dflow::testing::error_of;
+
+namespace {
+
+const std::vector<std::string> kShort{"train.epochs=1", "eval.every_steps=0"};
+const std::string kDSpine = "{head: dspine, transfer_rank: 16, message_size: 16, top_k: 8, alignment_warmup_steps: 1}";
+
+config::Config with_drafter(config::Config config, const std::string& params) {
+  for (auto& n : config.pipeline.nodes)
+    if (n.name == "drafter") n.params.reset(YAML::Load(params));
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("DSpine.Params.bad_values_are_refused_naming_the_key_and_the_value") {
+  const auto dir = fresh_dir("dspine-bad");
+  struct Case {
+    std::string params;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases{
+      {"{head: dspine, transfer_rank: 0}", {"params.transfer_rank", "must be >= 1", "got 0", "(node 'drafter'"}},
+      {"{head: dspine, ce_weight: 1.5}", {"params.ce_weight", "[0, 1]", "got 1.5"}},
+      {"{head: dspine, alignment_weight: -1}", {"params.alignment_weight", "got -1"}},
+      {"{head: dspine, replacement_layers: -2}", {"params.replacement_layers", "got -2"}},
+      {"{head: dspine, candidate_mass_threshold: 1}", {"params.candidate_mass_threshold", "[0, 1)", "got 1"}},
+      {"{head: dspine, replacement_hold_ratio: 0.5, replacement_end_ratio: 0.4}",
+       {"params.replacement_end_ratio", "replacement_hold_ratio 0.5 must be below replacement_end_ratio 0.4"}},
+      {"{head: dspine, transfer_rank: 100000}", {"transfer_rank 100000 exceeds min(hidden size, vocabulary - 1)"}},
+      {"{message_size: 4}", {"params.message_size", "head is dflash", "set head: dspine"}},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.params);
+    const std::string e = error_of([&] {
+      nodes::run_training(with_drafter(small_run_config(dir, {"run.max_steps=1", "eval.every_steps=0"}), c.params), {});
+    });
+    for (const auto& s : c.says) CHECK_MESSAGE(e.find(s) != std::string::npos, e);
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("DSpine.Train.a_few_online_steps_give_finite_records_with_its_terms_and_a_resume_keeps_its_params") {
+  const auto dir = fresh_dir("dspine-train");
+  nodes::run_training(stopped_after(with_drafter(small_run_config(dir, kShort), kDSpine), 2), {});
+  nodes::RunOptions resume;
+  resume.resume = "latest";
+  const std::string changed = "{head: dspine, transfer_rank: 16, message_size: 16, top_k: 4, alignment_warmup_steps: 1}";
+  const std::string e = error_of(
+      [&] { nodes::run_training(stopped_after(with_drafter(small_run_config(dir, kShort), changed), 4), resume); });
+  CHECK_MESSAGE(e.find("pipeline.nodes.drafter: ") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("top_k: 8") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("top_k: 4") != std::string::npos, e);
+  nodes::run_training(stopped_after(with_drafter(small_run_config(dir, kShort), kDSpine), 4), resume);
+  const auto steps = step_records(dir);
+  REQUIRE(steps.size() == 4);
+  for (const auto& s : steps) {
+    REQUIRE(s.contains("refinement_loss"));
+    REQUIRE(s.contains("alignment_loss"));
+    const double main = s["main_loss"].get<double>(), refinement = s["refinement_loss"].get<double>(),
+                 alignment = s["alignment_loss"].get<double>();
+    CHECK(std::isfinite(main));
+    CHECK(refinement > 0.0);
+    CHECK(alignment > 0.0);
+    CHECK(std::isfinite(s["grad_norm"].get<double>()));
+    // loss = main + refinement + beta * mean CE * alignment, beta 0 at step 0 (the warm-up's start).
+    if (s["global_step"].get<int64_t>() == 1)
+      CHECK(s["loss"].get<double>() == doctest::Approx(main + refinement).epsilon(1e-6));
+    else
+      CHECK(s["loss"].get<double>() > main + refinement);
+  }
+  fs::remove_all(dir);
+}
