@@ -43,6 +43,7 @@ kind_params() {
   case "$1" in
     dspark) echo ", markov_rank: 32" ;;
     xpress) echo ", xpress_rank: 32" ;;   # the refiner's vocabulary factors, at DSpark's rank
+    dspine) echo ", transfer_rank: 64, message_size: 64" ;;  # the codes' rank within the hidden size 128
     *) echo "" ;;
   esac
 }
