@@ -51,7 +51,7 @@ SUMMARY="$RESULTS/gpu_check.md"
 FAILED=0
 # The drafter kinds trained a few steps each at Qwen3-8B's shapes from the
 # engine files (tokens/s, peak memory); DFLOW_GPU_CHECK_KINDS="" skips them.
-ENGINE_KINDS="${DFLOW_GPU_CHECK_KINDS-dflash dspark dflash2}"
+ENGINE_KINDS="${DFLOW_GPU_CHECK_KINDS-dflash dspark dflash2 xpress dspine}"
 
 say() { printf '[gpu_check %4ss] %s\n' "$(($(date +%s) - START_S))" "$*"; }
 row() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" | tee -a "$SUMMARY"; }
