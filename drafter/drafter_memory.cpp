@@ -51,7 +51,7 @@ DrafterMemoryEstimate estimate_drafter_memory(const DrafterSpec& spec, const Dra
   const DrafterKind& kind = drafter_kind(spec.kind);
   const double parameters = parameter_count(spec) + static_cast<double>(kind.parameter_count(spec));
   out.parameter_bytes = parameters * (2 * e + 4 * static_cast<double>(shape.optimizer_floats_per_parameter) + masters);
-  out.frozen_bytes = 2 * static_cast<double>(spec.vocab_size) * h * e;
+  out.frozen_bytes = (2 * static_cast<double>(spec.vocab_size) * h + static_cast<double>(kind.frozen_count(spec))) * e;
 
   // Context side, per token: the features as fc reads them, hidden_norm's
   // upcast and output, the context; per layer its K/V and, when kept for

@@ -234,6 +234,9 @@ class DrafterKind {
   // Parameters the modules add, and float32 activations per trained slot
   // (the memory fit).
   virtual int64_t parameter_count(const DrafterSpec&) const { return 0; }
+  // Values its modules hold without training them (fixed codes), in the
+  // compute dtype beside the frozen embedding and head.
+  virtual int64_t frozen_count(const DrafterSpec&) const { return 0; }
   virtual int64_t activation_floats_per_slot(const DrafterSpec&) const { return 0; }
 
   // The record's extra terms, for a drafter of these fields.

@@ -5,6 +5,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <map>
+
 #include "config/yaml_reader.hpp"
 #include "drafter/cpu_memory_counter.hpp"
 #include "drafter/drafter_memory.hpp"
@@ -57,24 +59,29 @@ TEST_CASE("Model.LossMemory.EachLossHoldsAtMostTheBuffersItDeclares") {
 TEST_CASE("Model.LossMemory.TheFitCountsEveryKindsModulesAndTheLossesBuffers") {
   torch::set_num_threads(1);
   const HFConfig target = load_hf_config(dflow::model::testing::tiny_target_dir());
+  // Each kind at its defaults, but where they exceed the tiny target (hidden 64).
+  const std::map<std::string, std::string> fitting = {{"dspine", "{transfer_rank: 16, message_size: 16}"}};
   for (const std::string& name : drafter_kind_names()) {
     CAPTURE(name);
     const DrafterKind& kind = drafter_kind(name);
-    YamlSection none(YAML::Node(YAML::NodeType::Map), "params", nullptr);
+    YamlSection params(fitting.count(name) ? YAML::Load(fitting.at(name)) : YAML::Node(YAML::NodeType::Map), "params",
+                       std::make_shared<dflow::config::Origins>());
     DrafterOptions options;
     options.num_layers = 2;
     options.block_size = 4;
     options.kind = name;
-    options.kind_fields = kind.spec_fields(kind.read_params(none));
+    options.kind_fields = kind.spec_fields(kind.read_params(params));
     DFlashDrafter drafter(make_drafter_spec(target, options), 1);
-    int64_t trained = 0;
-    for (const auto& p : drafter->parameters())
-      if (p.requires_grad()) trained += p.numel();
-    // float32: weights and gradients, AdamW's two moments.
+    int64_t trained = 0, frozen = 0;
+    for (const auto& p : drafter->parameters()) (p.requires_grad() ? trained : frozen) += p.numel();
+    // float32: weights and gradients, AdamW's two moments; the frozen
+    // embedding and LM head are the target's, not the drafter's parameters.
     DrafterMemoryShape shape;
     shape.context_length = 16;
     shape.anchors_per_sequence = 2;
-    CHECK(estimate_drafter_memory(drafter->spec(), shape).parameter_bytes == doctest::Approx(16.0 * trained));
+    const DrafterMemoryEstimate estimate = estimate_drafter_memory(drafter->spec(), shape);
+    CHECK(estimate.parameter_bytes == doctest::Approx(16.0 * static_cast<double>(trained)));
+    CHECK(estimate.frozen_bytes == doctest::Approx(4.0 * static_cast<double>(frozen + 2 * target.vocab_size * target.hidden_size)));
   }
   // The loss's buffers: kl holds more per chunk of logits than ce, and the
   // target's last hidden state per token and per slot.

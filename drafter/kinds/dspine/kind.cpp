@@ -179,9 +179,11 @@ class DSpineKind final : public DrafterKind {
   int64_t parameter_count(const DrafterSpec& spec) const override {
     const DSpineConfig c = dspine_config(spec.kind_fields);
     const int64_t h = spec.hidden_size, r = c.transfer_rank, m = c.message_size;
-    // The codes counted as a trained parameter: an over-estimate (they have
-    // no gradient or optimizer state), [vocabulary, rank] once.
-    return spec.num_layers * (r * h + m * h) + 3 * r * m + m + spec.vocab_size * r;
+    return spec.num_layers * (r * h + m * h) + 3 * r * m + m;
+  }
+  // The codes, [vocabulary, rank]: no gradient, no optimizer state.
+  int64_t frozen_count(const DrafterSpec& spec) const override {
+    return spec.vocab_size * dspine_config(spec.kind_fields).transfer_rank;
   }
   int64_t activation_floats_per_slot(const DrafterSpec& spec) const override {
     const DSpineConfig c = dspine_config(spec.kind_fields);
