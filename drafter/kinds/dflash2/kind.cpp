@@ -3,13 +3,13 @@
 // selector's reranking in drafting, and speculators' names.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <sstream>
 #include <stdexcept>
 
 #include "drafter/kind_params.hpp"
 #include "drafter/kinds/dflash2/dflash2.hpp"
 #include "drafter/kinds/registry.hpp"
+#include "drafter/rerank_draft.hpp"
 
 namespace dflow::model {
 
@@ -264,42 +264,19 @@ std::vector<ExtraLossTerm> DFlash2Modules::extra_terms(const TrainedSlots& slots
   return {term};
 }
 
-// The selector's reranking as z-lab's DFlash2 drafts: slot by slot, the
-// backbone's top-k at the slot rescored from the token chosen at the slot
-// before (the bonus for slot 1); greedy takes the best, sampling draws
-// from the softmax of the K scores at the temperature (zero elsewhere).
+// The selector's reranking as z-lab's DFlash2 drafts (drafter/rerank_draft.hpp).
 BlockDraft DFlash2Modules::draft_block(const BlockDraftInputs& in) {
-  BlockDraft out;
-  const int64_t slots = in.hidden.size(0) - 1, top = shape.selector_top_k;
   const torch::Device device = selector->predecessor_codebook.device();
   const auto dtype = selector->predecessor_codebook.scalar_type();
-  std::vector<torch::Tensor> rows, probability_rows;
-  int64_t prev = in.bonus_token;
-  for (int64_t k = 1; k <= slots; ++k) {
-    const torch::Tensor unary_logits = in.backbone_logits[k - 1].to(device, torch::kFloat32);  // [V]
-    const auto [unary, candidates] = unary_logits.topk(top);
-    const torch::Tensor scores =
-        selector->scores(unary.unsqueeze(0), in.hidden.narrow(0, k, 1).to(device, dtype),
-                         torch::full({1}, prev, torch::TensorOptions().device(device).dtype(torch::kInt64)),
-                         candidates.unsqueeze(0))[0];  // [K]
-    torch::Tensor row;
-    if (in.sampler || in.want_logits)
-      row = torch::full_like(unary_logits, -std::numeric_limits<float>::infinity())
-                .index_put_({candidates}, scores.to(torch::kFloat32))
-                .to(torch::kCPU);
-    if (in.sampler) {
-      const torch::Tensor q = in.sampler->probabilities(row);
-      prev = in.sampler->draw(q);
-      probability_rows.push_back(q);
-    } else {
-      prev = candidates[scores.argmax()].item<int64_t>();
-    }
-    out.drafts.push_back(prev);
-    if (in.want_logits) rows.push_back(row);
-  }
-  if (in.want_logits) out.logits = torch::stack(rows);
-  if (in.sampler) out.probabilities = torch::stack(probability_rows);
-  return out;
+  return draft_by_reranking(in, shape.selector_top_k, device,
+                            [&](int64_t slot, int64_t previous, const torch::Tensor& candidates) {
+                              const torch::Tensor unary =
+                                  in.backbone_logits[slot - 1].to(device, torch::kFloat32).index_select(0, candidates);
+                              return selector->scores(
+                                  unary.unsqueeze(0), in.hidden.narrow(0, slot, 1).to(device, dtype),
+                                  torch::full({1}, previous, torch::TensorOptions().device(device).dtype(torch::kInt64)),
+                                  candidates.unsqueeze(0))[0];  // [K]
+                            });
 }
 
 namespace {

@@ -3,7 +3,6 @@
 // refinement over the top-k in drafting, and SpecForge's checkpoint names.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -12,6 +11,7 @@
 #include "drafter/kind_params.hpp"
 #include "drafter/kinds/dspine/dspine.hpp"
 #include "drafter/kinds/registry.hpp"
+#include "drafter/rerank_draft.hpp"
 
 namespace dflow::model {
 
@@ -390,40 +390,21 @@ std::vector<ExtraLossTerm> DSpineModules::extra_terms(const TrainedSlots& slots,
 // SpecForge's transition_scores + select_cached, chained: at slot k the
 // backbone's top_k candidates scored by the head from refine(the slot's
 // pre-injection state, the token chosen at slot k - 1; the bonus for slot
-// 1); greedy takes the best; sampling draws from the softmax of the K
-// scores at the temperature (zero elsewhere).
+// 1), through drafter/rerank_draft.hpp.
 BlockDraft DSpineModules::draft_block(const BlockDraftInputs& in) {
   if (!pre_injection.defined() || !in.head.defined())
     throw std::logic_error("DSpine drafter: drafting needs the pass's pre-injection states and the target's LM head");
-  BlockDraft out;
-  const int64_t slots = in.hidden.size(0) - 1, top = config.top_k;
   const torch::Device device = transfer_codes.device();
   const torch::Tensor pre = pre_injection[0];  // [B, H]
-  std::vector<torch::Tensor> rows, probability_rows;
-  int64_t prev = in.bonus_token;
-  for (int64_t k = 1; k <= slots; ++k) {
-    const torch::Tensor unary = in.backbone_logits[k - 1].to(device, torch::kFloat32);  // [V]
-    const torch::Tensor candidates = std::get<1>(unary.topk(top));
-    const torch::Tensor refined =
-        refine(pre.narrow(0, k, 1), torch::full({1}, prev, torch::TensorOptions().device(device).dtype(torch::kInt64)));
-    const torch::Tensor head_rows = in.head.index_select(0, candidates.to(in.head.device())).to(device, refined.scalar_type());
-    const torch::Tensor scores = torch::matmul(head_rows, refined[0]).to(torch::kFloat32);  // [K]
-    torch::Tensor row;
-    if (in.sampler || in.want_logits)
-      row = torch::full_like(unary, -std::numeric_limits<float>::infinity()).index_put_({candidates}, scores).to(torch::kCPU);
-    if (in.sampler) {
-      const torch::Tensor q = in.sampler->probabilities(row);
-      prev = in.sampler->draw(q);
-      probability_rows.push_back(q);
-    } else {
-      prev = candidates[scores.argmax()].item<int64_t>();
-    }
-    out.drafts.push_back(prev);
-    if (in.want_logits) rows.push_back(row);
-  }
-  if (in.want_logits) out.logits = torch::stack(rows);
-  if (in.sampler) out.probabilities = torch::stack(probability_rows);
-  return out;
+  return draft_by_reranking(in, config.top_k, device,
+                            [&](int64_t slot, int64_t previous, const torch::Tensor& candidates) {
+                              const torch::Tensor refined = refine(
+                                  pre.narrow(0, slot, 1),
+                                  torch::full({1}, previous, torch::TensorOptions().device(device).dtype(torch::kInt64)));
+                              const torch::Tensor head_rows = in.head.index_select(0, candidates.to(in.head.device()))
+                                                                  .to(device, refined.scalar_type());
+                              return torch::matmul(head_rows, refined[0]);  // [K]
+                            });
 }
 
 namespace {
