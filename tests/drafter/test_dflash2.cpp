@@ -20,10 +20,12 @@
 #include "target/model_fixtures.hpp"
 #include "formats/safetensors.hpp"
 #include "target/target_head.hpp"
+#include "speculators_check.hpp"
 
 using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
 using dflow::model::testing::tiny_target_dir;
+using dflow::model::testing::add_gradients;
+using dflow::model::testing::check_with_speculators;
 
 namespace {
 
@@ -110,23 +112,8 @@ TEST_CASE("Model.SpeculatorsReference.Dflash2EqualsDFlash2DraftModel") {
       {"selector_loss_sum", torch::full({1}, out.term_loss_sums[0], torch::kFloat64)},
       {"gamma", torch::full({1}, 4.0)},
       {"selector_loss_alpha", torch::full({1}, 0.7)}};
-  for (const auto& item : drafter->named_parameters()) {
-    REQUIRE(item.value().grad().defined());
-    tensors.emplace_back("grad." + item.key(), item.value().grad().contiguous());
-  }
-
-  ScratchDir scratch("dflash2-reference");
-  save_speculators_pretrained(*drafter, {target_dir.string(), target_dir}, scratch.path() / "export");
-  write_safetensors(scratch.path() / "case.safetensors", tensors, {});
-  if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
-  const auto o = ::dflow::testing::run_command(
-      ::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
-          "/tests/drafter/speculators_reference.py dflash2 " + (scratch.path() / "export").string() + " " +
-          (scratch.path() / "case.safetensors").string(),
-      300);
-  INFO(o.output);
-  CHECK(o.exit_code == 0);
-  CHECK(o.output.find("ok") != std::string::npos);
+  add_gradients(*drafter, tensors);
+  check_with_speculators("dflash2", *drafter, target_dir, tensors);
 }
 
 TEST_CASE("Model.Dflash2.FreshDrafterComputesWhatDFlashDoes") {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "target/hf_reference_fixtures.hpp"
+#include "speculators_check.hpp"
 #include "drafter/kinds/dspark/dspark.hpp"
 #include "drafter/block_attention.hpp"
 #include "drafter/chunked_cross_entropy.hpp"
@@ -21,6 +22,7 @@
 using namespace dflow::model;
 using dflow::model::testing::ScratchDir;
 using dflow::model::testing::tiny_target_dir;
+using dflow::model::testing::check_with_speculators;
 
 namespace {
 
@@ -86,14 +88,7 @@ void check_dspark_against_speculators(const DraftHeads& heads, int64_t num_layer
   if (heads.confidence)
     tensors.emplace_back("confidence", confidence_logits(*drafter, hidden, prev_embedding).contiguous());
 
-  ScratchDir scratch("dspark-reference");
-  save_speculators_pretrained(*drafter, {target_dir.string(), target_dir}, scratch.path() / "export");
-  write_safetensors(scratch.path() / "case.safetensors", tensors, {});
-  const auto o = run_reference("dspark " + (scratch.path() / "export").string() + " " +
-                               (scratch.path() / "case.safetensors").string());
-  INFO(o.output);
-  CHECK(o.exit_code == 0);
-  CHECK(o.output.find("ok") != std::string::npos);
+  check_with_speculators("dspark", *drafter, target_dir, tensors);
 }
 
 }  // namespace

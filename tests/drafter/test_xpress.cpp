@@ -22,10 +22,12 @@
 #include "target/layers.hpp"
 #include "target/model_fixtures.hpp"
 #include "target/target_head.hpp"
+#include "speculators_check.hpp"
 
 using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
 using dflow::model::testing::tiny_target_dir;
+using dflow::model::testing::add_gradients;
+using dflow::model::testing::check_with_speculators;
 
 namespace {
 
@@ -142,23 +144,8 @@ TEST_CASE("Model.SpeculatorsReference.XpressEqualsXPressDraftModel") {
       {"consistency_weight", torch::full({1}, 0.3)},
       {"consistency_passes", torch::full({1}, 3.0)},
       {"base_anchor_weight", torch::full({1}, 0.6)}};
-  for (const auto& item : drafter->named_parameters()) {
-    REQUIRE(item.value().grad().defined());
-    tensors.emplace_back("grad." + item.key(), item.value().grad().contiguous());
-  }
-
-  ScratchDir scratch("xpress-reference");
-  save_speculators_pretrained(*drafter, {target_dir.string(), target_dir}, scratch.path() / "export");
-  write_safetensors(scratch.path() / "case.safetensors", tensors, {});
-  if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
-  const auto o = ::dflow::testing::run_command(
-      ::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
-          "/tests/drafter/speculators_reference.py xpress " + (scratch.path() / "export").string() + " " +
-          (scratch.path() / "case.safetensors").string(),
-      300);
-  INFO(o.output);
-  CHECK(o.exit_code == 0);
-  CHECK(o.output.find("ok") != std::string::npos);
+  add_gradients(*drafter, tensors);
+  check_with_speculators("xpress", *drafter, target_dir, tensors);
 }
 
 TEST_CASE("Model.Xpress.AFreshRefinerStartsWithItsMixerAtZeroAndIsCountedAndRefusedByTheDFlashLayout") {
