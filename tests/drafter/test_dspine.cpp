@@ -166,7 +166,7 @@ TEST_CASE("DSpine.Codes.whitened_pca_of_the_head_rows_equals_a_float64_recomputa
   DSpineConfig too_wide = small_config();
   too_wide.transfer_rank = 80;
   CHECK_THROWS_WITH_AS(DFlashDrafter(make_drafter_spec(load_hf_config(tiny_target_dir()), dspine_options(2, 8, too_wide)), 3),
-                       doctest::Contains("transfer_rank 80 exceeds min(hidden size, vocabulary - 1) = 64"),
+                       doctest::Contains("transfer_rank 80 exceeds min(hidden size, vocabulary - 1) = 64: set the drafter node's transfer_rank to at most 64"),
                        std::invalid_argument);
 }
 

@@ -82,7 +82,8 @@ void DSpineConfig::validate_for(const DrafterSpec& spec) const {
                                     " leaves no slot to inject into (DSpine needs the anchor and one proposal)");
   const int64_t most = std::min(spec.hidden_size, spec.vocab_size - 1);
   require(transfer_rank <= most, "transfer_rank " + std::to_string(transfer_rank) +
-                                     " exceeds min(hidden size, vocabulary - 1) = " + std::to_string(most));
+                                     " exceeds min(hidden size, vocabulary - 1) = " + std::to_string(most) +
+                                     ": set the drafter node's transfer_rank to at most " + std::to_string(most));
   require(top_k <= spec.vocab_size,
           "top_k " + std::to_string(top_k) + " exceeds the vocabulary " + std::to_string(spec.vocab_size));
 }
