@@ -168,6 +168,12 @@ TEST_CASE("DSpine.Codes.whitened_pca_of_the_head_rows_equals_a_float64_recomputa
   CHECK_THROWS_WITH_AS(DFlashDrafter(make_drafter_spec(load_hf_config(tiny_target_dir()), dspine_options(2, 8, too_wide)), 3),
                        doctest::Contains("transfer_rank 80 exceeds min(hidden size, vocabulary - 1) = 64: set the drafter node's transfer_rank to at most 64"),
                        std::invalid_argument);
+  // A head of rank 8 (its rows in an 8-dimensional subspace) has at most 8
+  // directions of variance beyond rounding: the refusal says how many.
+  const torch::Tensor low_rank = torch::matmul(torch::randn({512, 8}), torch::randn({8, 64}));
+  CHECK_THROWS_WITH_AS(dspine_transfer_space(low_rank, 16),
+                       doctest::Contains("has 8 principal directions of positive variance, fewer than transfer_rank = 16"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("DSpine.Schedule.warmup_and_teacher_forcing_follow_SpecForge's_formula") {

@@ -145,11 +145,15 @@ TransferSpace dspine_transfer_space(const torch::Tensor& lm_head_weight, int64_t
   const torch::Tensor mean = total / static_cast<double>(vocab);
   covariance.sub_(torch::outer(mean, mean) * static_cast<double>(vocab));
   auto [values, directions] = torch::linalg_eigh(covariance);
+  // Positive beyond float32 rounding: a direction a millionth of the largest
+  // is rounding noise, and whitening would blow it up into a code's axis.
+  const double least = 1e-6 * values[width - 1].item<double>();
+  if (!torch::isfinite(values).all().item<bool>() || !(values[width - transfer_rank].item<double>() > least))
+    throw std::invalid_argument("the target's LM head has " + std::to_string(values.gt(least).sum().item<int64_t>()) +
+                                " principal directions of positive variance, fewer than transfer_rank = " +
+                                std::to_string(transfer_rank) + ": set the drafter node's transfer_rank to at most that");
   values = values.narrow(0, width - transfer_rank, transfer_rank);
   directions = directions.narrow(1, width - transfer_rank, transfer_rank).contiguous();
-  if (!torch::isfinite(values).all().item<bool>() || values.le(0).any().item<bool>())
-    throw std::invalid_argument("the target's LM head has fewer than transfer_rank = " + std::to_string(transfer_rank) +
-                                " principal directions of positive variance (lower transfer_rank)");
   TransferSpace out;
   out.directions = directions;
   out.codes = torch::empty({vocab, transfer_rank}, options);
