@@ -7,33 +7,23 @@
 
 #include "error_of.hpp"
 #include "nodes/trainer.hpp"
+#include "drafter_params.hpp"
 #include "train_fixture.hpp"
 
 using namespace dflow;
+using testing::check_refusals;
 using testing::fresh_dir;
+using testing::RefusalCase;
+using testing::with_drafter;
 using testing::small_run_config;
 using testing::step_records;
 namespace fs = std::filesystem;
 
 using dflow::testing::error_of;
 
-namespace {
-
-config::Config with_drafter(config::Config config, const std::string& params) {
-  for (auto& n : config.pipeline.nodes)
-    if (n.name == "drafter") n.params.reset(YAML::Load(params));
-  return config;
-}
-
-}  // namespace
-
 TEST_CASE("DFlash2.Params.bad_values_are_refused_naming_the_key_and_the_value") {
   const auto dir = fresh_dir("dflash2-bad");
-  struct Case {
-    std::string params;
-    std::vector<std::string> says;
-  };
-  const std::vector<Case> cases{
+  const std::vector<RefusalCase> cases{
       {"{head: dflash2, conv_kernel_size: 0}", {"params.conv_kernel_size", "must be >= 1", "got 0", "(node 'drafter'"}},
       {"{head: dflash2, selector_rank: -2}", {"params.selector_rank", "got -2"}},
       {"{head: dflash2, selector_loss_alpha: -1}", {"params.selector_loss_alpha", "got -1"}},
@@ -41,13 +31,7 @@ TEST_CASE("DFlash2.Params.bad_values_are_refused_naming_the_key_and_the_value") 
       {"{head: dflash2, conv_group_size: 7}", {"conv_group_size 7", "does not divide the hidden size"}},
       {"{selector_top_k: 4}", {"params.selector_top_k", "head is dflash", "set head: dflash2"}},
   };
-  for (const auto& c : cases) {
-    CAPTURE(c.params);
-    const std::string e = error_of([&] {
-      nodes::run_training(with_drafter(small_run_config(dir, {"run.max_steps=1", "eval.every_steps=0"}), c.params), {});
-    });
-    for (const auto& s : c.says) CHECK_MESSAGE(e.find(s) != std::string::npos, e);
-  }
+  check_refusals(dir, cases);
   fs::remove_all(dir);
 }
 

@@ -16,10 +16,14 @@
 #include "nodes/node_kind.hpp"
 #include "nodes/registry.hpp"
 #include "nodes/trainer.hpp"
+#include "drafter_params.hpp"
 #include "train_fixture.hpp"
 
 using namespace dflow;
+using testing::check_refusals;
 using testing::fresh_dir;
+using testing::RefusalCase;
+using testing::with_drafter;
 using testing::small_run_config;
 using testing::step_records;
 using testing::stopped_after;
@@ -31,11 +35,6 @@ namespace {
 
 const std::vector<std::string> kShort{"train.epochs=1", "eval.every_steps=0"};
 
-config::Config with_drafter(config::Config config, const std::string& params) {
-  for (auto& n : config.pipeline.nodes)
-    if (n.name == "drafter") n.params.reset(YAML::Load(params));
-  return config;
-}
 
 config::Config cached(config::Config config, const fs::path& dir) {
   for (auto& n : config.pipeline.nodes)
@@ -95,11 +94,7 @@ TEST_CASE("DSpark.Teacher.kl_refuses_a_feature_source_that_cannot_give_the_last_
 
 TEST_CASE("DSpark.Params.bad_values_are_refused_naming_the_key_and_the_value") {
   const auto dir = fresh_dir("dspark-bad");
-  struct Case {
-    std::string params;
-    std::vector<std::string> says;
-  };
-  const std::vector<Case> cases{
+  const std::vector<RefusalCase> cases{
       {"{head: dspark, markov_rank: 0}", {"params.markov_rank", "must be >= 1", "got 0", "(node 'drafter', drafter_step)"}},
       {"{head: dspark, markov_head: lstm}", {"params.markov_head", "'lstm' is not one of: vanilla, gated, rnn"}},
       {"{head: dspark, confidence_alpha: 0}", {"params.confidence_alpha", "a confidence head without its loss weight", "got 0"}},
@@ -119,11 +114,7 @@ TEST_CASE("DSpark.Params.bad_values_are_refused_naming_the_key_and_the_value") {
       {"{kl_temperature: 2}", {"params.kl_temperature", "needs loss: kl"}},
       {"{loss: kl, objective: dpace}", {"params.loss", "loss: kl with objective: dpace"}},
   };
-  for (const auto& c : cases) {
-    CAPTURE(c.params);
-    const std::string e = error_of([&] { nodes::run_training(with_drafter(small_run_config(dir, kShort), c.params), {}); });
-    for (const auto& s : c.says) CHECK_MESSAGE(e.find(s) != std::string::npos, e);
-  }
+  check_refusals(dir, cases, kShort);
 }
 
 TEST_CASE("DSpark.Params.a_resume_keeps_the_heads_and_the_loss") {

@@ -9,10 +9,14 @@
 
 #include "error_of.hpp"
 #include "nodes/trainer.hpp"
+#include "drafter_params.hpp"
 #include "train_fixture.hpp"
 
 using namespace dflow;
+using testing::check_refusals;
 using testing::fresh_dir;
+using testing::RefusalCase;
+using testing::with_drafter;
 using testing::small_run_config;
 using testing::step_records;
 using testing::stopped_after;
@@ -25,21 +29,12 @@ namespace {
 const std::vector<std::string> kShort{"train.epochs=1", "eval.every_steps=0"};
 const std::string kDSpine = "{head: dspine, transfer_rank: 16, message_size: 16, top_k: 8, alignment_warmup_steps: 1}";
 
-config::Config with_drafter(config::Config config, const std::string& params) {
-  for (auto& n : config.pipeline.nodes)
-    if (n.name == "drafter") n.params.reset(YAML::Load(params));
-  return config;
-}
 
 }  // namespace
 
 TEST_CASE("DSpine.Params.bad_values_are_refused_naming_the_key_and_the_value") {
   const auto dir = fresh_dir("dspine-bad");
-  struct Case {
-    std::string params;
-    std::vector<std::string> says;
-  };
-  const std::vector<Case> cases{
+  const std::vector<RefusalCase> cases{
       {"{head: dspine, transfer_rank: 0}", {"params.transfer_rank", "must be >= 1", "got 0", "(node 'drafter'"}},
       {"{head: dspine, ce_weight: 1.5}", {"params.ce_weight", "[0, 1]", "got 1.5"}},
       {"{head: dspine, alignment_weight: -1}", {"params.alignment_weight", "got -1"}},
@@ -50,13 +45,7 @@ TEST_CASE("DSpine.Params.bad_values_are_refused_naming_the_key_and_the_value") {
       {"{head: dspine, transfer_rank: 100000}", {"transfer_rank 100000 exceeds min(hidden size, vocabulary - 1)"}},
       {"{message_size: 4}", {"params.message_size", "head is dflash", "set head: dspine"}},
   };
-  for (const auto& c : cases) {
-    CAPTURE(c.params);
-    const std::string e = error_of([&] {
-      nodes::run_training(with_drafter(small_run_config(dir, {"run.max_steps=1", "eval.every_steps=0"}), c.params), {});
-    });
-    for (const auto& s : c.says) CHECK_MESSAGE(e.find(s) != std::string::npos, e);
-  }
+  check_refusals(dir, cases);
   fs::remove_all(dir);
 }
 

@@ -12,10 +12,14 @@
 
 #include "error_of.hpp"
 #include "nodes/trainer.hpp"
+#include "drafter_params.hpp"
 #include "train_fixture.hpp"
 
 using namespace dflow;
+using testing::check_refusals;
 using testing::fresh_dir;
+using testing::RefusalCase;
+using testing::with_drafter;
 using testing::small_run_config;
 using testing::step_records;
 using testing::stopped_after;
@@ -24,12 +28,6 @@ namespace fs = std::filesystem;
 using dflow::testing::error_of;
 
 namespace {
-
-config::Config with_drafter(config::Config config, const std::string& params) {
-  for (auto& n : config.pipeline.nodes)
-    if (n.name == "drafter") n.params.reset(YAML::Load(params));
-  return config;
-}
 
 double mean_of(const std::vector<nlohmann::json>& records, size_t begin, size_t end, const char* key) {
   double sum = 0;
@@ -41,11 +39,7 @@ double mean_of(const std::vector<nlohmann::json>& records, size_t begin, size_t 
 
 TEST_CASE("XPress.Params.bad_values_are_refused_naming_the_key_and_the_value") {
   const auto dir = fresh_dir("xpress-bad");
-  struct Case {
-    std::string params;
-    std::vector<std::string> says;
-  };
-  const std::vector<Case> cases{
+  const std::vector<RefusalCase> cases{
       {"{head: xpress, xpress_rank: 0}", {"params.xpress_rank", "must be >= 1", "got 0", "(node 'drafter'"}},
       {"{head: xpress, xpress_mlp_ratio: -1}", {"params.xpress_mlp_ratio", "got -1"}},
       {"{head: xpress, num_jacobi_passes: -2}", {"params.num_jacobi_passes", "must be >= 0", "got -2"}},
@@ -54,13 +48,7 @@ TEST_CASE("XPress.Params.bad_values_are_refused_naming_the_key_and_the_value") {
       {"{head: xpress, base_anchor_weight: -2}", {"params.base_anchor_weight", "must be a finite number >= 0", "got -2"}},
       {"{xpress_rank: 64}", {"params.xpress_rank", "head is dflash", "set head: xpress"}},
   };
-  for (const auto& c : cases) {
-    CAPTURE(c.params);
-    const std::string e = error_of([&] {
-      nodes::run_training(with_drafter(small_run_config(dir, {"run.max_steps=1", "eval.every_steps=0"}), c.params), {});
-    });
-    for (const auto& s : c.says) CHECK_MESSAGE(e.find(s) != std::string::npos, e);
-  }
+  check_refusals(dir, cases);
   fs::remove_all(dir);
 }
 
