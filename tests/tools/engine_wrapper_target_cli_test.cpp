@@ -3,11 +3,14 @@
 // tests/target/hf_wrapper_checkpoints.py), as docs/targets.md walks a user
 // through it: engine files written by tools/write_engine_features.py, `dflow
 // train` with ce and with kl, `dflow export`, the exported config read back.
-// A wrapper dflow does not run in-process (Qwen3-VL's) is refused naming its
-// class, as is kl for a wrapper whose norm dflow does not know (Qwen3.5/3.6
-// itself runs in-process: tests/target/test_qwen3_5_reference.cpp).
+// The same drafter trained in-process (dflow's own Qwen3.5-MoE forward) equals
+// the run from those files record for record. A wrapper dflow does not run
+// in-process (Qwen3-VL's) is refused naming its class, as is kl for a wrapper
+// whose norm dflow does not know.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -30,16 +33,17 @@ testing::Outcome run_dflow(const std::string& args) {
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // A run over `target` reading the engine files in `hs` ([1, 2] and the last
-// layer 4 appended), written as run.yaml in `dir`; `drafter` the drafter node's params.
+// layer 4 appended), written as run.yaml in `dir`; `drafter` the drafter node's
+// params. Without `hs`, the run computes the same features in-process.
 fs::path write_run(const fs::path& dir, const fs::path& target, const fs::path& data, const fs::path& hs,
                    const std::string& drafter = "{}") {
   const std::vector<std::string> extra = {
       "model.target.path=" + target.string(), "data.train=[" + data.string() + "]",
       "model.drafter.num_target_features=2", "model.drafter.target_layer_ids=[0, 1]", "model.drafter.num_layers=1",
-      "model.drafter.mask_token_id=299", "run.max_steps=3", "train.epochs=1", "eval.every_steps=0",
-      "eval.prompts=" + (dir / "no-heldout.jsonl").string(), "run.log_level=info"};
-  auto config = testing::from_engine(testing::small_run_config(dir / "run", extra), hs,
-                                     "engine_layer_ids: [1, 2, 4], dtype: float32");
+      "model.drafter.mask_token_id=299", "model.target.dtype=float32", "run.max_steps=3", "train.epochs=1",
+      "eval.every_steps=0", "eval.prompts=" + (dir / "no-heldout.jsonl").string(), "run.log_level=info"};
+  auto config = testing::small_run_config(dir / "run", extra);
+  if (!hs.empty()) config = testing::from_engine(config, hs, "engine_layer_ids: [1, 2, 4], dtype: float32");
   for (auto& n : config.pipeline.nodes)
     if (n.name == "drafter") n.params.reset(YAML::Load(drafter));
   fs::create_directories(dir);
@@ -47,25 +51,41 @@ fs::path write_run(const fs::path& dir, const fs::path& target, const fs::path& 
   return dir / "run.yaml";
 }
 
+// The tiny Qwen3.5-MoE wrapper (vision tower included) written by
+// transformers, the data, and engine files of layers 1, 2 and the last
+// written from it by transformers' forward in float32: made once per process.
+struct Wrapper {
+  fs::path dir, target, hs;
+};
+
+const Wrapper& wrapper() {
+  static const Wrapper w = [] {
+    Wrapper made;
+    made.dir = testing::fresh_dir("engine-wrapper");
+    auto o = testing::run_command(testing::python() + " " + testing::source_dir() +
+                                      "/tests/target/hf_wrapper_checkpoints.py " + (made.dir / "targets").string(),
+                                  600);
+    REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+    made.target = made.dir / "targets" / "qwen3_5-moe-untied-single";
+    made.hs = made.dir / "hs";
+    const fs::path jsonl = testing::prepare_small_vocabulary_data(made.dir);
+    o = testing::run_command(testing::python() + " " + testing::source_dir() +
+                                 "/tools/write_engine_features.py --target " + made.target.string() + " --samples " +
+                                 jsonl.string() + " --out " + made.hs.string() + " --layer-ids 1 2 --dtype float32",
+                             600);
+    REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+    CHECK(has(o.output, "\"layer_ids\": [1, 2, 4]"));  // every layer counts, linear attention and full
+    return made;
+  }();
+  return w;
+}
+
 }  // namespace
 
 TEST_CASE("Cli.EngineFeatures.a_qwen3_5_moe_wrapper_trains_head_only_with_ce_and_kl_and_exports") {
   REQUIRE_FALSE(testing::python().empty());
-  const auto dir = testing::fresh_dir("engine-wrapper");
-  auto o = testing::run_command(testing::python() + " " + testing::source_dir() +
-                                    "/tests/target/hf_wrapper_checkpoints.py " + (dir / "targets").string(),
-                                600);
-  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
-  const fs::path target = dir / "targets" / "qwen3_5-moe-untied-single", hs = dir / "hs";
-  const fs::path jsonl = testing::prepare_small_vocabulary_data(dir);
-  o = testing::run_command(testing::python() + " " + testing::source_dir() + "/tools/write_engine_features.py --target " +
-                               target.string() + " --samples " + jsonl.string() + " --out " + hs.string() +
-                               " --layer-ids 1 2 --dtype float32",
-                           600);
-  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
-  CHECK(has(o.output, "\"layer_ids\": [1, 2, 4]"));  // every layer counts, linear attention and full
-
-  o = run_dflow("train " + write_run(dir / "ce", target, dir / "data", hs).string());
+  const fs::path dir = wrapper().dir, target = wrapper().target, hs = wrapper().hs;
+  auto o = run_dflow("train " + write_run(dir / "ce", target, dir / "data", hs).string());
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
   CHECK(has(o.output, "(Qwen3_5MoeForConditionalGeneration) head only"));
   CHECK(has(o.output, "drafter MLP width 192: the target's config has no dense intermediate_size"));
@@ -124,5 +144,40 @@ TEST_CASE("Cli.EngineFeatures.a_qwen3_5_moe_wrapper_trains_head_only_with_ce_and
   o = run_dflow("train " + write_run(dir / "foo-kl", foo, dir / "data", hs, "{loss: kl}").string());
   CHECK(o.exit_code == 2);
   CHECK_MESSAGE(has(o.output, "dflow does not know how FooForConditionalGeneration"), o.output);
-  fs::remove_all(dir);
+}
+
+// Issue 53's check of dflow's Qwen3.5-MoE forward inside a training run: the
+// drafter trained in-process on the wrapper sees the same batches, features and
+// (for kl) teacher as the run from transformers' files, so every step record
+// agrees within float32 accumulation (the two forwards sum in different
+// orders). A forward that drifted (a norm scaled by weight instead of 1 +
+// weight, a state carried across rows, the wrong layer's output) moves the
+// loss by far more than the bound.
+TEST_CASE("Cli.EngineFeatures.a_qwen3_5_moe_drafter_trained_in_process_equals_the_run_from_transformers_files") {
+  REQUIRE_FALSE(testing::python().empty());
+  const fs::path dir = wrapper().dir, target = wrapper().target, hs = wrapper().hs;
+  for (const std::string loss : {"ce", "kl"}) {
+    CAPTURE(loss);
+    const std::string drafter = "{loss: " + loss + "}";
+    auto o = run_dflow("train " + write_run(dir / ("files-" + loss), target, dir / "data", hs, drafter).string());
+    REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+    o = run_dflow("train " + write_run(dir / ("in-process-" + loss), target, dir / "data", {}, drafter).string());
+    REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+    CHECK_MESSAGE(has(o.output, "Qwen3_5MoeForConditionalGeneration"), o.output);
+    const auto want = testing::step_records(dir / ("files-" + loss) / "run");
+    const auto got = testing::step_records(dir / ("in-process-" + loss) / "run");
+    REQUIRE(want.size() == 3);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CHECK(got[i]["sample_ids"] == want[i]["sample_ids"]);
+      CHECK(got[i]["anchors"] == want[i]["anchors"]);
+      CHECK(got[i]["real_tokens"] == want[i]["real_tokens"]);
+      for (const char* key : {"loss", "grad_norm"}) {
+        CAPTURE(key);
+        const double a = got[i][key].get<double>(), b = want[i][key].get<double>();
+        CHECK(std::abs(a - b) <= 1e-4 * std::max(1.0, std::abs(b)));
+      }
+    }
+  }
 }
