@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace dflow::model {
 
@@ -20,18 +22,26 @@ void count(int64_t delta) {
   }
 }
 
-// Wraps the allocator it replaces; each storage carries its size and the
-// wrapped DataPtr, released through it.
+// Wraps the allocator it replaces. Each storage's DataPtr has its data as
+// its context (as LibTorch's raw_allocate needs: the conv kernels allocate
+// through it) and is released through raw_deleter; its size and the wrapped
+// DataPtr are kept in a table by data address.
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
   c10::DataPtr allocate(size_t bytes) override {
-    auto* held = new Held{inner_->allocate(bytes), static_cast<int64_t>(bytes)};
-    count(held->bytes);
-    void* data = held->inner.get();
-    const c10::Device device = held->inner.device();
-    return {data, held, &release, device};
+    c10::DataPtr inner = inner_->allocate(bytes);
+    void* data = inner.get();
+    if (data == nullptr) return inner;  // zero bytes: nothing to count, and no address to key
+    const c10::Device device = inner.device();
+    {
+      const std::lock_guard<std::mutex> lock(table_mutex());
+      table().emplace(data, Held{std::move(inner), static_cast<int64_t>(bytes)});
+    }
+    count(static_cast<int64_t>(bytes));
+    return {data, data, &release, device};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
   c10::Allocator* inner() const { return inner_; }
 
@@ -40,11 +50,24 @@ class CountingAllocator final : public c10::Allocator {
     c10::DataPtr inner;
     int64_t bytes;
   };
-  static void release(void* context) {
-    auto* held = static_cast<Held*>(context);
-    count(-held->bytes);
-    delete held;
+  // Never destroyed: storages may be freed during static destruction.
+  static std::unordered_map<void*, Held>& table() {
+    static auto* held = new std::unordered_map<void*, Held>();
+    return *held;
   }
+  static std::mutex& table_mutex() {
+    static auto* mutex = new std::mutex();
+    return *mutex;
+  }
+  static void release(void* data) {
+    std::unordered_map<void*, Held>::node_type node;
+    {
+      const std::lock_guard<std::mutex> lock(table_mutex());
+      node = table().extract(data);
+    }
+    if (node.empty()) return;
+    count(-node.mapped().bytes);
+  }  // the wrapped DataPtr frees the memory here, outside the lock
   c10::Allocator* inner_;
 };
 
