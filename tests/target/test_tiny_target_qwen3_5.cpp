@@ -163,6 +163,7 @@ TEST_CASE("Model.TinyTargetQwen3_5.RandomContinuationsArePeakedButVaried") {
     const std::vector<int64_t> prompt = {3, 17, 42, 99, 5};
     const std::vector<int64_t> greedy = target.generate(prompt, 48, 0.0, 0, {});
     const std::set<int64_t> distinct(greedy.begin(), greedy.end());
+    CAPTURE(distinct.size());
     CHECK(distinct.size() >= 16);
     std::vector<int64_t> sequence = prompt;
     sequence.insert(sequence.end(), greedy.begin(), greedy.end());
