@@ -30,7 +30,7 @@ const fs::path& qwen3_5_checkpoints() {
   static const bool written = [] {
     const auto o = ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
                                                      "/tests/target/hf_qwen3_5_reference.py " + dir.path().string() +
-                                                     " qwen3_5-dense-untied qwen3_5-moe-untied",
+                                                     " --checkpoints-only qwen3_5-dense-untied qwen3_5-moe-untied",
                                                  600);
     INFO(o.output);
     REQUIRE(o.exit_code == 0);
