@@ -131,8 +131,39 @@ double mlp_peak(const HFConfig& c, const Counts& n, int64_t layer, bool cuda) {
   return std::max(norm, y + std::max(block, 2 * h * e));
 }
 
+// gpt-oss's attention with sinks (gpt_oss_layers.cpp's causal_sink_attention)
+// beyond q, k and v: what is alive while the last chunk of queries attends
+// (a full layer's keys and values once per query head, with room for the
+// sink's column; a sliding layer's per chunk; the queries with that column,
+// the mask and the output; the chunks' outputs so far) or while they are
+// concatenated; and what stays until the layer ends: the concatenation and
+// its copy in [rows, length, heads * head_dim].
+struct SinkAttention {
+  double peak = 0, kept = 0;  // bytes
+};
+SinkAttention sink_attention(const HFConfig& c, const Counts& n, int64_t layer, const TargetForwardShape& shape) {
+  const double rows = static_cast<double>(shape.rows), length = static_cast<double>(shape.length), e = n.e;
+  const double heads = static_cast<double>(c.num_attention_heads), hd = static_cast<double>(c.head_dim);
+  const double padded_dim = hd + static_cast<double>(8 - c.head_dim % 8);
+  const int64_t window = c.sliding_window(layer);
+  const double chunk = std::min(length, static_cast<double>(window > 0 ? std::max<int64_t>(window, 128) : 256));
+  const double keys = window > 0 ? std::min(length, chunk + static_cast<double>(window) - 1) : length;
+  const double all_keys = window > 0 ? 0 : 2 * rows * heads * (1 + keys) * padded_dim * e;
+  const double chunk_keys = window > 0 ? 2 * rows * heads * (1 + keys) * padded_dim * e : 0;
+  const double queries = rows * heads * chunk * (hd * e + 2 * padded_dim * e + 4);  // q * scale, q_aug, the output, lse
+  const double mask = chunk * (keys + 1) * 4 + 16 * (chunk + keys);
+  const double outputs = n.tokens * heads * padded_dim * e;
+  const double concatenated = n.tokens * heads * hd * e;
+  SinkAttention out;
+  out.peak = std::max(all_keys + chunk_keys + outputs + queries + mask, all_keys + outputs + concatenated);
+  out.kept = (chunk < length ? concatenated : outputs) + n.tokens * heads * hd * e;  // merged: a copy
+  return out;
+}
+
 // A full-attention layer beyond its input (target.cpp's decoder_layer).
-double attention_peak(const HFConfig& c, const Counts& n, int64_t layer, bool cuda) {
+double attention_peak(const HFConfig& c, const Counts& n, int64_t layer, const TargetForwardShape& shape) {
+  const bool cuda = shape.cuda;
+  const double t = n.tokens;
   const double h = static_cast<double>(c.hidden_size), e = n.e;
   const double hd = static_cast<double>(c.head_dim), heads = static_cast<double>(c.num_attention_heads);
   const double q = heads * hd, kv = static_cast<double>(c.num_key_value_heads) * hd;
@@ -141,28 +172,34 @@ double attention_peak(const HFConfig& c, const Counts& n, int64_t layer, bool cu
   const double x = h * e;
   // q_proj (with its gate: the [2 q] output, then the gate and the query copied out of it).
   const double projected = gated ? 2 * q * e : q * e;
-  double peak = std::max(norm, x + (gated ? 4 * q * e : q * e));
-  double alive = x + projected;  // q_projected and gate, locals of decoder_layer
+  double peak = std::max(norm, x + (gated ? 4 * q * e : q * e)) * t;
+  double alive = (x + projected) * t;  // q_projected and gate, locals of decoder_layer
   const auto heads_peak = [&](double w, bool from_temporary) {
     const double input = from_temporary ? w * e : 0;  // k's projection, a temporary of its expression
     const double normed = c.qk_norm ? w * e : 0;
-    return input + std::max(c.qk_norm ? n.norm_peak(w, hd, scales_wide(c)) : 0.0, normed + rotate_peak(c, n, w));
+    return t * (input + std::max(c.qk_norm ? n.norm_peak(w, hd, scales_wide(c)) : 0.0, normed + rotate_peak(c, n, w)));
   };
   peak = std::max(peak, alive + heads_peak(q, false));
-  alive += q * e;
+  alive += t * q * e;
   peak = std::max(peak, alive + heads_peak(kv, true));
-  alive += 2 * kv * e;  // k, v
-  // Attention's output and its log-sum-exp per head (fused kernels: no scores).
-  const double attended = q * e + 4 * heads;
-  peak = std::max(peak, alive + attended);
-  alive += attended;
+  alive += t * 2 * kv * e;  // k, v
+  if (c.attention_sinks) {
+    const SinkAttention sinks = sink_attention(c, n, layer, shape);
+    peak = std::max(peak, alive + sinks.peak);
+    alive += sinks.kept;
+  } else {
+    // Attention's output and its log-sum-exp per head (fused kernels: no scores).
+    const double attended = t * (q * e + 4 * heads);
+    peak = std::max(peak, alive + attended);
+    alive += attended;
+  }
   if (gated) {
-    peak = std::max(peak, alive + 2 * q * e);  // sigmoid(gate), merged * it
-    alive += q * e;
+    peak = std::max(peak, alive + 2 * t * q * e);  // sigmoid(gate), merged * it
+    alive += t * q * e;
   }
   // o_proj's output and the residual, then the MLP block.
-  alive += 2 * h * e;
-  return std::max(peak, alive + mlp_peak(c, n, layer, cuda));
+  alive += t * 2 * h * e;
+  return std::max(peak, alive + t * mlp_peak(c, n, layer, cuda));
 }
 
 // A Gated DeltaNet layer beyond its input (gated_deltanet.cpp), for rows of
@@ -240,7 +277,7 @@ TargetForwardMemory estimate_target_forward(const HFConfig& c, const TargetForwa
   double layer = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const double own = c.linear_attention(l) ? linear_attention_peak(c, n, l, shape)
-                                             : n.tokens * attention_peak(c, n, l, shape.cuda);
+                                             : attention_peak(c, n, l, shape);
     layer = std::max(layer, own);
   }
   // The final norm of the last layer's output.

@@ -40,8 +40,9 @@ const fs::path& qwen3_5_checkpoints() {
   return dir.path();
 }
 
-// A dense Qwen3 and a Qwen3-MoE wider than the shared tiny target, so the
-// layers' working set, not a fixed overhead, is what is measured.
+// A dense Qwen3, a Qwen3-MoE and a gpt-oss (sinks, sliding layers of 32
+// tokens, plain experts) wider than the shared tiny target, so the layers'
+// working set, not a fixed overhead, is what is measured.
 fs::path tiny_checkpoint(const std::string& arch) {
   static ScratchDir dir("target-memory-tiny");
   const fs::path out = dir.path() / arch;
@@ -62,7 +63,8 @@ fs::path tiny_checkpoint(const std::string& arch) {
 }
 
 std::vector<fs::path> checkpoints() {
-  return {tiny_checkpoint("qwen3"), tiny_checkpoint("qwen3_moe"), qwen3_5_checkpoints() / "qwen3_5-dense-untied",
+  return {tiny_checkpoint("qwen3"), tiny_checkpoint("qwen3_moe"), tiny_checkpoint("gpt_oss"),
+          qwen3_5_checkpoints() / "qwen3_5-dense-untied",
           qwen3_5_checkpoints() / "qwen3_5-moe-untied"};
 }
 
