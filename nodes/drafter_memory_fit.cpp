@@ -137,12 +137,15 @@ std::string MemoryFit::describe(const std::string& node, const std::string& devi
 void log_memory_fit(const RunContext& run, const model::ObjectiveOptions& objective, const std::string& node) {
   const double available = train::available_memory_bytes(run.drafter_device);
   if (available <= 0) return;
+  // Each replica on the drafter's device runs its forward beside the others.
   TargetForwardFit target;
   for (const auto& replica : run.targets) {
     if (replica->device() != run.drafter_device) continue;
     const auto features = static_cast<int64_t>(run.feature_layer_ids.size()) + (run.needs_teacher() ? 1 : 0);
-    target = largest_target_forward(replica->config(), run.config.data, features,
-                                    static_cast<int64_t>(c10::elementSize(replica->dtype())), replica->device().is_cuda());
+    const TargetForwardFit one =
+        largest_target_forward(replica->config(), run.config.data, features,
+                               static_cast<int64_t>(c10::elementSize(replica->dtype())), replica->device().is_cuda());
+    target = {target.bytes + one.bytes, one.rows, one.length};
   }
   MemoryFit fit = check_memory_fit(run.drafter_spec, run.config.data, run.config.train.anchors_per_sequence,
                                    run.drafter_dtype, objective, available - target.bytes);
