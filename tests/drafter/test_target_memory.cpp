@@ -24,13 +24,15 @@ namespace fs = std::filesystem;
 namespace {
 
 // Qwen3.5's dense and MoE wrappers (Gated DeltaNet with fewer key heads than
-// value heads, every 4th layer full attention; MoE: 8 experts, top 2, a shared expert).
+// value heads, every 4th layer full attention; MoE: 8 experts, top 2, a
+// shared expert; one MoE tied, its layers linear, full, linear).
 const fs::path& qwen3_5_checkpoints() {
   static ScratchDir dir("target-memory-qwen3_5");
   static const bool written = [] {
     const auto o = ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
                                                      "/tests/target/hf_qwen3_5_reference.py " + dir.path().string() +
-                                                     " --checkpoints-only qwen3_5-dense-untied qwen3_5-moe-untied",
+                                                     " --checkpoints-only qwen3_5-dense-untied qwen3_5-moe-untied"
+                                                     " qwen3_5-moe-tied-alternating",
                                                  600);
     INFO(o.output);
     REQUIRE(o.exit_code == 0);
@@ -65,7 +67,7 @@ fs::path tiny_checkpoint(const std::string& arch) {
 std::vector<fs::path> checkpoints() {
   return {tiny_checkpoint("qwen3"), tiny_checkpoint("qwen3_moe"), tiny_checkpoint("gpt_oss"),
           qwen3_5_checkpoints() / "qwen3_5-dense-untied",
-          qwen3_5_checkpoints() / "qwen3_5-moe-untied"};
+          qwen3_5_checkpoints() / "qwen3_5-moe-untied", qwen3_5_checkpoints() / "qwen3_5-moe-tied-alternating"};
 }
 
 // The peak bytes of context_features over rows x length random tokens, beyond what was held before.
