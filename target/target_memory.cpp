@@ -67,7 +67,8 @@ bool checkpoint_stores_lm_head(const fs::path& dir) {
 
 namespace {
 
-// Bytes per token (or per row, or per window) of one forward, in doubles.
+// One forward's dtypes and tokens; the counts below are bytes per token
+// unless they say otherwise.
 struct Counts {
   double e = 4;      // the target's dtype
   double f = 4;      // the wide dtype: norms' and the delta rule's float32 (float64 for a float64 target)
@@ -115,6 +116,7 @@ double mlp_peak(const HFConfig& c, const Counts& n, int64_t layer, bool cuda) {
   if (cuda && e == 2 && c.hidden_size % 8 == 0 && c.moe.expert_intermediate_size % 8 == 0) {
     // experts_by_grouped_mm: every (token, slot) pair's row, gate_up, the
     // activation and its product, and down's output at once.
+    // Resident MXFP4 experts: the layer's, dequantized for the products.
     routed = pairs + k * (2 * h * e + 4 * i * e) + (c.moe.mxfp4 ? 3 * experts * i * h * e / n.tokens : 0);
   } else {
     // experts_by_loop: the float32 sum, and one expert's rows at a time
@@ -122,7 +124,7 @@ double mlp_peak(const HFConfig& c, const Counts& n, int64_t layer, bool cuda) {
     // busiest expert gets more than its share).
     const double share = std::min(1.0, 1.5 * k / experts);
     const double clamp = gpt_oss ? 2 * i * e : 0;  // the clamped SwiGLU's clamps
-    const double dequantized = c.moe.mxfp4 ? 3 * i * h * e / n.tokens : 0;  // one packed expert, dequantized
+    const double dequantized = c.moe.mxfp4 ? 3 * i * h * e / n.tokens : 0;  // one resident MXFP4 expert, dequantized
     routed = pairs + h * f + share * (2 * h * e + 4 * i * e + clamp + n.cast * h * f) + dequantized + n.cast * h * e;
   }
   double block = std::max(route, routed);

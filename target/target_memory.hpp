@@ -42,6 +42,8 @@ struct TargetForwardShape {
   int64_t features = 1;       // hidden states returned and concatenated (feature layers, the teacher's last)
   bool cuda = false;          // CUDA: bfloat16 routed experts run all at once (grouped products)
 };
+// gpt-oss's MXFP4 experts count as kept resident (the default), each layer's
+// or expert's dequantized while it computes.
 
 struct TargetForwardMemory {
   double features_bytes = 0;  // the returned hidden states and their concatenation [rows, length, n * H]
