@@ -380,8 +380,9 @@ int run_init(const InitOptions& o, const Common& common) {
   const auto target_element_bytes =
       static_cast<int64_t>(c10::elementSize(train::parse_dtype(config.model.target.dtype)));
   const double target_bytes =
-      target_beside ? static_cast<double>(model::target_resident_bytes(head, target_element_bytes,
-                                                                       model::checkpoint_stores_lm_head(dir)))
+      target_beside ? static_cast<double>(model::target_resident_bytes(
+                          head, target_element_bytes, model::checkpoint_stores_lm_head(dir),
+                          /*mxfp4_dequantized=*/config.model.target.mxfp4_experts == "dequantize"))
                     : 0;
   nodes::TargetForwardFit target_forward;
   if (target_beside)
