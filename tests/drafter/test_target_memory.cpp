@@ -45,9 +45,9 @@ const fs::path& qwen3_5_checkpoints() {
 // A dense Qwen3, a Qwen3-MoE and a gpt-oss (sinks, sliding layers of 32
 // tokens, plain experts) wider than the shared tiny target, so the layers'
 // working set, not a fixed overhead, is what is measured.
-fs::path tiny_checkpoint(const std::string& arch) {
+fs::path tiny_checkpoint(const std::string& arch, bool mxfp4 = false) {
   static ScratchDir dir("target-memory-tiny");
-  const fs::path out = dir.path() / arch;
+  const fs::path out = dir.path() / (arch + (mxfp4 ? "-mxfp4" : ""));
   if (fs::exists(out / "config.json")) return out;
   TinyTargetOptions options;
   options.out_dir = out;
@@ -60,6 +60,7 @@ fs::path tiny_checkpoint(const std::string& arch) {
   options.intermediate_size = 384;
   options.moe_intermediate_size = 256;
   options.seed = 11;
+  options.mxfp4 = mxfp4;
   make_tiny_target(options);
   return out;
 }
@@ -101,6 +102,29 @@ TEST_CASE("Model.TargetMemory.ResidentBytesAreTheLoadedTextModelsTensors") {
         files += static_cast<int64_t>(entry.file_size());
     if (config.tensor_prefix != "model.") CHECK(target_resident_bytes(config, 4, stored) < files);
   }
+}
+
+TEST_CASE("Model.TargetMemory.Mxfp4ExpertsCountPackedOrDequantizedAsLoaded") {
+  torch::set_num_threads(1);
+  const fs::path dir = tiny_checkpoint("gpt_oss", /*mxfp4=*/true);
+  TargetLoadOptions dequantize;
+  dequantize.mxfp4_experts = Mxfp4Experts::dequantize;
+  // (The first load also makes the dequantization's tables, kept for the process.)
+  const TargetModel resident = TargetModel::load(dir, torch::kCPU, torch::kBFloat16);
+  const TargetModel dequantized = TargetModel::load(dir, torch::kCPU, torch::kBFloat16, dequantize);
+  int64_t dequantized_bytes = 0;
+  {
+    CpuMemoryCounter counter;  // dequantized on load: every kept tensor is allocated
+    const TargetModel target = TargetModel::load(dir, torch::kCPU, torch::kBFloat16, dequantize);
+    dequantized_bytes = counter.current_bytes();
+  }
+  const HFConfig& config = resident.config();
+  REQUIRE(config.moe.mxfp4);
+  const bool stored = checkpoint_stores_lm_head(dir);
+  CHECK(target_resident_bytes(config, 2, stored, /*mxfp4_dequantized=*/true) == dequantized_bytes);
+  // Kept packed, the experts' blocks and scales instead of their bf16 weights.
+  CHECK(target_resident_bytes(config, 2, stored, true) - target_resident_bytes(config, 2, stored) ==
+        dequantized.expert_projection_bytes() - resident.expert_projection_bytes());
 }
 
 TEST_CASE("Model.TargetMemory.AForwardsPeakIsBoundedByTheModel") {
