@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 #include <stdexcept>
 
 namespace dflow::model {
@@ -20,18 +22,32 @@ void count(int64_t delta) {
   }
 }
 
-// Wraps the allocator it replaces; each storage carries its size and the
-// wrapped DataPtr, released through it.
+// Wraps the allocator it replaces. Each storage's context is its data
+// pointer (what raw_allocate asks of an allocator: bfloat16 matrix products
+// on the CPU take their packing buffers raw), and the wrapped DataPtr and
+// size are kept by that pointer until it is released.
 class CountingAllocator final : public c10::Allocator {
  public:
-  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
+  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) { inner_raw_deleter() = inner->raw_deleter(); }
   c10::DataPtr allocate(size_t bytes) override {
-    auto* held = new Held{inner_->allocate(bytes), static_cast<int64_t>(bytes)};
-    count(held->bytes);
-    void* data = held->inner.get();
-    const c10::Device device = held->inner.device();
-    return {data, held, &release, device};
+    c10::DataPtr inner = inner_->allocate(bytes);
+    void* data = inner.get();
+    if (data == nullptr) return inner;  // nothing held
+    const c10::Device device = inner.device();
+    {
+      const std::lock_guard<std::mutex> lock(mutex());
+      // A pointer freed behind this allocator's back (a raw buffer released
+      // after it was uninstalled) and reused: its old entry owns nothing.
+      if (const auto stale = held().find(data); stale != held().end()) {
+        (void)stale->second.inner.release_context();
+        held().erase(stale);
+      }
+      held().emplace(data, Held{std::move(inner), static_cast<int64_t>(bytes)});
+    }
+    count(static_cast<int64_t>(bytes));
+    return {data, data, &release, device};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
   c10::Allocator* inner() const { return inner_; }
 
@@ -40,11 +56,34 @@ class CountingAllocator final : public c10::Allocator {
     c10::DataPtr inner;
     int64_t bytes;
   };
-  static void release(void* context) {
-    auto* held = static_cast<Held*>(context);
-    count(-held->bytes);
-    delete held;
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
   }
+  static std::unordered_map<void*, Held>& held() {
+    static auto* map = new std::unordered_map<void*, Held>();  // outlives storages freed at exit
+    return *map;
+  }
+  static c10::DeleterFnPtr& inner_raw_deleter() {
+    static c10::DeleterFnPtr deleter = nullptr;
+    return deleter;
+  }
+  static void release(void* data) {
+    Held freed;
+    {
+      const std::lock_guard<std::mutex> lock(mutex());
+      const auto it = held().find(data);
+      if (it == held().end()) {
+        // A raw buffer the wrapped allocator gave before this one was
+        // installed, freed through the CPU allocator of now (oneDNN's).
+        if (inner_raw_deleter() != nullptr) inner_raw_deleter()(data);
+        return;
+      }
+      freed = std::move(it->second);
+      held().erase(it);
+    }
+    count(-freed.bytes);
+  }  // `freed` releases the storage through the wrapped allocator
   c10::Allocator* inner_;
 };
 
