@@ -6,7 +6,8 @@
 //   bench_gpu nccl                  a one-rank NCCL process group: the step's all-reduce path
 //   bench_gpu throughput --target DIR [--batch 4 --seq 3072 --anchors 512 --layers 5 --steps 5]
 //                                   the recipe in bf16: target tokens/s, drafter step time,
-//                                   drafter MFU (model FLOPs / 989 TFLOP/s), peak GPU memory
+//                                   drafter MFU (model FLOPs / 989 TFLOP/s), peak GPU memory;
+//                                   the target forward's peak against its memory model
 //
 // Each check prints its figures and a line `RESULT <name> pass|fail ...`;
 // the exit status is 1 when any tolerance is missed, 2 without a GPU.
@@ -25,6 +26,7 @@
 
 #include "drafter/objective.hpp"
 #include "target/target.hpp"
+#include "target/target_memory.hpp"
 #include "target/varlen_attention.hpp"
 #include "train/adamw.hpp"
 #include "train/distributed.hpp"
@@ -197,6 +199,17 @@ double peak_gpu_gib(bool reset) {
 #endif
 }
 
+double current_gpu_gib() {
+#ifdef DFLOW_HAVE_CUDA
+  using c10::cuda::CUDACachingAllocator::getDeviceStats;
+  return static_cast<double>(
+             getDeviceStats(0).allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current) /
+         double(1 << 30);
+#else
+  return 0;
+#endif
+}
+
 // Model FLOPs of one drafter step (forward + backward; a matmul's backward
 // costs twice its forward, the frozen LM head's only the input gradient).
 double drafter_step_flops(const model::DrafterSpec& s, int64_t batch, int64_t seq, int64_t anchors_total,
@@ -246,6 +259,25 @@ bool throughput(const Args& a) {
   const double target_tokens_per_s = static_cast<double>(a.batch * a.seq) / target_s;
   std::printf("RESULT target_forward pass %.0f tokens/s (batch %lld x %lld, %.3f s)\n", target_tokens_per_s,
               (long long)a.batch, (long long)a.seq, target_s);
+  // One forward's peak beyond what was held before it (the weights) against
+  // the target's memory model (target/target_memory.hpp), the features included.
+  features = torch::Tensor();
+  synchronize(cuda);
+  const double held = current_gpu_gib();
+  peak_gpu_gib(/*reset=*/true);
+  features = target.context_features(ids_gpu, spec.target_layer_ids);
+  synchronize(cuda);
+  const double measured = peak_gpu_gib(/*reset=*/false) - held;
+  model::TargetForwardShape shape;
+  shape.rows = a.batch;
+  shape.length = a.seq;
+  shape.element_bytes = 2;
+  shape.features = static_cast<int64_t>(spec.target_layer_ids.size());
+  shape.cuda = true;
+  const double modelled = model::estimate_target_forward(c, shape).total_bytes() / double(1 << 30);
+  const bool bounded = measured <= modelled;
+  std::printf("RESULT target_forward_memory %s %.2f GiB measured, %.2f GiB modelled (%.2fx; target/target_memory.hpp)\n",
+              bounded ? "pass" : "fail", measured, modelled, modelled / measured);
 
   model::DFlashDrafter drafter(spec, 0);
   drafter->to(cuda, torch::kBFloat16);
@@ -282,7 +314,7 @@ bool throughput(const Args& a) {
               static_cast<double>(anchors_total * spec.block_size) / step_s);
   std::printf("RESULT peak_gpu_memory pass %.1f GiB (target weights, features, drafter, masters, Adam moments, "
               "activations)\n", peak_gpu_gib(false));
-  return finite;
+  return finite && bounded;
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
-#include <stdexcept>
 #include <unordered_map>
+#include <stdexcept>
 
 namespace dflow::model {
 
@@ -22,21 +22,27 @@ void count(int64_t delta) {
   }
 }
 
-// Wraps the allocator it replaces. Each storage's DataPtr has its data as
-// its context (as LibTorch's raw_allocate needs: the conv kernels allocate
-// through it) and is released through raw_deleter; its size and the wrapped
-// DataPtr are kept in a table by data address.
+// Wraps the allocator it replaces. Each storage's context is its data
+// pointer (what raw_allocate asks of an allocator: bfloat16 matrix products
+// on the CPU take their packing buffers raw), and the wrapped DataPtr and
+// size are kept by that pointer until it is released.
 class CountingAllocator final : public c10::Allocator {
  public:
-  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
+  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) { inner_raw_deleter() = inner->raw_deleter(); }
   c10::DataPtr allocate(size_t bytes) override {
     c10::DataPtr inner = inner_->allocate(bytes);
     void* data = inner.get();
-    if (data == nullptr) return inner;  // zero bytes: nothing to count, and no address to key
+    if (data == nullptr) return inner;  // nothing held
     const c10::Device device = inner.device();
     {
-      const std::lock_guard<std::mutex> lock(table_mutex());
-      table().emplace(data, Held{std::move(inner), static_cast<int64_t>(bytes)});
+      const std::lock_guard<std::mutex> lock(mutex());
+      // A pointer freed behind this allocator's back (a raw buffer released
+      // after it was uninstalled) and reused: its old entry owns nothing.
+      if (const auto stale = held().find(data); stale != held().end()) {
+        (void)stale->second.inner.release_context();
+        held().erase(stale);
+      }
+      held().emplace(data, Held{std::move(inner), static_cast<int64_t>(bytes)});
     }
     count(static_cast<int64_t>(bytes));
     return {data, data, &release, device};
@@ -50,24 +56,34 @@ class CountingAllocator final : public c10::Allocator {
     c10::DataPtr inner;
     int64_t bytes;
   };
-  // Never destroyed: storages may be freed during static destruction.
-  static std::unordered_map<void*, Held>& table() {
-    static auto* held = new std::unordered_map<void*, Held>();
-    return *held;
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
   }
-  static std::mutex& table_mutex() {
-    static auto* mutex = new std::mutex();
-    return *mutex;
+  static std::unordered_map<void*, Held>& held() {
+    static auto* map = new std::unordered_map<void*, Held>();  // outlives storages freed at exit
+    return *map;
+  }
+  static c10::DeleterFnPtr& inner_raw_deleter() {
+    static c10::DeleterFnPtr deleter = nullptr;
+    return deleter;
   }
   static void release(void* data) {
-    std::unordered_map<void*, Held>::node_type node;
+    Held freed;
     {
-      const std::lock_guard<std::mutex> lock(table_mutex());
-      node = table().extract(data);
+      const std::lock_guard<std::mutex> lock(mutex());
+      const auto it = held().find(data);
+      if (it == held().end()) {
+        // A raw buffer the wrapped allocator gave before this one was
+        // installed, freed through the CPU allocator of now (oneDNN's).
+        if (inner_raw_deleter() != nullptr) inner_raw_deleter()(data);
+        return;
+      }
+      freed = std::move(it->second);
+      held().erase(it);
     }
-    if (node.empty()) return;
-    count(-node.mapped().bytes);
-  }  // the wrapped DataPtr frees the memory here, outside the lock
+    count(-freed.bytes);
+  }  // `freed` releases the storage through the wrapped allocator
   c10::Allocator* inner_;
 };
 

@@ -1,6 +1,7 @@
 // Bytes that LibTorch's CPU tensors hold, counted where they are allocated:
 // while a CpuMemoryCounter is installed (one at a time), every CPU tensor
-// storage allocated through the CPU allocator is counted until it is freed,
+// storage (and raw buffer: a bfloat16 matrix product's packing) allocated
+// through the CPU allocator is counted until it is freed,
 // and the peak is kept. For measuring what a pass holds (the drafter's
 // activations) on a machine without device memory statistics; storages
 // allocated before installing are not counted, even when freed later.

@@ -8,6 +8,7 @@
 
 #include "config/log.hpp"
 #include "nodes/run_context.hpp"
+#include "target/target_memory.hpp"
 #include "train/devices.hpp"
 
 namespace dflow::nodes {
@@ -81,6 +82,22 @@ std::vector<int64_t> checked_lengths(const config::DataConfig& data) {
   return lengths;
 }
 
+TargetForwardFit largest_target_forward(const model::HFConfig& target, const config::DataConfig& data,
+                                        int64_t features, int64_t element_bytes, bool cuda) {
+  TargetForwardFit largest;
+  for (const int64_t length : checked_lengths(data)) {
+    model::TargetForwardShape shape;
+    shape.rows = std::max<int64_t>(1, data.tokens_per_batch / length);
+    shape.length = length;
+    shape.element_bytes = element_bytes;
+    shape.features = features;
+    shape.cuda = cuda;
+    const double bytes = model::estimate_target_forward(target, shape).total_bytes();
+    if (bytes > largest.bytes) largest = {bytes, shape.rows, length};
+  }
+  return largest;
+}
+
 MemoryFit check_memory_fit(const model::DrafterSpec& spec, const config::DataConfig& data, int64_t anchors_per_sequence,
                            torch::Dtype dtype, const model::ObjectiveOptions& objective, double available_bytes) {
   const Checker checker{spec, data, dtype, objective};
@@ -101,12 +118,16 @@ MemoryFit check_memory_fit(const model::DrafterSpec& spec, const config::DataCon
 
 std::string MemoryFit::describe(const std::string& node, const std::string& device) const {
   const bool recompute = largest_batch.recompute_layers;
+  const std::string beside =
+      target_forward.bytes > 0 ? log::str(" (after about ", gib(target_forward.bytes), " for the target's forward of ",
+                                          target_forward.rows, " rows x ", target_forward.length, " tokens beside it)")
+                               : std::string();
   std::string text = log::str(
       node, ": drafter memory per anchor at ", max_length,
       " tokens: ", mib(per_anchor_bytes), " (", mib(per_anchor_recomputed_bytes),
       " with recompute); the largest micro-batch (", largest_batch.rows, " rows x ", largest_batch.context_length,
       " tokens x ", largest_batch.anchors_per_sequence, " anchors, recompute ", recompute ? "on" : "off",
-      ") needs about ", gib(needed_bytes), " of ", gib(available_bytes), " available on ", device, ": ",
+      ") needs about ", gib(needed_bytes), " of ", gib(available_bytes), " available on ", device, beside, ": ",
       fits ? "fits" : "does not fit", "; the largest anchors_per_sequence that fits: ", largest_fitting_anchors, " (",
       largest_fitting_anchors_other, " with recompute ", recompute ? "off" : "on", ")");
   if (!fits) text += "; lower train.anchors_per_sequence or data.tokens_per_batch, or set params.recompute: true";
@@ -116,8 +137,19 @@ std::string MemoryFit::describe(const std::string& node, const std::string& devi
 void log_memory_fit(const RunContext& run, const model::ObjectiveOptions& objective, const std::string& node) {
   const double available = train::available_memory_bytes(run.drafter_device);
   if (available <= 0) return;
-  const MemoryFit fit = check_memory_fit(run.drafter_spec, run.config.data, run.config.train.anchors_per_sequence,
-                                         run.drafter_dtype, objective, available);
+  // Each replica on the drafter's device runs its forward beside the others.
+  TargetForwardFit target;
+  for (const auto& replica : run.targets) {
+    if (replica->device() != run.drafter_device) continue;
+    const auto features = static_cast<int64_t>(run.feature_layer_ids.size()) + (run.needs_teacher() ? 1 : 0);
+    const TargetForwardFit one =
+        largest_target_forward(replica->config(), run.config.data, features,
+                               static_cast<int64_t>(c10::elementSize(replica->dtype())), replica->device().is_cuda());
+    target = {target.bytes + one.bytes, one.rows, one.length};
+  }
+  MemoryFit fit = check_memory_fit(run.drafter_spec, run.config.data, run.config.train.anchors_per_sequence,
+                                   run.drafter_dtype, objective, available - target.bytes);
+  fit.target_forward = target;
   const std::string text = fit.describe(node, run.drafter_device.str());
   if (fit.fits) log::info("memory", text); else log::warn("memory", text);
 }

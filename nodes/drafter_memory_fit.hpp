@@ -7,6 +7,9 @@
 // The shapes checked: for each length bucket up to data.max_length, a
 // micro-batch of tokens_per_batch / bucket rows of that length, each with
 // min(anchors_per_sequence, bucket - 1) anchors (the most a row can have).
+// When target_forward runs on the drafter's device, the target's forward
+// over its largest micro-batch (target/target_memory.hpp) is taken from the
+// memory first: the two nodes run side by side.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,10 +17,21 @@
 #include "config/config.hpp"
 #include "drafter/drafter_memory.hpp"
 #include "drafter/objective.hpp"
+#include "target/hf_config.hpp"
 
 namespace dflow::nodes {
 
 class RunContext;
+
+// The target's forward working memory at its largest micro-batch (the
+// buckets as the drafter's fit checks them; features: the hidden states it
+// returns). Its resident weights are not included.
+struct TargetForwardFit {
+  double bytes = 0;
+  int64_t rows = 0, length = 0;
+};
+TargetForwardFit largest_target_forward(const model::HFConfig& target, const config::DataConfig& data,
+                                        int64_t features, int64_t element_bytes, bool cuda);
 
 struct MemoryFit {
   int64_t max_length = 0;
@@ -28,6 +42,7 @@ struct MemoryFit {
   double per_anchor_bytes = 0, per_anchor_recomputed_bytes = 0;
   int64_t largest_fitting_anchors = 0;        // with the configured recompute choice
   int64_t largest_fitting_anchors_other = 0;  // with the other one
+  TargetForwardFit target_forward;  // taken from the memory before the drafter's fit (0 bytes: not beside it)
   std::string describe(const std::string& node, const std::string& device) const;
 };
 
@@ -42,7 +57,9 @@ MemoryFit check_memory_fit(const model::DrafterSpec& spec, const config::DataCon
                            torch::Dtype dtype, const model::ObjectiveOptions& objective, double available_bytes);
 
 // Logs describe() at start: info when the run fits the drafter device's
-// available memory (train::available_memory_bytes), a warning when not.
+// available memory (train::available_memory_bytes), a warning when not. A
+// target replica on that device is loaded already (its weights are out of
+// the available memory); its forward's working memory is taken from it.
 void log_memory_fit(const RunContext& run, const model::ObjectiveOptions& objective, const std::string& node);
 
 }  // namespace dflow::nodes

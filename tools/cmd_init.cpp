@@ -4,8 +4,9 @@
 // feature layers (drafter/drafter_spec.cpp), whether dflow runs the target or
 // only reads its head (target/hf_head_config.cpp), the recipe of the examples
 // and of docs/drafters.md "Which recipe to pick", and the memory fit drafter_step logs
-// at start (nodes/drafter_memory_fit.hpp). Each choice is written above its
-// key, with why.
+// at start (nodes/drafter_memory_fit.hpp), less the target's text model and
+// its forward when it shares the drafter's device (target/target_memory.hpp).
+// Each choice is written above its key, with why.
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
@@ -24,6 +25,7 @@
 #include "drafter/drafter.hpp"
 #include "target/hf_config.hpp"
 #include "target/target.hpp"
+#include "target/target_memory.hpp"
 #include "nodes/drafter_kind_choice.hpp"
 #include "tools/recommended_recipe.hpp"
 #include "nodes/drafter_memory_fit.hpp"
@@ -180,7 +182,7 @@ bool recomputes(const config::Config& config) {
   return false;
 }
 
-// The target's weights as its safetensors files hold them.
+// Bytes of the safetensors files in `dir` (a multimodal wrapper's include its vision tower).
 double checkpoint_bytes(const fs::path& dir) {
   double bytes = 0;
   for (const auto& entry : fs::directory_iterator(dir))
@@ -371,13 +373,32 @@ int run_init(const InitOptions& o, const Common& common) {
   const Memory memory = device_memory(o);
   const bool target_beside = !engine && o.cache.empty() && !config.devices.target.empty() &&
                              config.devices.target.front() == config.devices.drafter;
-  const double target_bytes = target_beside ? checkpoint_bytes(dir) : 0;
-  const double available = memory.device_bytes - target_bytes;
+  // The target beside the drafter: the text model's tensors as a load
+  // keeps them (target/target_memory.hpp; not a wrapper's vision tower nor
+  // mtp.* layers, which are never loaded), and its forward over the largest
+  // micro-batch, which runs beside the drafter's step.
+  const auto target_element_bytes =
+      static_cast<int64_t>(c10::elementSize(train::parse_dtype(config.model.target.dtype)));
+  const double target_bytes =
+      target_beside ? static_cast<double>(model::target_resident_bytes(
+                          head, target_element_bytes, model::checkpoint_stores_lm_head(dir),
+                          /*mxfp4_dequantized=*/config.model.target.mxfp4_experts == "dequantize"))
+                    : 0;
+  nodes::TargetForwardFit target_forward;
+  if (target_beside)
+    target_forward = nodes::largest_target_forward(head, config.data, static_cast<int64_t>(layer_ids.size()),
+                                                   target_element_bytes, o.device == "cuda");
+  const double available = memory.device_bytes - target_bytes - target_forward.bytes;
   const auto dtype = train::parse_dtype(config.model.drafter.dtype);
   model::ObjectiveOptions objective;
   objective.recompute_layers = recomputes(config);
-  auto fit = nodes::check_memory_fit(drafter_of(config, head), config.data, config.train.anchors_per_sequence, dtype,
-                                     objective, available);
+  const auto check = [&] {
+    auto fit = nodes::check_memory_fit(drafter_of(config, head), config.data, config.train.anchors_per_sequence, dtype,
+                                       objective, available);
+    fit.target_forward = target_forward;
+    return fit;
+  };
+  auto fit = check();
   if (!fit.fits && !user_sets(common.overrides, "pipeline.nodes.drafter.params.recompute")) {
     choices.push_back({"pipeline.nodes.drafter.params.recompute", "true",
                        "recompute: true, as without it the largest micro-batch does not fit the memory (the fit above)"});
@@ -386,8 +407,7 @@ int run_init(const InitOptions& o, const Common& common) {
                          "the most anchors that fit with recomputation"});
     config = resolve(choices, common.overrides);
     objective.recompute_layers = true;
-    fit = nodes::check_memory_fit(drafter_of(config, head), config.data, config.train.anchors_per_sequence, dtype,
-                                  objective, available);
+    fit = check();
   }
 
   std::ostringstream text;
@@ -405,8 +425,13 @@ int run_init(const InitOptions& o, const Common& common) {
                                      : " (examples/qwen3-8b.yaml)")
        << ".\n# Memory on " << config.devices.drafter << ": " << gib(memory.device_bytes) << " (" << memory.source
        << ")";
-  if (target_bytes > 0)
-    text << ", less the target's " << bytes_text(target_bytes) << " of safetensors beside the drafter";
+  if (target_bytes > 0) {
+    text << ", less the target's text model beside the drafter: " << bytes_text(target_bytes) << " of weights in "
+         << config.model.target.dtype;
+    if (const double files = checkpoint_bytes(dir); files > target_bytes)
+      text << " (its safetensors hold " << bytes_text(files)
+           << "; what a load never reads, such as a vision tower or mtp layers, is not counted)";
+  }
   const std::string file = o.out.empty() ? "THIS_FILE" : o.out;
   text << ".\n# " << fit.describe("node 'drafter'", config.devices.drafter) << ".\n"
        << "# Next: dflow prepare your data into data.train, then "

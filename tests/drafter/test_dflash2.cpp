@@ -20,23 +20,16 @@
 #include "target/model_fixtures.hpp"
 #include "formats/safetensors.hpp"
 #include "target/target_head.hpp"
+#include "kind_test_rig.hpp"
 #include "speculators_check.hpp"
 
 using namespace dflow::model;
-using dflow::model::testing::tiny_target_dir;
-using dflow::model::testing::add_gradients;
-using dflow::model::testing::check_with_speculators;
+using namespace dflow::model::testing;
 
 namespace {
 
 DrafterOptions dflash2_options(int64_t num_layers, const DFlash2Shape& shape) {
-  DrafterOptions options;
-  options.num_layers = num_layers;
-  options.block_size = 8;
-  options.target_layer_ids = {0, 2};  // rising, not the last layer (servable)
-  options.kind = "dflash2";
-  options.kind_fields = dflash2_fields(shape);
-  return options;
+  return kind_options("dflash2", dflash2_fields(shape), num_layers);
 }
 
 }  // namespace
@@ -52,61 +45,34 @@ TEST_CASE("Model.SpeculatorsReference.Dflash2EqualsDFlash2DraftModel") {
   shape.selector_top_k = 6;
   DFlashDrafter drafter(make_drafter_spec(target_config, dflash2_options(2, shape)), 5);
   const DrafterSpec& spec = drafter->spec();
-  torch::manual_seed(11);
+  perturb(*drafter, 0.05, 11);
   {
-    // Off the identity convolutions and near-zero codebooks, so every module moves the result.
+    // Off the near-zero codebooks too, so every module moves the result.
     torch::NoGradGuard no_grad;
-    for (auto& p : drafter->parameters()) p.add_(torch::randn_like(p) * 0.05);
     for (auto& item : drafter->named_parameters())
       if (item.key().find("codebook") != std::string::npos) item.value().mul_(20.0);
   }
   const TargetHead head = TargetHead::load(target_dir);
-
-  const int64_t T = 48, Bs = spec.block_size, H = spec.hidden_size;
-  const std::vector<int64_t> anchor_list{3, 11, 20, 37};
-  const int64_t N = static_cast<int64_t>(anchor_list.size());
-  const torch::Tensor input_ids = torch::randint(0, spec.vocab_size - 2, {1, T}, torch::kInt64);
-  const torch::Tensor features = torch::randn({1, T, spec.num_features() * H});
-  const torch::Tensor anchors = torch::tensor(anchor_list, torch::kInt64).view({1, N});
-  torch::Tensor loss_mask = torch::ones({1, T}, torch::kInt64);
-  loss_mask.narrow(1, 14, 3).zero_();  // a few slots without a label
-  const torch::Tensor teacher_pre = torch::randn({1, T, H}) * 3.0;
-  TeacherStates teacher;
-  teacher.final_hidden = rms_norm(teacher_pre, torch::ones({H}), spec.rms_norm_eps);
-
+  const AnchoredRow row = anchored_row(spec, {3, 11, 20, 37});
   // The block logits, as speculators' _backbone_forward gives them.
-  torch::Tensor logits;
-  {
-    torch::NoGradGuard no_grad;
-    const torch::Tensor positions = (anchors.unsqueeze(-1) + torch::arange(Bs, torch::kInt64)).view({1, N * Bs});
-    torch::Tensor block_tokens = torch::full({N, Bs}, spec.mask_token_id, torch::kInt64);
-    block_tokens.select(1, 0).copy_(input_ids[0].index_select(0, anchors[0]));
-    const torch::Tensor embeddings = torch::embedding(head.embedding_weight(), block_tokens.view({1, N * Bs}));
-    const auto plan = plan_block_attention(anchors, torch::ones({1, N}, torch::kBool), T, Bs, 0, torch::kCPU);
-    const torch::Tensor hidden = drafter->forward(features, embeddings, positions, plan).view({N, Bs, -1});
-    logits = torch::matmul(hidden, head.lm_head_weight().t()).contiguous();
-  }
+  const torch::Tensor logits =
+      torch::matmul(block_hidden(*drafter, head.embedding_weight(), row), head.lm_head_weight().t()).contiguous();
 
   ObjectiveOptions options;
   options.loss = LossMix::single("kl");
   options.loss_decay_gamma = 4.0;
   options.kind_options = {{"selector_loss_alpha", 0.7}};
-  AnchorBatch anchor_batch;
-  anchor_batch.anchor_positions = anchors;
-  anchor_batch.block_keep = torch::ones({1, N}, torch::kBool);
-  const ObjectiveOutput out =
-      dflash_loss(*drafter, head.embedding_weight(), head.lm_head_weight(), features, input_ids, loss_mask,
-                  torch::full({1}, T, torch::kInt64), anchor_batch, options, nullptr, &teacher);
+  const ObjectiveOutput out = row_objective(*drafter, head.embedding_weight(), head.lm_head_weight(), row, options);
   REQUIRE(out.term_loss_sums.size() == 1);
   CHECK(out.term_loss_sums[0] > 0.0);
   out.loss_sum.backward();
 
   std::vector<std::pair<std::string, torch::Tensor>> tensors{
-      {"input_ids", input_ids},
-      {"features", features},
-      {"anchors", anchors.view({N})},
-      {"loss_mask", loss_mask},
-      {"teacher", teacher_pre},
+      {"input_ids", row.input_ids},
+      {"features", row.features},
+      {"anchors", row.anchors.view({row.anchors_n})},
+      {"loss_mask", row.loss_mask},
+      {"teacher", row.teacher_pre},
       {"logits", logits},
       {"main_loss_sum", torch::full({1}, out.main_loss_sum, torch::kFloat64)},
       {"selector_loss_sum", torch::full({1}, out.term_loss_sums[0], torch::kFloat64)},
@@ -120,26 +86,14 @@ TEST_CASE("Model.Dflash2.FreshDrafterComputesWhatDFlashDoes") {
   // Identity convolutions: with DFlash's backbone weights, the same hidden states.
   torch::set_num_threads(1);
   const HFConfig target_config = load_hf_config(tiny_target_dir());
-  DrafterOptions options = dflash2_options(2, DFlash2Shape{});
+  const DrafterOptions options = dflash2_options(2, DFlash2Shape{});
   DFlashDrafter dflash2(make_drafter_spec(target_config, options), 5);
-  options.kind = "dflash";
-  options.kind_fields = nlohmann::json::object();
-  DFlashDrafter dflash(make_drafter_spec(target_config, options), 5);
-  {
-    torch::NoGradGuard no_grad;
-    auto mine = dflash2->named_parameters();
-    for (const auto& item : dflash->named_parameters()) mine[item.key()].copy_(item.value());
-  }
-  const int64_t T = 24, Bs = 8, H = dflash->spec().hidden_size;
-  torch::manual_seed(4);
-  const torch::Tensor features = torch::randn({1, T, 2 * H});
-  const torch::Tensor anchors = torch::tensor({{2, 9}}, torch::kInt64);
-  const torch::Tensor positions = (anchors.unsqueeze(-1) + torch::arange(Bs, torch::kInt64)).view({1, 2 * Bs});
-  const torch::Tensor embeddings = torch::randn({1, 2 * Bs, H});
-  const auto plan = plan_block_attention(anchors, torch::ones({1, 2}, torch::kBool), T, Bs, 0, torch::kCPU);
+  DFlashDrafter dflash = dflash_twin(target_config, options, *dflash2);
+  const int64_t H = dflash->spec().hidden_size;
+  const TwoBlocks b = two_blocks(H, 8);
   torch::NoGradGuard no_grad;
-  CHECK(torch::equal(dflash2->forward(features, embeddings, positions, plan),
-                     dflash->forward(features, embeddings, positions, plan)));
+  CHECK(torch::equal(dflash2->forward(b.features, b.embeddings, b.positions, b.plan),
+                     dflash->forward(b.features, b.embeddings, b.positions, b.plan)));
   CHECK(torch::equal(sublayer_conv(*dflash2, 1, false).base_kernel[0][0], torch::ones({H})));
 }
 

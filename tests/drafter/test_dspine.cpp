@@ -25,10 +25,10 @@
 #include "target/layers.hpp"
 #include "target/model_fixtures.hpp"
 #include "target/target_head.hpp"
+#include "kind_test_rig.hpp"
 
 using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
-using dflow::model::testing::tiny_target_dir;
+using namespace dflow::model::testing;
 
 namespace {
 
@@ -42,13 +42,7 @@ DSpineConfig small_config() {
 }
 
 DrafterOptions dspine_options(int64_t num_layers, int64_t block_size, const DSpineConfig& c) {
-  DrafterOptions options;
-  options.num_layers = num_layers;
-  options.block_size = block_size;
-  options.target_layer_ids = {0, 2};
-  options.kind = "dspine";
-  options.kind_fields = dspine_fields(c);
-  return options;
+  return kind_options("dspine", dspine_fields(c), num_layers, block_size);
 }
 
 torch::Tensor unit(const torch::Tensor& x) { return x / x.norm(2, -1, true).clamp_min(1e-12); }
@@ -128,12 +122,6 @@ Pass reference_pass(DFlashDrafterImpl& d, Equations& eq, const torch::Tensor& fe
   return out;
 }
 
-void perturb(DFlashDrafterImpl& d, double scale, uint64_t seed) {
-  torch::NoGradGuard no_grad;
-  torch::manual_seed(seed);
-  for (auto& item : d.named_parameters())
-    if (item.value().requires_grad()) item.value().add_(torch::randn_like(item.value()) * scale);
-}
 
 }  // namespace
 
@@ -196,24 +184,14 @@ TEST_CASE("DSpine.Schedule.warmup_and_teacher_forcing_follow_SpecForge's_formula
 TEST_CASE("DSpine.Forward.a_fresh_drafter_computes_what_DFlash_does_on_causal_blocks") {
   torch::set_num_threads(1);
   const HFConfig target_config = load_hf_config(tiny_target_dir());
-  DrafterOptions options = dspine_options(2, 8, small_config());
+  const DrafterOptions options = dspine_options(2, 8, small_config());
   DFlashDrafter dspine(make_drafter_spec(target_config, options), 5);
   dspine->kind_modules().initialize_from_head(TargetHead::load(tiny_target_dir()).lm_head_weight());
-  options.kind = "dflash";
-  options.kind_fields = nlohmann::json::object();
-  DFlashDrafter dflash(make_drafter_spec(target_config, options), 5);
-  {
-    torch::NoGradGuard no_grad;
-    auto mine = dspine->named_parameters();
-    for (const auto& item : dflash->named_parameters()) mine[item.key()].copy_(item.value());
-  }
-  const int64_t T = 24, Bs = 8, H = dflash->spec().hidden_size;
-  torch::manual_seed(4);
-  const torch::Tensor features = torch::randn({1, T, 2 * H});
-  const torch::Tensor anchors = torch::tensor({{2, 9}}, torch::kInt64);
-  const torch::Tensor positions = (anchors.unsqueeze(-1) + torch::arange(Bs, torch::kInt64)).view({1, 2 * Bs});
-  const torch::Tensor embeddings = torch::randn({1, 2 * Bs, H});
-  auto plan = plan_block_attention(anchors, torch::ones({1, 2}, torch::kBool), T, Bs, 0, torch::kCPU);
+  DFlashDrafter dflash = dflash_twin(target_config, options, *dspine);
+  TwoBlocks b = two_blocks(dflash->spec().hidden_size, 8);
+  const int64_t Bs = b.block;
+  const torch::Tensor &features = b.features, &positions = b.positions, &embeddings = b.embeddings;
+  BlockAttentionPlan& plan = b.plan;
   make_blocks_causal(plan);  // SpecForge's DSpine masks
   torch::NoGradGuard no_grad;
   const torch::Tensor tokens = torch::randint(0, 500, {1, 2 * Bs}, torch::kInt64);
@@ -251,18 +229,12 @@ TEST_CASE("DSpine.Loss.forward_terms_and_gradients_equal_SpecForge's_equations_i
   const torch::Tensor head = target_head.lm_head_weight().to(torch::kFloat64);
   const torch::Tensor embedding = target_head.embedding_weight().to(torch::kFloat64);
 
-  const int64_t T = 48, Bs = spec.block_size, H = spec.hidden_size;
-  const std::vector<int64_t> anchor_list{3, 11, 20, 37};
-  const int64_t N = static_cast<int64_t>(anchor_list.size());
   torch::manual_seed(7);
-  const torch::Tensor input_ids = torch::randint(0, spec.vocab_size - 2, {1, T}, torch::kInt64);
-  const torch::Tensor features = torch::randn({1, T, spec.num_features() * H}, torch::kFloat64);
-  const torch::Tensor anchors = torch::tensor(anchor_list, torch::kInt64).view({1, N});
-  torch::Tensor loss_mask = torch::ones({1, T}, torch::kInt64);
-  loss_mask.narrow(1, 14, 3).zero_();
-  TeacherStates teacher;
-  teacher.final_hidden = rms_norm(torch::randn({1, T, H}, torch::kFloat64) * 3.0, torch::ones({H}, torch::kFloat64),
-                                  spec.rms_norm_eps);
+  const AnchoredRow row = anchored_row(spec, {3, 11, 20, 37}, torch::kFloat64);
+  const int64_t T = row.length, Bs = row.block, N = row.anchors_n, H = spec.hidden_size;
+  const torch::Tensor &input_ids = row.input_ids, &features = row.features, &anchors = row.anchors,
+                      &loss_mask = row.loss_mask;
+  const TeacherStates& teacher = row.teacher;
 
   ObjectiveOptions options;
   options.loss = LossMix{{{"ce", 0.3}, {"tv", 1.4}}};  // SpecForge's backbone pair at ce_weight 0.3 (L1 = 2 TV)
@@ -270,11 +242,7 @@ TEST_CASE("DSpine.Loss.forward_terms_and_gradients_equal_SpecForge's_equations_i
   options.kind_options = dspine_fields(c);
   options.step = 2;
   options.total_steps = 100;
-  AnchorBatch anchor_batch;
-  anchor_batch.anchor_positions = anchors;
-  anchor_batch.block_keep = torch::ones({1, N}, torch::kBool);
-  const ObjectiveOutput out = dflash_loss(*drafter, embedding, head, features, input_ids, loss_mask,
-                                          torch::full({1}, T, torch::kInt64), anchor_batch, options, nullptr, &teacher);
+  const ObjectiveOutput out = row_objective(*drafter, embedding, head, row, options);
   REQUIRE(out.term_loss_sums.size() == 2);
   out.loss_sum.backward();
   std::vector<std::pair<std::string, torch::Tensor>> grads;

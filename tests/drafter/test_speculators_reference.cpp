@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "target/hf_reference_fixtures.hpp"
+#include "kind_test_rig.hpp"
 #include "speculators_check.hpp"
 #include "drafter/kinds/dspark/dspark.hpp"
 #include "drafter/block_attention.hpp"
@@ -20,9 +21,7 @@
 #include "target/target_head.hpp"
 
 using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
-using dflow::model::testing::tiny_target_dir;
-using dflow::model::testing::check_with_speculators;
+using namespace dflow::model::testing;
 
 namespace {
 
@@ -51,39 +50,23 @@ void check_dspark_against_speculators(const DraftHeads& heads, int64_t num_layer
   set_dspark_heads(options, heads);
   DFlashDrafter drafter(make_drafter_spec(target_config, options), 5);
   const DrafterSpec& spec = drafter->spec();
-  torch::manual_seed(11);
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : drafter->parameters()) p.add_(torch::randn_like(p) * 0.05);
-  }
+  perturb(*drafter, 0.05, 11);
   const TargetHead head = TargetHead::load(target_dir);
-
-  const int64_t T = 48, Bs = spec.block_size;
-  const std::vector<int64_t> anchor_list{3, 11, 20, 37};  // speculators' anchors lie below T - Bs
-  const int64_t N = static_cast<int64_t>(anchor_list.size());
-  const torch::Tensor input_ids = torch::randint(0, spec.vocab_size - 2, {1, T}, torch::kInt64);
-  const torch::Tensor features = torch::randn({1, T, spec.num_features() * spec.hidden_size});
-  const torch::Tensor anchors = torch::tensor(anchor_list, torch::kInt64).view({1, N});
-  const torch::Tensor positions = (anchors.unsqueeze(-1) + torch::arange(Bs, torch::kInt64)).view({1, N * Bs});
-
+  const AnchoredRow row = anchored_row(spec, {3, 11, 20, 37});  // speculators' anchors lie below T - Bs
+  const int64_t T = row.length, Bs = row.block, N = row.anchors_n;
+  const torch::Tensor hidden = block_hidden(*drafter, head.embedding_weight(), row);
   torch::NoGradGuard no_grad;
-  // Slot 0 of a block is its anchor's token, the others the mask token.
-  torch::Tensor block_tokens = torch::full({N, Bs}, spec.mask_token_id, torch::kInt64);
-  block_tokens.select(1, 0).copy_(input_ids[0].index_select(0, anchors[0]));
-  const torch::Tensor embeddings = torch::embedding(head.embedding_weight(), block_tokens.view({1, N * Bs}));
-  const auto plan = plan_block_attention(anchors, torch::ones({1, N}, torch::kBool), T, Bs, 0, torch::kCPU);
-  const torch::Tensor hidden = drafter->forward(features, embeddings, positions, plan).view({N, Bs, -1});
   torch::Tensor logits = torch::matmul(hidden, head.lm_head_weight().t());
   // Training's previous tokens (sample_from_anchor false): slot k's is the
   // data's token at anchor + k - 1, slot 0 its own anchor's.
-  const torch::Tensor data_blocks = input_ids[0].index_select(0, positions[0].clamp_max(T - 1)).view({N, Bs});
+  const torch::Tensor data_blocks = row.input_ids[0].index_select(0, row.positions[0].clamp_max(T - 1)).view({N, Bs});
   const torch::Tensor prev = torch::cat({data_blocks.narrow(1, 0, 1), data_blocks.narrow(1, 0, Bs - 1)}, 1);
   torch::Tensor prev_embedding;
   if (heads.markov()) {
     prev_embedding = markov_head(*drafter)->prev_embeddings(prev);
     logits = logits + markov_head(*drafter)->bias(markov_head(*drafter)->block_features(prev, hidden));
   }
-  Named tensors{{"input_ids", input_ids}, {"features", features}, {"anchors", anchors.view({N})},
+  Named tensors{{"input_ids", row.input_ids}, {"features", row.features}, {"anchors", row.anchors.view({N})},
                 {"logits", logits.contiguous()}};
   if (heads.confidence)
     tensors.emplace_back("confidence", confidence_logits(*drafter, hidden, prev_embedding).contiguous());

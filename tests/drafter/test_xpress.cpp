@@ -22,23 +22,16 @@
 #include "target/layers.hpp"
 #include "target/model_fixtures.hpp"
 #include "target/target_head.hpp"
+#include "kind_test_rig.hpp"
 #include "speculators_check.hpp"
 
 using namespace dflow::model;
-using dflow::model::testing::tiny_target_dir;
-using dflow::model::testing::add_gradients;
-using dflow::model::testing::check_with_speculators;
+using namespace dflow::model::testing;
 
 namespace {
 
 DrafterOptions xpress_options(int64_t num_layers, const XPressShape& shape) {
-  DrafterOptions options;
-  options.num_layers = num_layers;
-  options.block_size = 8;
-  options.target_layer_ids = {0, 2};  // rising, not the last layer (servable)
-  options.kind = "xpress";
-  options.kind_fields = xpress_fields(shape);
-  return options;
+  return kind_options("xpress", xpress_fields(shape), num_layers);
 }
 
 double total(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
@@ -65,41 +58,22 @@ TEST_CASE("Model.SpeculatorsReference.XpressEqualsXPressDraftModel") {
   shape.num_jacobi_passes = 4;
   DFlashDrafter drafter(make_drafter_spec(target_config, xpress_options(2, shape)), 5);
   const DrafterSpec& spec = drafter->spec();
-  torch::manual_seed(11);
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : drafter->parameters()) p.add_(torch::randn_like(p) * 0.05);
-  }
+  perturb(*drafter, 0.05, 11);
   enlarge_refiner(*drafter, 20.0);
   const TargetHead head = TargetHead::load(target_dir);
-
-  const int64_t T = 48, Bs = spec.block_size, H = spec.hidden_size;
   // Anchor 0 has no token before it: its slot 0 reads the anchor's own.
-  const std::vector<int64_t> anchor_list{0, 11, 20, 37};
-  const int64_t N = static_cast<int64_t>(anchor_list.size());
-  const torch::Tensor input_ids = torch::randint(0, spec.vocab_size - 2, {1, T}, torch::kInt64);
-  const torch::Tensor features = torch::randn({1, T, spec.num_features() * H});
-  const torch::Tensor anchors = torch::tensor(anchor_list, torch::kInt64).view({1, N});
-  torch::Tensor loss_mask = torch::ones({1, T}, torch::kInt64);
-  loss_mask.narrow(1, 14, 3).zero_();  // a few slots without a label
-  const torch::Tensor teacher_pre = torch::randn({1, T, H}) * 3.0;
-  TeacherStates teacher;
-  teacher.final_hidden = rms_norm(teacher_pre, torch::ones({H}), spec.rms_norm_eps);
+  const AnchoredRow row = anchored_row(spec, {0, 11, 20, 37});
+  const int64_t N = row.anchors_n, Bs = row.block;
 
   // The backbone's block logits and the teacher-forced refined ones, as
   // speculators' _backbone_forward and refiner_head.block_bias give them.
-  torch::Tensor logits, refined;
+  const torch::Tensor hidden = block_hidden(*drafter, head.embedding_weight(), row);
+  const torch::Tensor logits = torch::matmul(hidden, head.lm_head_weight().t()).contiguous();
+  torch::Tensor refined;
   {
     torch::NoGradGuard no_grad;
-    const torch::Tensor positions = (anchors.unsqueeze(-1) + torch::arange(Bs, torch::kInt64)).view({1, N * Bs});
-    torch::Tensor block_tokens = torch::full({N, Bs}, spec.mask_token_id, torch::kInt64);
-    block_tokens.select(1, 0).copy_(input_ids[0].index_select(0, anchors[0]));
-    const torch::Tensor embeddings = torch::embedding(head.embedding_weight(), block_tokens.view({1, N * Bs}));
-    const auto plan = plan_block_attention(anchors, torch::ones({1, N}, torch::kBool), T, Bs, 0, torch::kCPU);
-    const torch::Tensor hidden = drafter->forward(features, embeddings, positions, plan).view({N, Bs, -1});
-    logits = torch::matmul(hidden, head.lm_head_weight().t()).contiguous();
-    const torch::Tensor data = input_ids[0].index_select(0, positions[0]).view({N, Bs});
-    const torch::Tensor before = input_ids[0].index_select(0, (anchors[0] - 1).clamp_min(0));
+    const torch::Tensor data = row.input_ids[0].index_select(0, row.positions[0]).view({N, Bs});
+    const torch::Tensor before = row.input_ids[0].index_select(0, (row.anchors[0] - 1).clamp_min(0));
     const torch::Tensor prev = torch::cat({before.unsqueeze(1), data.narrow(1, 0, Bs - 1)}, 1);
     RefinerHeadImpl& refiner = refiner_head(*drafter);
     refined = (logits + refiner.readout->forward(refiner.features(prev, refiner.hidden_cache(hidden)))).contiguous();
@@ -114,12 +88,7 @@ TEST_CASE("Model.SpeculatorsReference.XpressEqualsXPressDraftModel") {
                           {"consistency_passes", 3},
                           {"base_anchor_weight", 0.6},
                           {"base_anchor_full_weight", false}};
-  AnchorBatch anchor_batch;
-  anchor_batch.anchor_positions = anchors;
-  anchor_batch.block_keep = torch::ones({1, N}, torch::kBool);
-  const ObjectiveOutput out =
-      dflash_loss(*drafter, head.embedding_weight(), head.lm_head_weight(), features, input_ids, loss_mask,
-                  torch::full({1}, T, torch::kInt64), anchor_batch, options, nullptr, &teacher);
+  const ObjectiveOutput out = row_objective(*drafter, head.embedding_weight(), head.lm_head_weight(), row, options);
   REQUIRE(out.term_loss_sums.size() == 2);
   CHECK(out.term_loss_sums[0] > 0.0);
   CHECK(out.term_loss_sums[1] > 0.0);
@@ -127,11 +96,11 @@ TEST_CASE("Model.SpeculatorsReference.XpressEqualsXPressDraftModel") {
   out.loss_sum.backward();
 
   std::vector<std::pair<std::string, torch::Tensor>> tensors{
-      {"input_ids", input_ids},
-      {"features", features},
-      {"anchors", anchors.view({N})},
-      {"loss_mask", loss_mask},
-      {"teacher", teacher_pre},
+      {"input_ids", row.input_ids},
+      {"features", row.features},
+      {"anchors", row.anchors.view({N})},
+      {"loss_mask", row.loss_mask},
+      {"teacher", row.teacher_pre},
       {"logits", logits},
       {"refined_logits", refined},
       {"tf_loss_sum", torch::full({1}, out.main_loss_sum, torch::kFloat64)},

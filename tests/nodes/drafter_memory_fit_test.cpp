@@ -5,6 +5,7 @@
 
 #include "target/tiny_target.hpp"
 #include "nodes/drafter_memory_fit.hpp"
+#include "target/target_memory.hpp"
 
 using namespace dflow;
 
@@ -64,4 +65,27 @@ TEST_CASE("Nodes.DrafterMemoryFit.says_whether_the_run_fits_and_what_would") {
   const nodes::MemoryFit recomputed = nodes::check_memory_fit(spec, data, 512, torch::kBFloat16, objective, half);
   CHECK(recomputed.fits);
   CHECK(recomputed.largest_fitting_anchors == tight.largest_fitting_anchors_other);
+}
+
+TEST_CASE("Nodes.DrafterMemoryFit.the_targets_forward_beside_the_drafter_is_its_largest_micro_batchs") {
+  const model::HFConfig target = model::tiny_target_config(model::preset_target_options("qwen3-8b"));
+  const config::DataConfig data = recipe_data();
+  const nodes::TargetForwardFit forward = nodes::largest_target_forward(target, data, 5, 2, /*cuda=*/true);
+  CHECK(forward.rows * forward.length == data.tokens_per_batch);
+  for (const int64_t length : nodes::checked_lengths(data)) {
+    model::TargetForwardShape shape;
+    shape.rows = data.tokens_per_batch / length;
+    shape.length = length;
+    shape.element_bytes = 2;
+    shape.features = 5;
+    shape.cuda = true;
+    CHECK(model::estimate_target_forward(target, shape).total_bytes() <= forward.bytes);
+  }
+  // More than the five features it returns and their concatenation: a layer's working set.
+  CHECK(forward.bytes > 2.0 * 5 * 16384 * 4096 * 2);
+  nodes::MemoryFit fit = nodes::check_memory_fit(qwen3_8b_drafter(), data, 512, torch::kBFloat16, {}, 1e12);
+  fit.target_forward = forward;
+  CHECK(fit.describe("drafter", "cuda:0").find(" for the target's forward of " + std::to_string(forward.rows) +
+                                               " rows x " + std::to_string(forward.length) + " tokens beside it)") !=
+        std::string::npos);
 }

@@ -3,13 +3,15 @@ untied, several layer_types patterns) written by transformers, and
 transformers' own outputs on them: the independent reference for dflow's
 in-process Qwen3.5 target (tests/target/test_qwen3_5_reference.cpp).
 
-    hf_qwen3_5_reference.py OUT_DIR [NAME ...]
+    hf_qwen3_5_reference.py OUT_DIR [--checkpoints-only] [NAME ...]
 
 writes, for each checkpoint (or only those named) OUT_DIR/<name>/, what hf_moe_reference.py
 writes (config.json, save_pretrained's safetensors with the vision tower,
 reference.safetensors and reference.json), with a third row of 150 tokens
 so that the delta rule runs over several of its 64-token chunks. The text
 model runs transformers' torch fallback of Gated DeltaNet (no fla).
+--checkpoints-only writes the checkpoints without transformers' outputs
+(for tests that need only the weights: tests/drafter/test_target_memory.cpp).
 """
 import importlib.util
 import json
@@ -78,7 +80,8 @@ def main():
     out_dir = Path(sys.argv[1])
     logging.disable_progress_bar()
     new_tokens = 10
-    only = set(sys.argv[2:])
+    checkpoints_only = "--checkpoints-only" in sys.argv[2:]
+    only = set(sys.argv[2:]) - {"--checkpoints-only"}
     for seed, (name, (moe, tied, sharded, text)) in enumerate(CHECKPOINTS.items()):
         if only and name not in only:
             continue
@@ -87,6 +90,8 @@ def main():
         randomize(model)
         directory = out_dir / name
         model.save_pretrained(directory, max_shard_size="100KB" if sharded else "10GB")
+        if checkpoints_only:
+            continue
         cls = type(model)
         rows, prompts = rows_and_prompts(600 + seed, TEXT["vocab_size"])
         rows.append(torch.randint(0, TEXT["vocab_size"], (150,), generator=torch.Generator().manual_seed(seed)).tolist())

@@ -11,6 +11,8 @@
 #include <string>
 
 #include "../nodes/train_fixture.hpp"
+#include "data/feature_cache.hpp"
+#include "formats/safetensors.hpp"
 #include "run_command.hpp"
 #include "test_paths.hpp"
 #include "text/byte_level.hpp"
@@ -91,6 +93,8 @@ TEST_CASE("Cli.Init.a_tiny_targets_config_is_accepted_and_trains") {
   INFO(trained.output);
   CHECK(trained.exit_code == 0);
   CHECK(testing::records_of_kind(dir / "run", "step").size() == 2);
+  // The target runs on the drafter's device: the fit at start takes its forward first.
+  CHECK(has(trained.output, " for the target's forward of "));
 
   // An existing --out is not overwritten.
   auto again = run_dflow("init " + target.string() + " --out " + file.string());
@@ -205,7 +209,9 @@ TEST_CASE("Cli.Init.a_recipe_that_does_not_fit_the_device_recomputes_then_takes_
                           "    - {name: drafter, type: drafter_step, params: {head: dspark, recompute: true}}"));
   CHECK(has(tight.output, "  # the most anchors that fit with recomputation\n  anchors_per_sequence: "));
   CHECK(!has(tight.output, "anchors_per_sequence: 512\n"));
-  CHECK(has(tight.output, " available on cuda: fits;"));
+  // The target's forward runs beside the drafter: its memory is taken first.
+  CHECK(has(tight.output, " available on cuda (after about "));
+  CHECK(has(tight.output, " for the target's forward of 4 rows x 3072 tokens beside it): fits;"));
 }
 
 TEST_CASE("Cli.Init.what_it_cannot_read_is_refused_naming_the_file_and_key") {
@@ -306,4 +312,41 @@ TEST_CASE("Cli.Init.a_qwen3_5_moe_wrapper_gets_its_text_models_shape_and_an_mlp_
   auto refused = run_dflow("init " + bad.string());
   CHECK(refused.exit_code == 2);
   CHECK(has(refused.output, (bad / "config.json").string() + "': lacks 'text_config.hidden_size'"));
+}
+
+TEST_CASE("Cli.Init.the_target_beside_the_drafter_counts_its_text_model_not_a_wrappers_vision_tower") {
+  REQUIRE_FALSE(testing::python().empty());
+  const auto root = testing::fresh_dir("init-wrapper-memory");
+  auto written = testing::run_command(testing::python() + " " + testing::source_dir() +
+                                          "/tests/target/hf_wrapper_checkpoints.py " + (root / "targets").string(),
+                                      600);
+  REQUIRE_MESSAGE(written.exit_code == 0, written.output);
+  const fs::path dir = root / "targets" / "qwen3_5-moe-untied-single";
+  fs::remove(dir / "reference.safetensors");  // the test's reference, not the checkpoint's
+  // The text model's bytes as the file's header gives them: all but the vision tower's (model.visual.*).
+  const model::SafetensorsFile file(dir / "model.safetensors");
+  uint64_t text = 0, vision = 0;
+  for (const std::string& name : file.names()) {
+    const auto& entry = file.entry(name);
+    (name.rfind("model.visual.", 0) == 0 ? vision : text) += entry.data_end_bytes - entry.data_begin_bytes;
+  }
+  REQUIRE(vision > 0);
+  auto init = run_dflow("init " + dir.string() + " --device cpu --memory-gib 8 --set model.drafter.mask_token_id=299");
+  INFO(init.output);
+  REQUIRE(init.exit_code == 0);
+  CHECK(has(init.output, "less the target's text model beside the drafter: " + data::format_bytes(text) +
+                             " of weights in float32 (its safetensors hold " +
+                             data::format_bytes(fs::file_size(dir / "model.safetensors")) +
+                             "; what a load never reads, such as a vision tower or mtp layers, is not counted)"));
+  // Its forward over the largest micro-batch (every bucket's holds 12288 tokens; the
+  // linear layers' per-row states make the 24 rows of 512 the largest) runs beside the drafter's step.
+  CHECK(has(init.output, " available on cpu (after about "));
+  CHECK(has(init.output, " for the target's forward of 24 rows x 512 tokens beside it): fits"));
+  // Not beside it: the drafter on its own device has the whole memory.
+  auto apart = run_dflow("init " + dir.string() + " --device cpu --memory-gib 8 --set model.drafter.mask_token_id=299"
+                         " --set devices.target=[cuda]");
+  INFO(apart.output);
+  REQUIRE(apart.exit_code == 0);
+  CHECK(!has(apart.output, "less the target's text model"));
+  CHECK(!has(apart.output, "for the target's forward"));
 }
