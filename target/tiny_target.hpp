@@ -1,8 +1,9 @@
 // A small target model in Hugging Face layout, for demos and tests: random
 // weights, or weights with a structure a drafter can learn ("echo"), in one
-// of the architectures dflow runs: dense Qwen3, Qwen3-MoE or gpt-oss. The
-// checkpoint is what the published checkpoints hold (config.json keys and
-// tensor names), so transformers reads it as it reads theirs.
+// of the architectures dflow runs: dense Qwen3, Qwen3-MoE, gpt-oss, or the
+// text model of a Qwen3.5/3.6 multimodal wrapper (dense or MoE; random
+// only). The checkpoint is what the published checkpoints hold (config.json
+// keys and tensor names), so transformers reads it as it reads theirs.
 #pragma once
 
 #include <torch/torch.h>
@@ -20,8 +21,10 @@ namespace dflow::model {
 
 struct TinyTargetOptions {
   std::filesystem::path out_dir;
-  // "qwen3" (Qwen3ForCausalLM), "qwen3_moe" (Qwen3MoeForCausalLM) or
-  // "gpt_oss" (GptOssForCausalLM); see tiny_target_architectures().
+  // "qwen3" (Qwen3ForCausalLM), "qwen3_moe" (Qwen3MoeForCausalLM),
+  // "gpt_oss" (GptOssForCausalLM), "qwen3_5" (Qwen3_5ForConditionalGeneration)
+  // or "qwen3_5_moe" (Qwen3_5MoeForConditionalGeneration); see
+  // tiny_target_architectures().
   std::string arch = "qwen3";
   int64_t num_layers = 4;
   int64_t hidden_size = 64;
@@ -46,6 +49,7 @@ struct TinyTargetOptions {
   torch::Device generate_on = torch::kCPU;
   uint64_t seed = 0;
   // "random": peaked but patternless continuations (tests of the model code).
+  // (qwen3_5 and qwen3_5_moe: random only.)
   // "echo": a low-entropy, learnable target for the demo: one attention head
   // of layer 0 looks back exactly `echo_lag` - 1 positions, so the greedy
   // continuation is token[t] = perm(token[t - echo_lag]) for a fixed
@@ -55,11 +59,12 @@ struct TinyTargetOptions {
   std::string pattern = "random";
   int64_t echo_lag = 16;
 
-  // Routed experts (qwen3_moe, gpt_oss). The echo pattern keeps their output
-  // small (as it keeps the dense MLP's), so the echo survives routing.
+  // Routed experts (qwen3_moe, gpt_oss, qwen3_5_moe). The echo pattern keeps
+  // their output small (as it keeps the dense MLP's), so the echo survives routing.
   int64_t num_experts = 8;           // qwen3_moe num_experts, gpt_oss num_local_experts
   int64_t experts_per_token = 2;     // num_experts_per_tok (gpt_oss also experts_per_token)
-  int64_t moe_intermediate_size = 64;  // qwen3_moe's experts (gpt_oss's use intermediate_size)
+  int64_t moe_intermediate_size = 64;  // qwen3_moe's and qwen3_5_moe's experts (gpt_oss's use intermediate_size)
+  int64_t shared_expert_intermediate_size = 64;  // qwen3_5_moe: the sigmoid-gated shared expert beside them
   bool norm_topk_prob = true;        // qwen3_moe
   // qwen3_moe: layer i has experts when (i + 1) % decoder_sparse_step == 0
   // and i is not in mlp_only_layers; the others the dense MLP.
@@ -78,9 +83,28 @@ struct TinyTargetOptions {
   // block scaled so its largest value fits 6 and rounded to the nearest
   // FP4 value. Needs hidden_size and intermediate_size multiples of 32.
   bool mxfp4 = false;
+
+  // qwen3_5, qwen3_5_moe: each layer's kind in layer_types,
+  // "linear_attention" (Gated DeltaNet) or "full_attention" (attention with
+  // an output gate and partial rotary); empty: every
+  // full_attention_interval-th layer full, the others linear, as the
+  // published models (transformers' default, 4). config.json lists them.
+  std::vector<std::string> layer_types;
+  int64_t full_attention_interval = 4;
+  // Gated DeltaNet: q and k heads, v heads (a multiple of them: each key
+  // head serves a group), their widths, and the causal depthwise conv's
+  // kernel over q, k and v.
+  int64_t linear_num_key_heads = 2;
+  int64_t linear_num_value_heads = 4;
+  int64_t linear_key_head_dim = 16;
+  int64_t linear_value_head_dim = 16;
+  int64_t linear_conv_kernel = 4;
+  // The full-attention layers rotate int(head_dim x this) dims of each head.
+  double partial_rotary_factor = 0.25;
 };
 
-// The architectures make_tiny_target writes: qwen3, qwen3_moe, gpt_oss.
+// The architectures make_tiny_target writes: qwen3, qwen3_moe, gpt_oss,
+// qwen3_5, qwen3_5_moe.
 const std::vector<std::string>& tiny_target_architectures();
 
 // Writes out_dir/config.json and out_dir/model.safetensors (or shards and an
@@ -102,7 +126,12 @@ HFConfig make_tiny_target(const TinyTargetOptions& options);
 // (<|im_end|>); and "gpt-oss-20b" (24 layers, hidden 2880, 64/8 heads,
 // head_dim 64, 32 experts top-4 of 2880, sliding window 128, YaRN; vocab
 // 201088, eos 200002 <|return|>, mask 201087, a reserved id; ~42 GB, the
-// experts in bfloat16, not MXFP4). All bfloat16, in shards of at most
+// experts in bfloat16, not MXFP4); and "qwen3.5-35b-a3b" (Qwen3.5-MoE's
+// text model: 40 layers, three Gated DeltaNet layers to one full, hidden
+// 2048, 16/2 heads of 256 rotating a quarter, linear 16 key heads and 32
+// value heads of 128, conv 4, 256 experts top-8 of 512 and a shared expert
+// of 512, untied, rope_theta 1e7; vocab 248320, eos 248044, mask 248319;
+// ~70 GB). All bfloat16, in shards of at most
 // 512 MiB (a larger tensor gets a shard of its own), so even the 1.2 GB of
 // the 0.6B preset goes through the index; drawn and written a tensor at a
 // time. Keeps out_dir, seed, generate_on of `base`; throws naming the

@@ -1,6 +1,7 @@
 // The tiny target's config.json per architecture, written with the keys and
 // values the published checkpoints have (Qwen3-8B, Qwen3-30B-A3B,
-// gpt-oss-20b), and the presets of real shapes.
+// gpt-oss-20b; the Qwen3.5 wrappers' in tiny_target_qwen3_5.cpp), and the
+// presets of real shapes.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -18,10 +19,12 @@ double rope_theta_of(const TinyTargetOptions& o) {
   return o.arch == "gpt_oss" ? 150000.0 : 10000.0;
 }
 
-bool has_experts(const TinyTargetOptions& o) { return o.arch == "qwen3_moe" || o.arch == "gpt_oss"; }
+bool has_experts(const TinyTargetOptions& o) {
+  return o.arch == "qwen3_moe" || o.arch == "gpt_oss" || o.arch == "qwen3_5_moe";
+}
 
 bool sparse_layer(const TinyTargetOptions& o, int64_t layer) {
-  if (o.arch == "gpt_oss") return true;
+  if (o.arch == "gpt_oss" || o.arch == "qwen3_5_moe") return true;
   if (o.arch != "qwen3_moe") return false;
   const bool dense_by_list = std::find(o.mlp_only_layers.begin(), o.mlp_only_layers.end(), layer) != o.mlp_only_layers.end();
   return !dense_by_list && o.num_experts > 0 && (layer + 1) % o.decoder_sparse_step == 0;
@@ -66,6 +69,7 @@ nlohmann::json layer_types(const TinyTargetOptions& o) {
 }  // namespace
 
 nlohmann::json config_json(const TinyTargetOptions& o) {
+  if (qwen3_5_arch(o)) return qwen3_5_config_json(o);
   const int64_t mask_token_id = o.mask_token_id >= 0 ? o.mask_token_id : o.vocab_size - 1;
   const int64_t eos_token_id = o.eos_token_id >= 0 ? o.eos_token_id : o.vocab_size - 2;
   const char* dtype = o.dtype == torch::kBFloat16 ? "bfloat16" : "float32";
@@ -147,7 +151,8 @@ nlohmann::json config_json(const TinyTargetOptions& o) {
 void check_options(const TinyTargetOptions& o) {
   const auto& arches = tiny_target_architectures();
   if (std::find(arches.begin(), arches.end(), o.arch) == arches.end())
-    throw std::invalid_argument("make_tiny_target: arch '" + o.arch + "' is not one of: qwen3, qwen3_moe, gpt_oss");
+    throw std::invalid_argument("make_tiny_target: arch '" + o.arch +
+                                "' is not one of: qwen3, qwen3_moe, gpt_oss, qwen3_5, qwen3_5_moe");
   if (o.num_heads <= 0 || o.num_kv_heads <= 0 || (o.head_dim <= 0 && o.hidden_size % o.num_heads != 0) ||
       o.num_heads % o.num_kv_heads != 0 || o.vocab_size < 4 || o.num_layers < 1) {
     throw std::invalid_argument("make_tiny_target: need hidden_size % num_heads == 0 (or a head_dim), "
@@ -157,6 +162,10 @@ void check_options(const TinyTargetOptions& o) {
     throw std::invalid_argument("make_tiny_target: dtype must be float32 or bfloat16");
   if (o.pattern != "random" && o.pattern != "echo")
     throw std::invalid_argument("make_tiny_target: pattern '" + o.pattern + "' is not one of: random, echo");
+  if (qwen3_5_arch(o)) check_qwen3_5_options(o);
+  else if (!o.layer_types.empty())
+    throw std::invalid_argument("make_tiny_target: layer_types are qwen3_5's and qwen3_5_moe's (" + o.arch +
+                                " writes its own)");
   if (o.pattern == "echo" && (o.tie_word_embeddings || o.dtype != torch::kFloat32 || o.head_dim > 0))
     throw std::invalid_argument("make_tiny_target: the echo pattern is float32, untied, head_dim hidden/heads");
   if (has_experts(o) && (o.num_experts < 1 || o.experts_per_token < 1 || o.experts_per_token > o.num_experts))
@@ -179,7 +188,7 @@ void check_options(const TinyTargetOptions& o) {
 }  // namespace tiny
 
 const std::vector<std::string>& tiny_target_architectures() {
-  static const std::vector<std::string> names{"qwen3", "qwen3_moe", "gpt_oss"};
+  static const std::vector<std::string> names{"qwen3", "qwen3_moe", "gpt_oss", "qwen3_5", "qwen3_5_moe"};
   return names;
 }
 
@@ -188,7 +197,8 @@ HFConfig tiny_target_config(const TinyTargetOptions& o) {
 }
 
 const std::vector<std::string>& target_presets() {
-  static const std::vector<std::string> names{"qwen3-0.6b", "qwen3-8b", "qwen3-30b-a3b", "gpt-oss-20b"};
+  static const std::vector<std::string> names{"qwen3-0.6b", "qwen3-8b", "qwen3-30b-a3b", "gpt-oss-20b",
+                                              "qwen3.5-35b-a3b"};
   return names;
 }
 
@@ -245,6 +255,29 @@ TinyTargetOptions preset_target_options(const std::string& preset, TinyTargetOpt
     o.rope_theta = 150000.0;
     o.eos_token_id = 200002;
     o.mask_token_id = 201087;
+    o.tie_word_embeddings = false;
+  } else if (preset == "qwen3.5-35b-a3b") {  // its text_config (make_wrapper_head.py writes the same)
+    o.arch = "qwen3_5_moe";
+    o.num_layers = 40;  // layer_types: three linear_attention, then full_attention, from full_attention_interval 4
+    o.hidden_size = 2048;
+    o.num_heads = 16;
+    o.num_kv_heads = 2;
+    o.head_dim = 256;
+    o.partial_rotary_factor = 0.25;
+    o.linear_num_key_heads = 16;
+    o.linear_num_value_heads = 32;
+    o.linear_key_head_dim = 128;
+    o.linear_value_head_dim = 128;
+    o.linear_conv_kernel = 4;
+    o.num_experts = 256;
+    o.experts_per_token = 8;
+    o.moe_intermediate_size = 512;
+    o.shared_expert_intermediate_size = 512;
+    o.vocab_size = 248320;
+    o.max_position_embeddings = 262144;
+    o.rope_theta = 1e7;
+    o.eos_token_id = 248044;
+    o.mask_token_id = 248319;  // the last row, past the tokenizer's ids
     o.tie_word_embeddings = false;
   } else {
     std::string known;

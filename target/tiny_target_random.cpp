@@ -28,7 +28,9 @@ void add_mlp(const TinyTargetOptions& o, int64_t layer, const std::string& prefi
     add(prefix + "mlp.down_proj.weight", output_normal({hidden, inner}, output_scale * fan_in(inner)));
     return;
   }
-  if (o.arch == "qwen3_moe") {  // Qwen3MoeSparseMoeBlock as published: one module per expert
+  // Qwen3MoeSparseMoeBlock as published, and Qwen3.5-MoE's as save_pretrained
+  // writes it: one module per expert.
+  if (o.arch == "qwen3_moe" || o.arch == "qwen3_5_moe") {
     const int64_t inner = o.moe_intermediate_size;
     add(prefix + "mlp.gate.weight", normal({o.num_experts, hidden}, fan_in_hidden));
     for (int64_t e = 0; e < o.num_experts; ++e) {
@@ -36,6 +38,13 @@ void add_mlp(const TinyTargetOptions& o, int64_t layer, const std::string& prefi
       add(expert + "gate_proj.weight", normal({inner, hidden}, fan_in_hidden));
       add(expert + "up_proj.weight", normal({inner, hidden}, fan_in_hidden));
       add(expert + "down_proj.weight", output_normal({hidden, inner}, output_scale * fan_in(inner)));
+    }
+    if (o.arch == "qwen3_5_moe") {  // beside the routed ones: a shared expert, gated by sigmoid(x . w)
+      const int64_t shared = o.shared_expert_intermediate_size;
+      add(prefix + "mlp.shared_expert.gate_proj.weight", normal({shared, hidden}, fan_in_hidden));
+      add(prefix + "mlp.shared_expert.up_proj.weight", normal({shared, hidden}, fan_in_hidden));
+      add(prefix + "mlp.shared_expert.down_proj.weight", output_normal({hidden, shared}, output_scale * fan_in(shared)));
+      add(prefix + "mlp.shared_expert_gate.weight", normal({1, hidden}, fan_in_hidden));
     }
     return;
   }
@@ -84,34 +93,18 @@ std::pair<torch::Tensor, torch::Tensor> mxfp4_quantize(const torch::Tensor& weig
 
 }  // namespace tiny
 
-void random_tiny_weights(const TinyTargetOptions& o, const HFConfig& /*config*/, const TensorSink& sink) {
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(o.seed);
-  if (o.generate_on.is_cuda()) torch::cuda::manual_seed_all(o.seed);
-  const tiny::Normal normal = [&](std::vector<int64_t> shape, double std_dev) {
-    if (o.generate_on.is_cuda()) return torch::empty(shape, torch::dtype(torch::kFloat32).device(o.generate_on)).normal_(0.0, std_dev);
-    return torch::empty(shape, torch::kFloat32).normal_(0.0, std_dev, generator);
-  };
-  const int64_t hidden = o.hidden_size, head_dim = tiny::head_dim_of(o);
-  const double fan_in_hidden = 1.0 / std::sqrt(static_cast<double>(hidden));
+namespace {
 
-  // Unit-variance embeddings and 1/sqrt(fan_in) projections keep every layer
-  // contributing. q/k norm weights of 2 sharpen attention, so the next token
-  // depends on the history and not only on the current token (which alone
-  // locks greedy decoding into short cycles); gpt-oss has no q/k norms, so
-  // its q_proj is twice as large instead. The LM head gives logits of
-  // std ~4 (top-1 probability ~0.5: confident, learnable continuations) and
-  // leans away from each token's own embedding, which the residual stream
-  // carries, so that a token rarely predicts itself.
+// The decoder layers of qwen3, qwen3_moe and gpt_oss. q/k norm weights of 2
+// sharpen attention, so the next token depends on the history and not only
+// on the current token (which alone locks greedy decoding into short
+// cycles); gpt-oss has no q/k norms, so its q_proj is twice as large instead.
+void add_attention_layers(const TinyTargetOptions& o, const tiny::Normal& normal, const tiny::Sink& add) {
   constexpr double kQKNormWeight = 2.0;
-  constexpr double kLogitStd = 4.0;
-  constexpr double kSelfRepeatPenalty = 0.5;
   constexpr double kAttentionBiasStd = 0.02;
   const bool gpt_oss = o.arch == "gpt_oss";
-  const tiny::Sink add = [&](std::string name, const torch::Tensor& value) {  // MXFP4's uint8 stays uint8
-    sink(std::move(name), value.is_floating_point() ? value.to(torch::kCPU, o.dtype) : value.to(torch::kCPU));
-  };
-  const torch::Tensor embedding = normal({o.vocab_size, hidden}, 1.0);
-  add("model.embed_tokens.weight", embedding);
+  const int64_t hidden = o.hidden_size, head_dim = tiny::head_dim_of(o);
+  const double fan_in_hidden = 1.0 / std::sqrt(static_cast<double>(hidden));
   for (int64_t i = 0; i < o.num_layers; ++i) {
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
     const double q_std = gpt_oss ? kQKNormWeight * fan_in_hidden : fan_in_hidden;
@@ -133,7 +126,43 @@ void random_tiny_weights(const TinyTargetOptions& o, const HFConfig& /*config*/,
     add(prefix + "post_attention_layernorm.weight", torch::ones({hidden}));
     tiny::add_mlp(o, i, prefix, normal, normal, 1.0, add);
   }
-  add("model.norm.weight", torch::ones({hidden}));
+}
+
+}  // namespace
+
+void random_tiny_weights(const TinyTargetOptions& o, const HFConfig& /*config*/, const TensorSink& sink) {
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+  if (o.generate_on.is_cuda()) torch::cuda::manual_seed_all(o.seed);
+  const tiny::Normal normal = [&](std::vector<int64_t> shape, double std_dev) {
+    if (o.generate_on.is_cuda()) return torch::empty(shape, torch::dtype(torch::kFloat32).device(o.generate_on)).normal_(0.0, std_dev);
+    return torch::empty(shape, torch::kFloat32).normal_(0.0, std_dev, generator);
+  };
+  const tiny::Uniform uniform = [&](std::vector<int64_t> shape, double low, double high) {
+    if (o.generate_on.is_cuda()) return torch::empty(shape, torch::dtype(torch::kFloat32).device(o.generate_on)).uniform_(low, high);
+    return torch::empty(shape, torch::kFloat32).uniform_(low, high, generator);
+  };
+  const int64_t hidden = o.hidden_size;
+  const double fan_in_hidden = 1.0 / std::sqrt(static_cast<double>(hidden));
+
+  // Unit-variance embeddings and 1/sqrt(fan_in) projections keep every layer
+  // contributing (add_attention_layers, tiny::add_qwen3_5_layers). The LM
+  // head gives logits of std ~4 (top-1 probability ~0.5: confident,
+  // learnable continuations) and leans away from each token's own
+  // embedding, which the residual stream carries, so that a token rarely
+  // predicts itself.
+  constexpr double kLogitStd = 4.0;
+  constexpr double kSelfRepeatPenalty = 0.5;
+  const tiny::Sink add = [&](std::string name, const torch::Tensor& value) {  // MXFP4's uint8 stays uint8
+    sink(std::move(name), value.is_floating_point() ? value.to(torch::kCPU, o.dtype) : value.to(torch::kCPU));
+  };
+  // Qwen3.5's wrappers keep the text model under model.language_model.
+  const bool qwen3_5 = tiny::qwen3_5_arch(o);
+  const std::string model = qwen3_5 ? "model.language_model." : "model.";
+  const torch::Tensor embedding = normal({o.vocab_size, hidden}, 1.0);
+  add(model + "embed_tokens.weight", embedding);
+  if (qwen3_5) tiny::add_qwen3_5_layers(o, model, normal, uniform, add);
+  else add_attention_layers(o, normal, add);
+  add(model + "norm.weight", qwen3_5 ? torch::zeros({hidden}) : torch::ones({hidden}));  // Qwen3.5's: 1 + weight
   if (o.tie_word_embeddings) return;  // the embedding is the head (its logits are not peaked; fine for shapes)
   // (head - penalty * embedding / rms(embedding)) * logit scale, in place:
   // at 8B shapes each [V, H] float32 temporary is 2.5 GB.

@@ -90,35 +90,69 @@ void add_prepare_command(CLI::App& app, Action& action) {
 
 void add_make_tiny_target_command(CLI::App& app, Action& action) {
   auto* sub = app.add_subcommand("make-tiny-target",
-                                 "write a target model in Hugging Face layout (Qwen3, Qwen3-MoE or gpt-oss): tiny "
-                                 "(tests, demo) or, with --preset, random weights in a real model's shapes");
+                                 "write a target model in Hugging Face layout (Qwen3, Qwen3-MoE, gpt-oss, or the "
+                                 "text model of a Qwen3.5/3.6 wrapper, dense or MoE): tiny (tests, demo) or, with "
+                                 "--preset, random weights in a real model's shapes");
   static model::TinyTargetOptions options;
   static std::string preset, dtype = "float32";
   static int64_t max_shard_mib = 0;
   sub->add_option("--out", options.out_dir, "output directory")->required();
   auto* preset_option =
       sub->add_option("--preset", preset,
-                      "qwen3-0.6b | qwen3-8b | qwen3-30b-a3b | gpt-oss-20b: the real shapes and vocabulary, random "
-                      "weights, bfloat16, sharded with model.safetensors.index.json")
+                      "qwen3-0.6b | qwen3-8b | qwen3-30b-a3b | gpt-oss-20b | qwen3.5-35b-a3b: the real shapes and "
+                      "vocabulary (qwen3.5-35b-a3b: its text model), random weights, bfloat16, sharded with "
+                      "model.safetensors.index.json")
           ->check(CLI::IsMember(model::target_presets()));
   for (auto* shape_option :
        {sub->add_option("--arch", options.arch,
-                        "qwen3 (Qwen3ForCausalLM) | qwen3_moe (Qwen3MoeForCausalLM) | gpt_oss (GptOssForCausalLM)")
+                        "qwen3 (Qwen3ForCausalLM) | qwen3_moe (Qwen3MoeForCausalLM) | gpt_oss (GptOssForCausalLM) | "
+                        "qwen3_5 (Qwen3_5ForConditionalGeneration) | qwen3_5_moe (Qwen3_5MoeForConditionalGeneration): "
+                        "the Qwen3.5 wrappers' text model, no vision tower, random pattern only")
             ->check(CLI::IsMember(model::tiny_target_architectures()))
             ->capture_default_str(),
         sub->add_option("--layers", options.num_layers)->capture_default_str(),
         sub->add_option("--hidden-size", options.hidden_size)->capture_default_str(),
         sub->add_option("--heads", options.num_heads)->capture_default_str(),
         sub->add_option("--kv-heads", options.num_kv_heads)->capture_default_str(),
+        sub->add_option("--head-dim", options.head_dim, "each attention head's width (0: hidden size / heads)")
+            ->capture_default_str(),
         sub->add_option("--intermediate-size", options.intermediate_size,
-                        "the dense MLP's width (gpt_oss: its experts')")
+                        "the dense MLP's width (qwen3, qwen3_5; gpt_oss: its experts')")
             ->capture_default_str(),
         sub->add_option("--vocab", options.vocab_size)->capture_default_str(),
-        sub->add_option("--experts", options.num_experts, "qwen3_moe, gpt_oss: routed experts per layer")
+        sub->add_option("--experts", options.num_experts, "qwen3_moe, gpt_oss, qwen3_5_moe: routed experts per layer")
             ->capture_default_str(),
-        sub->add_option("--experts-per-token", options.experts_per_token, "qwen3_moe, gpt_oss: top-k")
+        sub->add_option("--experts-per-token", options.experts_per_token, "qwen3_moe, gpt_oss, qwen3_5_moe: top-k")
             ->capture_default_str(),
-        sub->add_option("--moe-intermediate-size", options.moe_intermediate_size, "qwen3_moe: each expert's width")
+        sub->add_option("--moe-intermediate-size", options.moe_intermediate_size,
+                        "qwen3_moe, qwen3_5_moe: each expert's width")
+            ->capture_default_str(),
+        sub->add_option("--shared-expert-intermediate-size", options.shared_expert_intermediate_size,
+                        "qwen3_5_moe: the width of the shared expert every token runs beside its routed ones")
+            ->capture_default_str(),
+        sub->add_option("--layer-types", options.layer_types,
+                        "qwen3_5, qwen3_5_moe: each layer's kind, linear_attention (Gated DeltaNet) or full_attention, "
+                        "comma-separated, one per layer (default: from --full-attention-interval)")
+            ->delimiter(','),
+        sub->add_option("--full-attention-interval", options.full_attention_interval,
+                        "qwen3_5, qwen3_5_moe: every n-th layer full_attention, the others linear_attention")
+            ->capture_default_str(),
+        sub->add_option("--linear-key-heads", options.linear_num_key_heads,
+                        "qwen3_5, qwen3_5_moe: Gated DeltaNet's q/k heads (linear_num_key_heads)")
+            ->capture_default_str(),
+        sub->add_option("--linear-value-heads", options.linear_num_value_heads,
+                        "qwen3_5, qwen3_5_moe: Gated DeltaNet's v heads, a multiple of its key heads "
+                        "(linear_num_value_heads)")
+            ->capture_default_str(),
+        sub->add_option("--linear-key-head-dim", options.linear_key_head_dim, "qwen3_5, qwen3_5_moe: each q/k head's width")
+            ->capture_default_str(),
+        sub->add_option("--linear-value-head-dim", options.linear_value_head_dim, "qwen3_5, qwen3_5_moe: each v head's width")
+            ->capture_default_str(),
+        sub->add_option("--linear-conv-kernel", options.linear_conv_kernel,
+                        "qwen3_5, qwen3_5_moe: the causal depthwise conv's kernel over q, k, v (linear_conv_kernel_dim)")
+            ->capture_default_str(),
+        sub->add_option("--partial-rotary-factor", options.partial_rotary_factor,
+                        "qwen3_5, qwen3_5_moe: the share of each full-attention head RoPE rotates")
             ->capture_default_str(),
         sub->add_option("--decoder-sparse-step", options.decoder_sparse_step,
                         "qwen3_moe: experts in every n-th layer, the dense MLP in the others")
@@ -140,7 +174,8 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
                "checkpoints hold them");
   sub->add_option("--seed", options.seed)->capture_default_str();
   sub->add_option("--pattern", options.pattern,
-                  "random: patternless continuations; echo: token[t] = perm(token[t - lag]), learnable by a drafter")
+                  "random: patternless continuations; echo: token[t] = perm(token[t - lag]), learnable by a drafter "
+                  "(qwen3, qwen3_moe, gpt_oss)")
       ->check(CLI::IsMember({"random", "echo"}))
       ->capture_default_str()
       ->excludes(preset_option);

@@ -23,6 +23,10 @@
 #      a head-only run at Qwen3.5-35B-A3B's shapes (tools/make_wrapper_head.py);
 #      the qwen3-30b-a3b preset (Qwen3-MoE) made on the GPU and its target
 #      forward (tokens/s, peak GPU memory: bench_gpu throughput);
+#      the qwen3.5-35b-a3b preset's first 4 layers (three Gated DeltaNet, one
+#      gated full attention, every one with 256 experts and a shared expert)
+#      made on the GPU and trained 6 steps with the target in-process
+#      (target_forward in bf16): tokens/s, peak RSS and GPU memory;
 #      the drafter step's compute (bench_drafter_compute, bf16, 512 anchors):
 #      4 sliding + 1 full against 5 full layers at 2k/4k/8k with the FLOP
 #      ratio beside it, grouped against repeated K/V heads, the grad norm in
@@ -525,6 +529,51 @@ elif run preset_moe 300 "$DFLOW" make-tiny-target --preset qwen3-30b-a3b --prese
 else
   fail "make-tiny-target --preset qwen3-30b-a3b" "see preset_moe.log"
 fi
+# Qwen3.5-35B-A3B in-process: the preset's first 4 layers (linear,
+# linear, linear, full: both kinds; every shape else the real one, ~8.8 GB
+# of bf16) drawn on the GPU, then six steps of the recipe whose target node
+# runs it (target_forward, bf16, features of all four layers): tokens/s,
+# the loss, peak RSS and GPU memory.
+qwen35_inprocess_run() {
+  rm -rf "$WORK"/q35-inproc*
+  "$DFLOW" make-tiny-target --preset qwen3.5-35b-a3b --preset-layers 4 --device cuda --out "$WORK/q35-inproc-target" &&
+    "$PY" - "$WORK/q35-inproc.jsonl" <<'PYEOF' &&
+import json, random, sys
+random.seed(0)
+with open(sys.argv[1], "w") as f:
+    for _ in range(48):
+        n = random.randint(1024, 3072); p = n // 4
+        f.write(json.dumps({"input_ids": [random.randrange(248000) for _ in range(n)],
+                            "loss_mask": [0] * p + [1] * (n - p)}) + "\n")
+PYEOF
+    "$DFLOW" prepare "$WORK/q35-inproc.jsonl" --out "$WORK/q35-inproc-data" --max-length 3072 --vocab-size 248320 || return 1
+  echo "preset on disk $(du -sh "$WORK/q35-inproc-target" | cut -f1)"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 200 >"$RESULTS/gpu-mem-q35-inproc.txt" &
+  local sampler=$!
+  /usr/bin/time -f "peak RSS %M KiB" "$DFLOW" train examples/qwen3-8b.yaml --set model.target.path="$WORK/q35-inproc-target" \
+    --set data.train=["$WORK/q35-inproc-data"] --set run.out_dir="$WORK/q35-inproc-run" --set run.max_steps=6 \
+    --set metrics.sinks=[jsonl] --set checkpoint.every_steps=0 --set devices.target=[cuda:0] --set devices.drafter=cuda:0 \
+    --set model.drafter.target_layer_ids=[0,1,2,3] --set model.drafter.mask_token_id=248319 \
+    --set run.log_level=info || { kill $sampler; return 1; }
+  kill $sampler; wait $sampler 2>/dev/null
+  echo "peak GPU memory $(sort -n "$RESULTS/gpu-mem-q35-inproc.txt" | tail -n1) MiB"
+}
+avail_gib=$(df -BG --output=avail "$WORK" | tail -n1 | tr -dc 0-9)
+if [ "${avail_gib:-0}" -lt 12 ]; then
+  fail "qwen3.5-35b-a3b (4 layers) in-process" "${avail_gib:-?} GiB free under $WORK: its 4 layers need ~9 GB and the data"
+elif run qwen35_inprocess 480 qwen35_inprocess_run; then
+  figures=$("$PY" - "$WORK/q35-inproc-run/metrics.jsonl" <<'PYEOF'
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "step"][2:]
+print(f"{sum(r['real_tokens'] for r in steps) / sum(r['time']['step_s'] for r in steps):.0f} tok/s, loss {steps[-1]['loss']:.3f}")
+PYEOF
+)
+  row "qwen3.5-35b-a3b (4 layers) in-process, target_forward bf16" "ok" \
+    "$figures; $(grep -h '^preset on disk\|peak RSS\|peak GPU' "$RESULTS/qwen35_inprocess.log" | tr '\n' ' ')"
+else
+  fail "qwen3.5-35b-a3b (4 layers) in-process" "$(tail -n3 "$RESULTS/qwen35_inprocess.log" 2>/dev/null | tr '\n' ' ' | cut -c1-300)"
+fi
+rm -rf "$WORK"/q35-inproc*
 say "done in $(($(date +%s) - START_S)) s; summary in $SUMMARY"
 cat "$SUMMARY"
 exit $FAILED

@@ -170,6 +170,36 @@ TEST_CASE("Cli.MakeTinyTarget.arch_options_shape_the_experts_and_a_preset_can_be
   fs::remove_all(dir);
 }
 
+TEST_CASE("Cli.MakeTinyTarget.qwen3_5_archs_take_the_linear_attention_options_and_refuse_echo") {
+  const auto dir = testing::fresh_dir("cli-qwen3_5");
+  auto o = run_dflow("make-tiny-target --out " + (dir / "m").string() +
+                     " --arch qwen3_5_moe --layers 3 --layer-types linear_attention,full_attention,linear_attention"
+                     " --linear-key-heads 2 --linear-value-heads 6 --linear-conv-kernel 3 --head-dim 32"
+                     " --partial-rotary-factor 0.5 --experts 4 --shared-expert-intermediate-size 24");
+  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+  CHECK_MESSAGE(o.output.find("Qwen3_5MoeForConditionalGeneration, 3 layers") != std::string::npos, o.output);
+  CHECK_MESSAGE(o.output.find("4 experts (top 2)") != std::string::npos, o.output);
+  const auto config = nlohmann::json::parse(std::ifstream(dir / "m" / "config.json"));
+  const auto& text = config["text_config"];
+  CHECK(text["layer_types"] == nlohmann::json({"linear_attention", "full_attention", "linear_attention"}));
+  CHECK(text["linear_num_value_heads"] == 6);
+  CHECK(text["linear_conv_kernel_dim"] == 3);
+  CHECK(text["head_dim"] == 32);
+  CHECK(text["rope_parameters"]["partial_rotary_factor"] == 0.5);
+  CHECK(text["shared_expert_intermediate_size"] == 24);
+  // The echo pattern's mechanism is an attention head in layer 0: refused, naming why.
+  o = run_dflow("make-tiny-target --out " + (dir / "e").string() + " --arch qwen3_5 --pattern echo");
+  CHECK(o.exit_code != 0);
+  CHECK_MESSAGE(o.output.find("Gated DeltaNet layers") != std::string::npos, o.output);
+  o = run_dflow("make-tiny-target --out " + (dir / "v").string() + " --arch qwen3_5 --linear-value-heads 3");
+  CHECK(o.exit_code != 0);
+  CHECK_MESSAGE(o.output.find("not a multiple of linear key heads 2") != std::string::npos, o.output);
+  // The preset fixes its shapes.
+  CHECK(run_dflow("make-tiny-target --out " + (dir / "x").string() + " --preset qwen3.5-35b-a3b --linear-key-heads 4")
+            .exit_code == 2);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("Cli.MoeTargets.qwen3_moe_every_command_that_takes_a_target_runs_it") {
   every_command_takes_the_target("qwen3_moe");
 }
