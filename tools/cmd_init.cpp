@@ -385,9 +385,13 @@ int run_init(const InitOptions& o, const Common& common) {
                           /*mxfp4_dequantized=*/config.model.target.mxfp4_experts == "dequantize"))
                     : 0;
   nodes::TargetForwardFit target_forward;
-  if (target_beside)
-    target_forward = nodes::largest_target_forward(head, config.data, static_cast<int64_t>(layer_ids.size()),
-                                                   target_element_bytes, o.device == "cuda");
+  if (target_beside) {
+    // The forward returns the feature layers and, for a teacher (kl), the last layer too.
+    std::string teacher;
+    (void)nodes::drafter_kind_choice(config, nodes::default_registry(), &teacher);
+    const auto features = static_cast<int64_t>(layer_ids.size()) + (teacher.empty() ? 0 : 1);
+    target_forward = nodes::largest_target_forward(head, config.data, features, target_element_bytes, o.device == "cuda");
+  }
   const double available = memory.device_bytes - target_bytes - target_forward.bytes;
   const auto dtype = train::parse_dtype(config.model.drafter.dtype);
   model::ObjectiveOptions objective;

@@ -214,6 +214,30 @@ TEST_CASE("Cli.Init.a_recipe_that_does_not_fit_the_device_recomputes_then_takes_
   CHECK(has(tight.output, " for the target's forward of 4 rows x 3072 tokens beside it): fits;"));
 }
 
+// With kl the target's forward also returns its last layer (the teacher's
+// hidden state): one more [tokens, hidden] state than the features, which
+// at hidden 4096 and the recipe's 12,288 tokens a batch is 0.09 GiB in
+// the recipe's bfloat16 (twice that while the states are concatenated).
+TEST_CASE("Cli.Init.a_kl_recipes_target_forward_counts_the_teachers_layer_too") {
+  std::string json = qwen3_config(36);
+  json.replace(json.find("\"hidden_size\": 64"), std::string("\"hidden_size\": 64").size(), "\"hidden_size\": 4096");
+  const auto dir = config_only(testing::fresh_dir("init-teacher"), json);
+  const auto forward_gib = [&](const std::string& loss) {
+    auto o = run_dflow("init " + dir.string() + " --memory-gib 80 --set pipeline.nodes.drafter.params.loss=" + loss);
+    INFO(o.output);
+    REQUIRE(o.exit_code == 0);
+    const std::string key = " (after about ";
+    const auto at = o.output.find(key);
+    REQUIRE(at != std::string::npos);
+    return std::stod(o.output.substr(at + key.size()));
+  };
+  const double ce = forward_gib("ce"), kl = forward_gib("kl");
+  CAPTURE(ce);
+  CAPTURE(kl);
+  CHECK(kl - ce >= 0.08);  // the figures are rounded to 0.01 GiB
+  CHECK(kl - ce <= 0.2);
+}
+
 TEST_CASE("Cli.Init.what_it_cannot_read_is_refused_naming_the_file_and_key") {
   const auto root = testing::fresh_dir("init-refusals");
   fs::create_directories(root / "empty");
