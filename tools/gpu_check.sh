@@ -459,14 +459,10 @@ PYEOF
 else
   fail "make-tiny-target --preset qwen3-8b" "see preset.log"
 fi
-# Qwen3.5-35B-A3B's shapes head-only (hidden 2048, vocabulary 248,320, 40
-# layers): its wrapper's embedding, norm and LM head written at random, random
-# engine files of its width, six steps of the recipe with kl (the target's
-# distribution through its head): tokens/s, peak RSS and GPU memory.
-qwen35_head_run() {
-  rm -rf "$WORK"/q35*
-  "$PY" tools/make_wrapper_head.py --preset qwen3.5-35b-a3b --out "$WORK/q35-target" --device cuda &&
-    "$PY" - "$WORK/q35.jsonl" <<'PYEOF' &&
+# 48 samples of 1024..3072 random token ids below Qwen3.5's vocabulary, the
+# first quarter of each untrained, as JSONL: the Qwen3.5 steps' data.
+q35_samples() {
+  "$PY" - "$1" <<'PYEOF'
 import json, random, sys
 random.seed(0)
 with open(sys.argv[1], "w") as f:
@@ -475,6 +471,15 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"input_ids": [random.randrange(248000) for _ in range(n)],
                             "loss_mask": [0] * p + [1] * (n - p)}) + "\n")
 PYEOF
+}
+# Qwen3.5-35B-A3B's shapes head-only (hidden 2048, vocabulary 248,320, 40
+# layers): its wrapper's embedding, norm and LM head written at random, random
+# engine files of its width, six steps of the recipe with kl (the target's
+# distribution through its head): tokens/s, peak RSS and GPU memory.
+qwen35_head_run() {
+  rm -rf "$WORK"/q35*
+  "$PY" tools/make_wrapper_head.py --preset qwen3.5-35b-a3b --out "$WORK/q35-target" --device cuda &&
+    q35_samples "$WORK/q35.jsonl" &&
     "$PY" tools/write_engine_features.py --target "$WORK/q35-target" --samples "$WORK/q35.jsonl" --out "$WORK/q35-hs" \
       --layer-ids 2 11 20 29 38 --dtype bfloat16 --random-states &&
     "$DFLOW" prepare "$WORK/q35.jsonl" --out "$WORK/q35-data" --max-length 3072 --vocab-size 248320 || return 1
@@ -537,15 +542,7 @@ fi
 qwen35_inprocess_run() {
   rm -rf "$WORK"/q35-inproc*
   "$DFLOW" make-tiny-target --preset qwen3.5-35b-a3b --preset-layers 4 --device cuda --out "$WORK/q35-inproc-target" &&
-    "$PY" - "$WORK/q35-inproc.jsonl" <<'PYEOF' &&
-import json, random, sys
-random.seed(0)
-with open(sys.argv[1], "w") as f:
-    for _ in range(48):
-        n = random.randint(1024, 3072); p = n // 4
-        f.write(json.dumps({"input_ids": [random.randrange(248000) for _ in range(n)],
-                            "loss_mask": [0] * p + [1] * (n - p)}) + "\n")
-PYEOF
+    q35_samples "$WORK/q35-inproc.jsonl" &&
     "$DFLOW" prepare "$WORK/q35-inproc.jsonl" --out "$WORK/q35-inproc-data" --max-length 3072 --vocab-size 248320 || return 1
   echo "preset on disk $(du -sh "$WORK/q35-inproc-target" | cut -f1)"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 200 >"$RESULTS/gpu-mem-q35-inproc.txt" &
