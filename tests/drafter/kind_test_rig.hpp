@@ -3,13 +3,16 @@
 // SpecForge's equations), the backbone's block hidden states and objective
 // over it, and the check that a fresh kind computes what DFlash does (a
 // DFlash drafter whose weights the kind's drafter takes, two blocks to
-// compare them on).
+// compare them on), and the greedy drafting checks (random prompts, lossless
+// decoding, a drafter's context after a prompt, a draft with one tensor
+// zeroed).
 #pragma once
 
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,8 +20,10 @@
 #include "drafter/block_attention.hpp"
 #include "drafter/drafter.hpp"
 #include "drafter/objective.hpp"
+#include "drafter/speculative.hpp"
 #include "target/hf_config.hpp"
 #include "target/layers.hpp"
+#include "target/target.hpp"
 
 namespace dflow::model::testing {
 
@@ -144,6 +149,45 @@ inline TwoBlocks two_blocks(int64_t hidden, int64_t block) {
   b.embeddings = torch::randn({1, 2 * block, hidden});
   b.plan = plan_block_attention(b.anchors, torch::ones({1, 2}, torch::kBool), b.length, block, 0, torch::kCPU);
   return b;
+}
+
+// A prompt of `length` random token ids below 510 (the tiny target's
+// vocabulary less its mask and eos), from the current seed.
+inline std::vector<int64_t> random_prompt(int64_t length) {
+  const torch::Tensor ids = torch::randint(0, 510, {length}, torch::kInt64);
+  return {ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel()};
+}
+
+// Greedy speculative decoding is lossless: `new_tokens` tokens equal to the
+// target's own greedy continuation of `prompt`.
+inline void check_greedy_is_lossless(DFlashDrafterImpl& drafter, const TargetModel& target,
+                                     const std::vector<int64_t>& prompt, int64_t new_tokens = 30) {
+  const SpeculativeResult result = speculative_generate(drafter, target, prompt, new_tokens, {});
+  CHECK(result.tokens == target.generate(prompt, new_tokens, 0.0, 0, {}));
+}
+
+// The drafter's context after the target read `prompt`, as decoding holds it.
+inline DrafterContextCache prefilled_context(DFlashDrafterImpl& drafter, const TargetModel& target,
+                                             const std::vector<int64_t>& prompt) {
+  DrafterContextCache cache;
+  const TargetOutput prefill = target.forward(torch::tensor(prompt, torch::kInt64).unsqueeze(0),
+                                              drafter.spec().target_layer_ids, false);
+  cache.append(drafter, torch::cat(prefill.hidden_states, -1));
+  return cache;
+}
+
+// What `draft` gives with `weight` zeroed (a kind's own term switched off),
+// `weight` restored after.
+inline std::vector<int64_t> drafted_without(torch::Tensor& weight, const std::function<std::vector<int64_t>()>& draft) {
+  const torch::Tensor kept = weight.detach().clone();
+  {
+    torch::NoGradGuard no_grad;
+    weight.zero_();
+  }
+  std::vector<int64_t> drafts = draft();
+  torch::NoGradGuard no_grad;
+  weight.copy_(kept);
+  return drafts;
 }
 
 }  // namespace dflow::model::testing

@@ -118,29 +118,15 @@ TEST_CASE("Model.Dflash2.GreedyDraftingWithTheSelectorEqualsTargetGreedy") {
   torch::manual_seed(12);
   int64_t changed = 0;
   for (int64_t i = 0; i < 4; ++i) {
-    const torch::Tensor ids = torch::randint(0, 510, {3 + 5 * i}, torch::kInt64);
-    const std::vector<int64_t> prompt(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    const std::vector<int64_t> prompt = random_prompt(3 + 5 * i);
     CAPTURE(i);
-    const SpeculativeResult result = speculative_generate(*drafter, target, prompt, 30, {});
-    CHECK(result.tokens == target.generate(prompt, 30, 0.0, 0, {}));
+    check_greedy_is_lossless(*drafter, target, prompt);
     // The selector's drafts differ from the backbone's own argmax (its
     // transition scores zeroed) somewhere.
-    DrafterContextCache cache;
-    const TargetOutput prefill = target.forward(torch::tensor(prompt, torch::kInt64).unsqueeze(0),
-                                                drafter->spec().target_layer_ids, false);
-    cache.append(*drafter, torch::cat(prefill.hidden_states, -1));
-    const std::vector<int64_t> reranked = drafter_generate_block(*drafter, target, cache, prompt.back());
-    torch::Tensor& codebook = candidate_selector(*drafter).predecessor_codebook;
-    const torch::Tensor kept = codebook.detach().clone();
-    {
-      torch::NoGradGuard no_grad;
-      codebook.zero_();
-    }
-    const std::vector<int64_t> unary = drafter_generate_block(*drafter, target, cache, prompt.back());
-    {
-      torch::NoGradGuard no_grad;
-      codebook.copy_(kept);
-    }
+    DrafterContextCache cache = prefilled_context(*drafter, target, prompt);
+    const auto draft = [&] { return drafter_generate_block(*drafter, target, cache, prompt.back()); };
+    const std::vector<int64_t> reranked = draft();
+    const std::vector<int64_t> unary = drafted_without(candidate_selector(*drafter).predecessor_codebook, draft);
     for (size_t k = 0; k < reranked.size(); ++k) changed += reranked[k] != unary[k] ? 1 : 0;
   }
   CHECK(changed > 0);

@@ -331,16 +331,11 @@ TEST_CASE("DSpine.Drafting.the_chained_selection_equals_select_cached_and_greedy
   torch::manual_seed(12);
   int64_t changed = 0;
   for (int64_t i = 0; i < 4; ++i) {
-    const torch::Tensor ids = torch::randint(0, 510, {3 + 5 * i}, torch::kInt64);
-    const std::vector<int64_t> prompt(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    const std::vector<int64_t> prompt = random_prompt(3 + 5 * i);
     CAPTURE(i);
-    const SpeculativeResult result = speculative_generate(*drafter, target, prompt, 30, {});
-    CHECK(result.tokens == target.generate(prompt, 30, 0.0, 0, {}));
+    check_greedy_is_lossless(*drafter, target, prompt);
 
-    DrafterContextCache cache;
-    const TargetOutput prefill =
-        target.forward(torch::tensor(prompt, torch::kInt64).unsqueeze(0), drafter->spec().target_layer_ids, false);
-    cache.append(*drafter, torch::cat(prefill.hidden_states, -1));
+    DrafterContextCache cache = prefilled_context(*drafter, target, prompt);
     const std::vector<int64_t> drafts = drafter_generate_block(*drafter, target, cache, prompt.back());
     // SpecForge's transition_scores over all candidate pairs and select_cached.
     torch::NoGradGuard no_grad;
