@@ -27,7 +27,9 @@
 #include "target/hf_config.hpp"
 #include "target/target_memory.hpp"
 #include "target/tiny_target.hpp"
+#include "nodes/drafter_kind_choice.hpp"
 #include "nodes/drafter_memory_fit.hpp"
+#include "nodes/registry.hpp"
 #include "train/devices.hpp"
 
 namespace {
@@ -83,10 +85,15 @@ int main(int argc, char** argv) {
     options.layer_types = config.model.drafter.layer_types;
     options.sliding_window = config.model.drafter.sliding_window;
     options.intermediate_size = config.model.drafter.intermediate_size;
+    // The drafter node's kind, loss and params, as the run and dflow init read them.
+    std::string teacher;
+    const nodes::DrafterKindChoice choice = nodes::drafter_kind_choice(config, nodes::default_registry(), &teacher);
+    options.kind = choice.kind;
+    options.kind_fields = choice.fields;
     const model::DrafterSpec spec = model::make_drafter_spec(target, options);
     const torch::Dtype dtype = train::parse_dtype(config.model.drafter.dtype);
     const torch::Dtype target_dtype = train::parse_dtype(config.model.target.dtype);
-    const model::ObjectiveOptions objective;  // the default chunk budgets; recompute off
+    const model::ObjectiveOptions& objective = choice.objective;
     const int64_t anchors = config.train.anchors_per_sequence;
 
     const auto target_element = static_cast<int64_t>(c10::elementSize(target_dtype));
@@ -96,7 +103,7 @@ int main(int argc, char** argv) {
     const bool shared = config.devices.target.size() == 1 && config.devices.target.front() == config.devices.drafter &&
                         target_dtype == dtype;
     const model::DrafterMemoryEstimate fixed = model::estimate_drafter_memory(
-        spec, nodes::micro_batch_shape(config.data, config.data.max_length, anchors, dtype, objective, false));
+        spec, nodes::micro_batch_shape(spec, config.data, config.data.max_length, anchors, dtype, objective, false));
     const double resident = target_bytes + fixed.parameter_bytes + (shared ? 0 : fixed.frozen_bytes);
     const double trainable = fixed.parameter_bytes / (2.0 * static_cast<double>(c10::elementSize(dtype)) + 8 +
                                                       (dtype == torch::kFloat32 ? 0 : 4));
@@ -121,7 +128,7 @@ int main(int argc, char** argv) {
                 "total with the resident part |\n| --- | --- | --- | --- | --- | --- | --- |\n");
     for (const int64_t length : nodes::checked_lengths(config.data))
       for (const bool recompute : {false, true}) {
-        const auto shape = nodes::micro_batch_shape(config.data, length, anchors, dtype, objective, recompute);
+        const auto shape = nodes::micro_batch_shape(spec, config.data, length, anchors, dtype, objective, recompute);
         const model::DrafterMemoryEstimate e = model::estimate_drafter_memory(spec, shape);
         const double activations = e.per_anchor_bytes * static_cast<double>(e.anchors);
         std::printf("| %lld x %lld tokens | %lld (%lld a row) | %s | %.1f | %s | %s | %s |\n",
@@ -131,17 +138,24 @@ int main(int argc, char** argv) {
                     gib(e.context_bytes + e.transient_bytes).c_str(),
                     gib(resident + activations + e.context_bytes + e.transient_bytes).c_str());
       }
-    const int64_t features = spec.num_features();
-    const nodes::TargetForwardFit forward =
-        nodes::largest_target_forward(target, config.data, features, target_element, /*cuda=*/true);
+    const int64_t features = spec.num_features() + (teacher.empty() ? 0 : 1);
+    nodes::BesideTheStep beside =
+        nodes::beside_the_step(config, nodes::default_registry(), spec, dtype, !teacher.empty(), /*rank=*/0);
+    beside.target_forward = nodes::largest_target_forward(target, config.data, features, target_element, /*cuda=*/true);
+    const nodes::TargetForwardFit& forward = beside.target_forward;
     std::printf("\nThe target's forward beside the drafter (target/target_memory.hpp, no grad), at its largest "
                 "micro-batch (%lld x %lld tokens, %lld features): %s\n",
                 static_cast<long long>(forward.rows), static_cast<long long>(forward.length),
                 static_cast<long long>(features), gib(forward.bytes).c_str());
+    std::printf("Beside it on the drafter's device: the %lld feature batches the edges into drafter_step can hold, %s; "
+                "eval's drafter, %s; rollback's snapshots, %s\n",
+                static_cast<long long>(beside.queued_batches), gib(beside.queued_bytes).c_str(),
+                gib(beside.eval_drafter_bytes).c_str(), gib(beside.rollback_bytes).c_str());
     for (const double gpu : o.gpus_gib) {
-      const double free = gpu * kGiB - target_bytes - forward.bytes;
-      const nodes::MemoryFit on = nodes::check_memory_fit(spec, config.data, anchors, dtype, objective, free);
-      std::printf("A %.1f GiB GPU (%s free beside the target's weights and forward): the fit check says %s; the largest anchors_per_sequence "
+      const double free = gpu * kGiB - target_bytes - beside.total_bytes();
+      const nodes::MemoryFit on =
+          nodes::check_memory_fit(spec, config.data, anchors, dtype, objective, gpu * kGiB - target_bytes, beside);
+      std::printf("A %.1f GiB GPU (%s free beside the target's weights and forward and what waits beside the step): the fit check says %s; the largest anchors_per_sequence "
                   "that fits: %lld (%lld with recompute)\n",
                   gpu, gib(free).c_str(), on.fits ? "fits" : "does not fit",
                   static_cast<long long>(on.largest_fitting_anchors),

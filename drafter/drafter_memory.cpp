@@ -49,7 +49,7 @@ DrafterMemoryEstimate estimate_drafter_memory(const DrafterSpec& spec, const Dra
   const double masters = shape.dtype == torch::kFloat32 ? 0 : 4;
   // The drafter kind's modules count as the backbone's.
   const DrafterKind& kind = drafter_kind(spec.kind);
-  const double parameters = parameter_count(spec) + static_cast<double>(kind.parameter_count(spec));
+  const double parameters = drafter_parameter_count(spec);
   out.parameter_bytes = parameters * (2 * e + 4 * static_cast<double>(shape.optimizer_floats_per_parameter) + masters);
   out.frozen_bytes = (2 * static_cast<double>(spec.vocab_size) * h + static_cast<double>(kind.frozen_count(spec))) * e;
 
@@ -97,7 +97,13 @@ DrafterMemoryEstimate estimate_drafter_memory(const DrafterSpec& spec, const Dra
   // activations (the SwiGLU's and the hidden state's) while it runs.
   const double kept = shape.recompute_layers ? layers * e * h + largest_layer : all_layers;
   const double backward_set = e * (2 * i + 2 * h);
-  const double kind_slot = f * static_cast<double>(kind.activation_floats_per_slot(spec));
+  // The kind's modules, and what its loss terms keep until backward: each
+  // extra loss call a [P, H] gradient (and [P, r] with a bias), its inputs' activations.
+  const KindLossMemory kind_loss = kind.loss_memory(spec, shape.kind_options);
+  const double kind_slot =
+      f * static_cast<double>(kind.activation_floats_per_slot(spec) + kind_loss.floats_per_slot) +
+      e * static_cast<double>(kind_loss.extra_loss_calls) * h +
+      e * static_cast<double>(kind_loss.biased_loss_calls * kind_loss.bias_rank);
   out.per_anchor_bytes = block * (kept + outside + backward_set + kind_slot);
 
   // Transient: one chunk of logits (the head's product in the compute dtype
@@ -108,8 +114,21 @@ DrafterMemoryEstimate estimate_drafter_memory(const DrafterSpec& spec, const Dra
   const double logits = std::min(static_cast<double>(shape.max_logits_per_chunk),
                                  logit_rows * static_cast<double>(spec.vocab_size)) *
                         (before_copy + f * shape.loss_chunk_buffers);
-  out.transient_bytes = logits + rows * length * 2 * kd * e;
+  // A kind's own chunks of logits (its terms run after the main loss's,
+  // one chunk at a time, in chunks of at most kKindLogitsPerChunk) and the
+  // [V, r] gradients its biased loss calls keep until backward (float32
+  // while they sum, then in the compute dtype).
+  const double kind_logits = std::min(static_cast<double>(kKindLogitsPerChunk),
+                                      logit_rows * static_cast<double>(spec.vocab_size)) *
+                             f * kind_loss.logit_chunk_buffers;
+  const double bias_gradients = static_cast<double>(kind_loss.biased_loss_calls) *
+                                static_cast<double>(spec.vocab_size * kind_loss.bias_rank) * (f + e);
+  out.transient_bytes = std::max(logits, kind_logits) + bias_gradients + rows * length * 2 * kd * e;
   return out;
+}
+
+double drafter_parameter_count(const DrafterSpec& spec) {
+  return parameter_count(spec) + static_cast<double>(drafter_kind(spec.kind).parameter_count(spec));
 }
 
 int64_t largest_anchors_that_fit(const DrafterSpec& spec, DrafterMemoryShape shape, double available_bytes,

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 
 #include "drafter/drafter.hpp"
 
@@ -31,6 +32,9 @@ struct DrafterMemoryShape {
   // (its last hidden state per token, gathered per trained slot).
   double loss_chunk_buffers = 2;
   bool teacher = false;
+  // The kind's params (ObjectiveOptions::kind_options): what its loss terms
+  // hold (DrafterKind::loss_memory) may depend on them.
+  nlohmann::json kind_options = nlohmann::json::object();
 };
 
 struct DrafterMemoryEstimate {
@@ -46,6 +50,9 @@ struct DrafterMemoryEstimate {
 };
 
 DrafterMemoryEstimate estimate_drafter_memory(const DrafterSpec& spec, const DrafterMemoryShape& shape);
+
+// The drafter's trainable parameters, the backbone's and its kind's modules'.
+double drafter_parameter_count(const DrafterSpec& spec);
 
 // The largest anchors_per_sequence (at most `up_to`) whose estimate fits in
 // available_bytes; 0 when not even one anchor does.

@@ -177,6 +177,24 @@ class KindModules {
   virtual bool predicts_acceptance() const { return false; }
 };
 
+// The memory a kind's loss terms hold in one drafter step beyond its
+// activation_floats_per_slot (the memory fit, drafter/drafter_memory.hpp).
+// Each extra call of TrainedSlots::loss keeps the gradients of its inputs
+// until backward: [P, H] in the compute dtype and, with a bias of rank r,
+// [P, r] in the compute dtype and [V, r] in float32 (drafter/chunked_cross_entropy.cpp).
+struct KindLossMemory {
+  int64_t extra_loss_calls = 0;    // calls of TrainedSlots::loss besides the main loss
+  int64_t biased_loss_calls = 0;   // those of them with a bias (LogitsBias) of rank bias_rank
+  int64_t bias_rank = 0;
+  int64_t floats_per_slot = 0;     // float32 activations per trained slot kept for backward by those calls' inputs
+  // Its own chunks of [rows, V] logits (DSpine's refinement, XPress's
+  // argmax; at most kKindLogitsPerChunk logits a chunk): float32 buffers held
+  // at once per chunk, one chunk at a time, after (not beside) the main loss's chunk.
+  double logit_chunk_buffers = 0;
+};
+// The most logits a kind's own chunk computes at once.
+inline constexpr int64_t kKindLogitsPerChunk = int64_t{1} << 25;
+
 // speculators' names for a kind's export (`dflow export --format speculators`).
 struct SpeculatorsNames {
   std::string architecture = "DFlashSpeculator";
@@ -238,6 +256,9 @@ class DrafterKind {
   // compute dtype beside the frozen embedding and head.
   virtual int64_t frozen_count(const DrafterSpec&) const { return 0; }
   virtual int64_t activation_floats_per_slot(const DrafterSpec&) const { return 0; }
+  // What its loss terms hold beyond those activations, with its params
+  // (`options`: read_params's, as ObjectiveOptions::kind_options holds them).
+  virtual KindLossMemory loss_memory(const DrafterSpec&, const nlohmann::json& /*options*/) const { return {}; }
 
   // The record's extra terms, for a drafter of these fields.
   virtual std::vector<RecordTerm> record_terms(const nlohmann::json& /*fields*/) const { return {}; }

@@ -230,6 +230,19 @@ std::string teacher_reason(const DrafterChoice& c) {
   return "";
 }
 
+// The objective the params choose, on the run's (its position weighting's gamma).
+model::ObjectiveOptions objective_of(const DrafterChoice& c, model::ObjectiveOptions base = {}) {
+  if (c.base.objective == "dpace") {
+    base.weighting = model::PositionWeighting::DPace;
+    base.dpace_alpha = c.base.alpha;
+  }
+  base.recompute_layers = c.base.recompute;
+  base.loss = c.loss;
+  base.kl_temperature = c.kl_temperature;
+  base.kind_options = c.kind_params;
+  return base;
+}
+
 std::string objective_resume_text(const DrafterChoice& c) {
   std::string out;
   for (const auto& [name, value] : objective_terms(c)) out += (out.empty() ? "{" : ", ") + name + ": " + value;
@@ -252,16 +265,9 @@ std::map<std::string, std::string> loss_terms(const config::Config& config, cons
 class DrafterStep final : public graph::FunctionBody {
  public:
   DrafterStep(const RunEnvironment& env, std::string name, config::YamlSection& params)
-      : run_(env.run), home_(env.home), name_(std::move(name)), objective_(run_.objective) {
+      : run_(env.run), home_(env.home), name_(std::move(name)) {
     const DrafterChoice chosen = read_drafter_params(params);
-    if (chosen.base.objective == "dpace") {
-      objective_.weighting = model::PositionWeighting::DPace;
-      objective_.dpace_alpha = chosen.base.alpha;
-    }
-    objective_.recompute_layers = chosen.base.recompute;
-    objective_.loss = chosen.loss;
-    objective_.kl_temperature = chosen.kl_temperature;
-    objective_.kind_options = chosen.kind_params;
+    objective_ = objective_of(chosen, run_.objective);
     needs_teacher_because_ = teacher_reason(chosen);
     needs_teacher_ = !needs_teacher_because_.empty();
     log_memory_fit(run_, objective_, name_);
@@ -462,7 +468,7 @@ void register_drafter_step(graph::NodeRegistry& registry) {
   };
   hooks.drafter_kind = [](config::YamlSection& params) {
     const DrafterChoice c = read_drafter_params(params);
-    return DrafterKindChoice{c.base.head, c.kind().spec_fields(c.kind_params)};
+    return DrafterKindChoice{c.base.head, c.kind().spec_fields(c.kind_params), objective_of(c)};
   };
   hooks.teacher = [](config::YamlSection& params) -> std::string {
     return teacher_reason(read_drafter_params(params));

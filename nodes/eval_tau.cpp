@@ -44,10 +44,14 @@ class EvalTau final : public graph::FunctionBody {
         name_(std::move(name)),
         settings_(env.run.prepared_for<PreparedEval>(name_).settings),
         prompts_(env.run.prepared_for<PreparedEval>(name_).prompts) {
-    drafter_ = model::DFlashDrafter(run_.drafter_spec, 0);
-    drafter_->to(run_.drafter_device);
-    drafter_->eval();
-    for (auto& p : drafter_->parameters()) p.set_requires_grad(false);
+    // Only rank 0 evaluates: no other rank holds a copy. It drafts in the
+    // dtype the drafter trains and exports in (the memory fit counts it so).
+    if (run_.options.rank == 0) {
+      drafter_ = model::DFlashDrafter(run_.drafter_spec, 0);
+      drafter_->to(run_.drafter_device, run_.drafter_dtype);
+      drafter_->eval();
+      for (auto& p : drafter_->parameters()) p.set_requires_grad(false);
+    }
     options_.max_new_tokens = settings_.max_new_tokens;
     options_.temperature = settings_.temperature;
     options_.seed = settings_.seed;
@@ -200,6 +204,7 @@ void register_eval_tau(graph::NodeRegistry& registry) {
     return eval_off_because(config, node).empty() ? "decodes held-out prompts with the target in-process" : "";
   };
   hooks.wants_untrained_state = true;  // the baseline every later tau is read against
+  hooks.holds_drafter_copy = true;     // rank 0's, in the drafter's dtype
   // Tau means the same on the same prompts, budget and temperature, against the same target.
   hooks.tau_terms = [](const config::Config& config, config::YamlSection& params) {
     const EvalSettings s = read_eval_settings(config.eval, params);

@@ -18,6 +18,7 @@
 #include "data/batching_policy.hpp"
 #include "graph/registry.hpp"
 #include "drafter/drafter.hpp"
+#include "drafter/objective.hpp"
 #include "nodes/features_cached.hpp"
 #include "train/optimizer.hpp"
 
@@ -38,6 +39,10 @@ enum class CaptureRole {
 struct DrafterKindChoice {
   std::string kind = "dflash";
   nlohmann::json fields = nlohmann::json::object();
+  // What drafter_step trains with (its loss, kind params, recomputation,
+  // position weighting; the run's loss_decay_gamma is not the node's): the
+  // memory fit sizes the step from it, at start and in `dflow init`.
+  model::ObjectiveOptions objective;
 };
 
 struct RunHooks {
@@ -94,6 +99,10 @@ struct RunHooks {
   // A fresh run hands the node the untrained drafter's state (an evaluator's
   // baseline), taken before the first step.
   bool wants_untrained_state = false;
+  // The node keeps its own copy of the drafter (in its dtype) on the
+  // drafter's device, on rank 0 only, while it runs (off_because ""): the
+  // memory fit counts it (nodes/drafter_memory_fit.hpp).
+  bool holds_drafter_copy = false;
   // Why the node has nothing to do in this run ("" when it runs), decided
   // from the config before anything loads: the run then leaves it and its
   // edges out of the graph and says why once, in its log. For a node nothing

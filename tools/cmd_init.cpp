@@ -175,13 +175,6 @@ model::DrafterSpec drafter_of(const config::Config& config, const model::HeadCon
   return model::make_drafter_spec(head, o);
 }
 
-// Whether the drafter node's params ask for recomputation (a --set may).
-bool recomputes(const config::Config& config) {
-  for (const auto& n : config.pipeline.nodes)
-    if (n.type == "drafter_step" && n.params && n.params["recompute"]) return n.params["recompute"].as<bool>();
-  return false;
-}
-
 // Bytes of the safetensors files in `dir` (a multimodal wrapper's include its vision tower).
 double checkpoint_bytes(const fs::path& dir) {
   double bytes = 0;
@@ -384,23 +377,24 @@ int run_init(const InitOptions& o, const Common& common) {
                           head, target_element_bytes, model::checkpoint_stores_lm_head(dir),
                           /*mxfp4_dequantized=*/config.model.target.mxfp4_experts == "dequantize"))
                     : 0;
-  nodes::TargetForwardFit target_forward;
-  if (target_beside) {
-    // The forward returns the feature layers and, for a teacher (kl), the last layer too.
-    std::string teacher;
-    (void)nodes::drafter_kind_choice(config, nodes::default_registry(), &teacher);
-    const auto features = static_cast<int64_t>(layer_ids.size()) + (teacher.empty() ? 0 : 1);
-    target_forward = nodes::largest_target_forward(head, config.data, features, target_element_bytes, o.device == "cuda");
-  }
-  const double available = memory.device_bytes - target_bytes - target_forward.bytes;
   const auto dtype = train::parse_dtype(config.model.drafter.dtype);
-  model::ObjectiveOptions objective;
-  objective.recompute_layers = recomputes(config);
+  // The step as the recipe's drafter node trains it (its loss, its kind's
+  // params and whether the kind reads the teacher), and what the run holds
+  // beside it: the fit the run itself makes at start.
   const auto check = [&] {
-    auto fit = nodes::check_memory_fit(drafter_of(config, head), config.data, config.train.anchors_per_sequence, dtype,
-                                       objective, available);
-    fit.target_forward = target_forward;
-    return fit;
+    std::string teacher;
+    const auto choice = nodes::drafter_kind_choice(config, nodes::default_registry(), &teacher);
+    const model::DrafterSpec spec = drafter_of(config, head);
+    nodes::BesideTheStep beside =
+        nodes::beside_the_step(config, nodes::default_registry(), spec, dtype, !teacher.empty(), /*rank=*/0);
+    if (target_beside) {
+      // The forward returns the feature layers and, for a teacher (kl), the last layer too.
+      const auto features = static_cast<int64_t>(layer_ids.size()) + (teacher.empty() ? 0 : 1);
+      beside.target_forward =
+          nodes::largest_target_forward(head, config.data, features, target_element_bytes, o.device == "cuda");
+    }
+    return nodes::check_memory_fit(spec, config.data, config.train.anchors_per_sequence, dtype, choice.objective,
+                                   memory.device_bytes - target_bytes, beside);
   };
   auto fit = check();
   if (!fit.fits && !user_sets(common.overrides, "pipeline.nodes.drafter.params.recompute")) {
@@ -410,7 +404,6 @@ int run_init(const InitOptions& o, const Common& common) {
       choices.push_back({"train.anchors_per_sequence", std::to_string(fit.largest_fitting_anchors_other),
                          "the most anchors that fit with recomputation"});
     config = resolve(choices, common.overrides);
-    objective.recompute_layers = true;
     fit = check();
   }
 

@@ -211,7 +211,9 @@ TEST_CASE("Cli.Init.a_recipe_that_does_not_fit_the_device_recomputes_then_takes_
   CHECK(!has(tight.output, "anchors_per_sequence: 512\n"));
   // The target's forward runs beside the drafter: its memory is taken first.
   CHECK(has(tight.output, " available on cuda (after about "));
-  CHECK(has(tight.output, " for the target's forward of 4 rows x 3072 tokens beside it): fits;"));
+  CHECK(has(tight.output, " for the target's forward of 4 rows x 3072 tokens, "));
+  CHECK(has(tight.output, " feature batches its input edges can hold"));
+  CHECK(has(tight.output, " beside it): fits;"));
 }
 
 // With kl the target's forward also returns its last layer (the teacher's
@@ -236,6 +238,32 @@ TEST_CASE("Cli.Init.a_kl_recipes_target_forward_counts_the_teachers_layer_too") 
   CAPTURE(kl);
   CHECK(kl - ce >= 0.08);  // the figures are rounded to 0.01 GiB
   CHECK(kl - ce <= 0.2);
+}
+
+// The fit init writes is the one the run makes at start: the step sized
+// with the recipe's own loss (kl holds more per chunk of logits than ce, and
+// the teacher's states) and the feature batches waiting for the drafter on
+// the edges into it.
+TEST_CASE("Cli.Init.the_fit_sizes_the_recipes_own_loss_and_the_batches_waiting_for_the_drafter") {
+  std::string json = qwen3_config(36);
+  json.replace(json.find("\"hidden_size\": 64"), std::string("\"hidden_size\": 64").size(), "\"hidden_size\": 4096");
+  const auto dir = config_only(testing::fresh_dir("init-loss-fit"), json);
+  const auto needs_gib = [&](const std::string& loss) {
+    auto o = run_dflow("init " + dir.string() + " --memory-gib 1000 --set pipeline.nodes.drafter.params.loss=" + loss);
+    INFO(o.output);
+    REQUIRE(o.exit_code == 0);
+    CHECK(has(o.output, " feature batches its input edges can hold"));
+    const std::string key = ") needs about ";
+    const auto at = o.output.find(key);
+    REQUIRE(at != std::string::npos);
+    return std::stod(o.output.substr(at + key.size()));
+  };
+  const double ce = needs_gib("ce"), kl = needs_gib("kl");
+  CAPTURE(ce);
+  CAPTURE(kl);
+  // A 2^25-logit chunk's float32 buffers (128 MiB each) and the teacher's
+  // [12288, 4096] bfloat16 states (96 MiB), at least.
+  CHECK(kl - ce >= 0.2);
 }
 
 TEST_CASE("Cli.Init.what_it_cannot_read_is_refused_naming_the_file_and_key") {
@@ -365,7 +393,8 @@ TEST_CASE("Cli.Init.the_target_beside_the_drafter_counts_its_text_model_not_a_wr
   // Its forward over the largest micro-batch (every bucket's holds 12288 tokens; the
   // linear layers' per-row states make the 24 rows of 512 the largest) runs beside the drafter's step.
   CHECK(has(init.output, " available on cpu (after about "));
-  CHECK(has(init.output, " for the target's forward of 24 rows x 512 tokens beside it): fits"));
+  CHECK(has(init.output, " for the target's forward of 24 rows x 512 tokens, "));
+  CHECK(has(init.output, " beside it): fits"));
   // Not beside it: the drafter on its own device has the whole memory.
   auto apart = run_dflow("init " + dir.string() + " --device cpu --memory-gib 8 --set model.drafter.mask_token_id=299"
                          " --set devices.target=[cuda]");

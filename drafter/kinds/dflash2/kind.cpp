@@ -98,7 +98,7 @@ const KeySetParams<DFlash2Params>& dflash2_params() {
 
 // Rows of logits computed at once for the selector's candidates (as the
 // main loss's chunks: no [rows, vocabulary] matrix for all trained slots).
-constexpr int64_t kMaxLogitsPerChunk = int64_t{1} << 25;
+constexpr int64_t kMaxLogitsPerChunk = kKindLogitsPerChunk;  // as the memory fit counts them
 
 class DFlash2Kind final : public DrafterKind {
  public:
@@ -165,6 +165,12 @@ class DFlash2Kind final : public DrafterKind {
     // context and the scores.
     const int64_t per_conv = 2 * k * groups + 2 * (k + 1) * h;
     return spec.num_layers * 2 * per_conv + top * (h + r) + 3 * r + 2 * top;
+  }
+  // The selector's chunks of logits: the head's product for the top-k and the teacher's for its argmax.
+  KindLossMemory loss_memory(const DrafterSpec&, const nlohmann::json&) const override {
+    KindLossMemory out;
+    out.logit_chunk_buffers = 2;
+    return out;
   }
 
   std::vector<RecordTerm> record_terms(const nlohmann::json&) const override { return {{"selector", ""}}; }

@@ -124,7 +124,7 @@ const KeySetParams<DSpineConfig>& dspine_params() {
 }
 
 // Rows of full-vocabulary logits at once (as the main loss's chunks).
-constexpr int64_t kMaxLogitsPerChunk = int64_t{1} << 25;
+constexpr int64_t kMaxLogitsPerChunk = kKindLogitsPerChunk;  // as the memory fit counts them
 
 class DSpineKind final : public DrafterKind {
  public:
@@ -193,6 +193,14 @@ class DSpineKind final : public DrafterKind {
     // the refinement: its write at the last layer, the candidates' head rows, their scores.
     const int64_t per_layer = 4 * r + 4 * m + 3 * h;
     return spec.num_layers * per_layer + per_layer + k * h + 4 * k;
+  }
+
+  // The refinement's chunks of logits: the head's product and its float32
+  // copy, their log-sum-exp, the teacher's product and its softmax.
+  KindLossMemory loss_memory(const DrafterSpec&, const nlohmann::json&) const override {
+    KindLossMemory out;
+    out.logit_chunk_buffers = 4;
+    return out;
   }
 
   std::vector<RecordTerm> record_terms(const nlohmann::json&) const override {

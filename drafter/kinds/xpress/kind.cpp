@@ -109,7 +109,7 @@ const KeySetParams<XPressParams>& xpress_params() {
 
 // Rows of logits computed at once for the rounds' argmax (as the main
 // loss's chunks: no [slots, vocabulary] matrix for the whole batch).
-constexpr int64_t kMaxLogitsPerChunk = int64_t{1} << 25;
+constexpr int64_t kMaxLogitsPerChunk = kKindLogitsPerChunk;  // as the memory fit counts them
 
 class XPressKind final : public DrafterKind {
  public:
@@ -164,11 +164,30 @@ class XPressKind final : public DrafterKind {
   int64_t activation_floats_per_slot(const DrafterSpec& spec) const override {
     const XPressShape s = xpress_shape(spec.kind_fields);
     const int64_t r = s.xpress_rank, m = r * s.xpress_mlp_ratio;
-    // The shared hidden cache, then per pass (the teacher-forced one and
-    // the default 3 rounds): the embedding, the fused input, the mixed and
-    // residual features, the MLP's gate, activation, up and product, its output.
-    constexpr int64_t kPasses = 1 + 3;
-    return 2 * r + kPasses * (7 * r + 4 * m);
+    // The shared hidden cache, then the teacher-forced pass: the embedding,
+    // the fused input, the mixed and residual features, the MLP's gate,
+    // activation, up and product, its output. The consistency rounds are
+    // loss_memory's (their count is a param).
+    return 2 * r + (7 * r + 4 * m);
+  }
+  KindLossMemory loss_memory(const DrafterSpec& spec, const nlohmann::json& options) const override {
+    const XPressShape s = xpress_shape(spec.kind_fields);
+    const int64_t r = s.xpress_rank, m = r * s.xpress_mlp_ratio;
+    const XPressParams defaults;
+    const int64_t passes = options.value("consistency_weight", defaults.consistency_weight) > 0.0
+                               ? options.value("consistency_passes", defaults.consistency_passes)
+                               : 0;
+    KindLossMemory out;
+    // Each consistency round: a pass of the refiner (as the teacher-forced
+    // one) and a loss call with its bias; the base anchor term: one more
+    // call, on the backbone's logits alone.
+    out.floats_per_slot = passes * (7 * r + 4 * m);
+    out.extra_loss_calls = passes + (options.value("base_anchor_weight", defaults.base_anchor_weight) > 0.0 ? 1 : 0);
+    out.biased_loss_calls = passes;
+    out.bias_rank = r;
+    // argmax_rows between rounds: the head's logits, the readout's and their sum.
+    out.logit_chunk_buffers = passes > 1 ? 3 : 0;
+    return out;
   }
 
   std::vector<RecordTerm> record_terms(const nlohmann::json&) const override {
