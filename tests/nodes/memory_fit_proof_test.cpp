@@ -35,7 +35,7 @@ namespace {
 // where these rows are prompts of up to 32 tokens and responses of up to
 // 80, anchored on responses only) and every tensor an op could keep (the
 // frozen head counted as the drafter's own copy, where the CPU run reads the
-// target's in place). Measured over the cases below: 1.35 (DSpark, kl, the
+// target's in place). Measured over the cases below: 1.30 (DSpark, kl, the
 // target in-process) to 2.74 (DSpine), the MESSAGE at the end.
 constexpr double kOverCount = 3.5;
 
