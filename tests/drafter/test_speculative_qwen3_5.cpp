@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "drafter/speculative.hpp"
+#include "target/hf_reference_fixtures.hpp"
 #include "target/model_fixtures.hpp"
 #include "test_paths.hpp"
 #include "tools/run_command.hpp"
@@ -17,13 +18,7 @@ namespace fs = std::filesystem;
 TEST_CASE("Model.Speculative.Qwen3_5Reference.GreedyEqualsTargetGreedyThroughTheStatesRollback") {
   static ScratchDir dir("spec-qwen3_5");
   const std::string name = "qwen3_5-dense-untied";
-  if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
-  const auto o = ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
-                                                   "/tests/target/hf_qwen3_5_reference.py " + dir.path().string() +
-                                                   " " + name,
-                                               600);
-  INFO(o.output);
-  REQUIRE(o.exit_code == 0);
+  dflow::model::testing::write_with_python("hf_qwen3_5_reference.py", dir.path(), name);
 
   torch::set_num_threads(1);
   const TargetModel target = TargetModel::load(dir.path() / name);

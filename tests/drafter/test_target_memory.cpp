@@ -29,13 +29,8 @@ namespace {
 const fs::path& qwen3_5_checkpoints() {
   static ScratchDir dir("target-memory-qwen3_5");
   static const bool written = [] {
-    const auto o = ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
-                                                     "/tests/target/hf_qwen3_5_reference.py " + dir.path().string() +
-                                                     " --checkpoints-only qwen3_5-dense-untied qwen3_5-moe-untied"
-                                                     " qwen3_5-moe-tied-alternating",
-                                                 600);
-    INFO(o.output);
-    REQUIRE(o.exit_code == 0);
+    write_with_python("hf_qwen3_5_reference.py", dir.path(),
+                      "--checkpoints-only qwen3_5-dense-untied qwen3_5-moe-untied qwen3_5-moe-tied-alternating");
     return true;
   }();
   (void)written;

@@ -2,7 +2,15 @@
 hf_gpt_oss_reference.py): the token rows and prompts, every layer's hidden
 states and the logits as transformers returns them, and its float64 greedy
 decoding, in the names tests/target/hf_reference_fixtures.hpp reads."""
+import os
+
 import torch
+
+# Which kernels the reference runs (the test's output shows it beside dflow's):
+# it inherits the ctest entry's environment, as dflow does.
+print("reference kernels: ATen CPU capability", torch.backends.cpu.get_cpu_capability(),
+      *(["oneDNN ISA at most", os.environ["ONEDNN_MAX_CPU_ISA"]] if "ONEDNN_MAX_CPU_ISA" in os.environ else []),
+      flush=True)
 
 
 def rows_and_prompts(seed, vocab_size):

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -21,15 +22,27 @@
 
 namespace dflow::model::testing {
 
-// Runs tests/target/<script> DIR with the venv's Python; fails the test, with
-// the script's output, when it does not succeed.
-inline void write_with_python(const std::string& script, const std::filesystem::path& dir) {
+// Runs tests/target/<script> DIR [arguments] with the venv's Python; fails
+// the test, with the script's output, when it does not succeed. The
+// reference runs under the same environment as dflow (a ctest entry's
+// ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA), with attention implementations
+// that work under it (eager); the test's output says which kernels each
+// side ran, as the script prints its own ("reference kernels: ...").
+inline void write_with_python(const std::string& script, const std::filesystem::path& dir,
+                              const std::string& arguments = "") {
   if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
-  const auto o = ::dflow::testing::run_command(
-      ::dflow::testing::python() + " " + ::dflow::testing::source_dir() + "/tests/target/" + script + " " + dir.string(),
-      600);
+  const auto o = ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
+                                                   "/tests/target/" + script + " " + dir.string() +
+                                                   (arguments.empty() ? "" : " " + arguments),
+                                               600);
   INFO(o.output);
   REQUIRE(o.exit_code == 0);
+  const std::string key = "reference kernels: ";
+  const auto at = o.output.find(key);
+  const std::string theirs = at == std::string::npos ? "not said" : o.output.substr(at + key.size(), o.output.find('\n', at) - at - key.size());
+  const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+  MESSAGE(script << ": dflow's kernels: ATen CPU capability " << at::get_cpu_capability()
+                 << (isa ? std::string(", oneDNN ISA at most ") + isa : std::string()) << "; the reference's: " << theirs);
 }
 
 inline nlohmann::json reference_json(const std::filesystem::path& checkpoint) {
