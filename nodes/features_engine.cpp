@@ -532,18 +532,7 @@ void register_features_engine(graph::NodeRegistry& registry) {
   RunHooks hooks;
   hooks.prepare = [](const RunContext& run, const config::NodeDecl& node) -> std::any { return prepare_engine(run, node); };
   hooks.resume_signature = [](config::YamlSection& params) {
-    // format: vllm and no file_order (the defaults) are left out, so a run
-    // from before SpecForge's captures or file_order were read keeps its
-    // signature and resumes.
-    const auto p = read_engine_features_params(params);
-    std::string out;
-    for (const auto& k : engine_keys().keys()) {
-      if (k.on_resume != config::OnResume::must_match || (k.name() == "format" && p.format == "vllm") ||
-          (k.name() == "file_order" && p.file_order.empty()))
-        continue;
-      out += (out.empty() ? "{" : ", ") + k.name() + ": " + engine_keys().value_text(k, p);
-    }
-    return out.empty() ? out : out + "}";
+    return resume_text(engine_keys(), read_engine_features_params(params));
   };
   hooks.feature_layers = [](config::YamlSection& params, int64_t target_layers) {
     const auto p = read_engine_features_params(params);
