@@ -36,12 +36,15 @@ class KeySetParams {
   }
 
   // The must_match keys' values in `params` (read's JSON) as YAML text, in
-  // declaration order, those `skip` names left out.
+  // declaration order, those at their defaults (as if left out, as a node's:
+  // nodes/node_params.hpp's resume_terms) and those `skip` names left out.
   std::vector<std::pair<std::string, std::string>> resume_terms(
       const nlohmann::json& params, const std::function<bool(const std::string&)>& skip = {}) const {
+    const nlohmann::json defaults = to_json_(P{});
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& k : keys_.keys()) {
       if (k.on_resume != config::OnResume::must_match || !params.contains(k.name())) continue;
+      if (defaults.contains(k.name()) && defaults[k.name()] == params[k.name()]) continue;
       if (skip && skip(k.name())) continue;
       out.emplace_back(k.name(), value_text(params[k.name()]));
     }

@@ -204,9 +204,9 @@ DrafterChoice read_drafter_params(config::YamlSection& params) {
   return c;
 }
 
-// What a resume must keep: the objective's keys, then (unless the drafter
-// is plain DFlash with cross-entropy, whose signature stays what it always
-// was) the kind, its params, the loss and its temperature.
+// What the loss means (loss_terms): the objective's keys, then (unless the
+// drafter is plain DFlash with cross-entropy) the kind, its params, the loss
+// and its temperature.
 std::vector<std::pair<std::string, std::string>> objective_terms(const DrafterChoice& c) {
   std::vector<std::pair<std::string, std::string>> out;
   const ObjectiveParams& p = c.base;
@@ -243,10 +243,16 @@ model::ObjectiveOptions objective_of(const DrafterChoice& c, model::ObjectiveOpt
   return base;
 }
 
+// What a resume must keep: the objective's, the kind's and the loss's
+// must_match keys, each left out at its default (nodes/node_params.hpp), the
+// temperature only where the loss uses it.
 std::string objective_resume_text(const DrafterChoice& c) {
-  std::string out;
-  for (const auto& [name, value] : objective_terms(c)) out += (out.empty() ? "{" : ", ") + name + ": " + value;
-  return out.empty() ? out : out + "}";
+  auto terms = resume_terms(objective_keys(), c.base);
+  for (auto& term : c.kind().resume_terms(c.kind_params)) terms.push_back(std::move(term));
+  if (!(c.loss == model::LossMix{})) terms.emplace_back("loss", c.loss.text());
+  if (c.loss.uses_temperature())
+    for (auto& term : resume_terms(loss_keys(), LossParams{c.kl_temperature})) terms.push_back(std::move(term));
+  return terms_text(terms);
 }
 
 // What the loss means: the objective's terms (D-PACE's alpha only under

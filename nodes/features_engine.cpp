@@ -126,6 +126,7 @@ struct EngineSource {
   EngineFeaturesParams params;
   std::vector<int64_t> slots;  // hidden_states slot of each drafter feature layer
   int64_t last_slot = -1;      // vllm: the slot of engine id N (before the final norm) when the run needs the teacher
+  int64_t normed_last_slot = -1;  // specforge: the tap of layer N - 1 (after the final norm), when listed
   bool teacher = false;        // the run needs the teacher (specforge: each file's target_last_hidden_states)
   CaptureLayout layout;
   std::vector<int64_t> file_of_sample;  // params.file_order's map by sample id (empty: file i is sample i)
@@ -196,6 +197,11 @@ PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& nod
                       "node '" + node.name + "' (features.engine): engine_layer_ids " + ids_text(p.engine_layer_ids) +
                           " do not hold the drafter's feature layers " + ids_text(run.feature_layer_ids) +
                           " (model.drafter.target_layer_ids, dflow numbering): " + e.what());
+  }
+  if (specforge) {
+    const int64_t n = run.drafter_spec.num_target_layers;
+    const auto at = std::find(p.engine_layer_ids.begin(), p.engine_layer_ids.end(), static_cast<int>(n - 1));
+    if (at != p.engine_layer_ids.end()) source->normed_last_slot = at - p.engine_layer_ids.begin();
   }
   if (run.needs_teacher() && !specforge) {
     const int64_t n = run.drafter_spec.num_target_layers;
@@ -272,8 +278,9 @@ class FeaturesEngine final : public graph::FunctionBody {
                        .pinned_memory(!host_drafter && run_.drafter_device.is_cuda());
     auto features = torch::zeros({batch.input_ids.size(0), batch.input_ids.size(1), layers * hidden}, options);
     // The last layer before the final norm (vllm), in the target's dtype
-    // (the norm runs as the target's would), or after it (specforge), on the
-    // host first.
+    // (the norm runs as the target's would), or after it (specforge: its
+    // target_last_hidden_states, else its tap of layer N - 1), on the host
+    // first.
     const auto& head = *run_.target_head;
     torch::Tensor last;
     if (source_->teacher)
@@ -302,8 +309,9 @@ class FeaturesEngine final : public graph::FunctionBody {
       features[place.row].narrow(0, place.first, place.length).copy_(taps.index_select(1, slots).reshape({place.length, -1}));
       if (last.defined())
         last[place.row].narrow(0, place.first, place.length)
-            .copy_(source_->last_slot >= 0 ? taps.select(1, source_->last_slot)
-                                           : sample.normed_last.narrow(0, 0, place.length));
+            .copy_(source_->last_slot >= 0        ? taps.select(1, source_->last_slot)
+                   : sample.normed_last.defined() ? sample.normed_last.narrow(0, 0, place.length)
+                                                  : taps.select(1, source_->normed_last_slot));
     }
     if (meter_) meter_->on_outside_wait(waited_s);
     if (last.defined()) {
@@ -355,6 +363,44 @@ class FeaturesEngine final : public graph::FunctionBody {
         "lists other samples or another order: check them (or raise params.max_skipped_fraction)"));
   }
 
+  // A SpecForge file with one tap fewer than engine_layer_ids, which end in
+  // the last layer: SGLang's capture takes layer k before layer k + 1, and
+  // there is no layer N to take N - 1 before, so its capture leaves it out.
+  std::string without_last_layer(const CapturedSample& sample) const {
+    const auto& ids = source_->params.engine_layer_ids;
+    const int64_t n = run_.drafter_spec.num_target_layers;
+    const std::vector<int> held(ids.begin(), ids.end() - 1);
+    return "hidden_states holds " + std::to_string(sample.taps.size(1)) + " taps, params.engine_layer_ids lists " +
+           std::to_string(ids.size()) + " " + ids_text(ids) + ", the last of them the target's last layer " +
+           std::to_string(n - 1) + ": SGLang's capture takes layer k before layer k + 1, and the " +
+           std::to_string(n) + "-layer target has no layer " + std::to_string(n) +
+           ", so its files leave layer " + std::to_string(n - 1) + " out and hold " + ids_text(held) +
+           ". List those (and leave " + std::to_string(n - 1) + " out of model.drafter.target_layer_ids), or "
+           "capture the last layer as Hugging Face's hidden_states[" + std::to_string(n) +
+           "] (after the final norm), as SpecForge's Hugging Face target backend did";
+  }
+
+  // "" when the tap of layer N - 1 is the file's target_last_hidden_states
+  // (both the last layer after the final norm, from one forward), else why
+  // it is not read: a tap taken before the norm (an SGLang patched to
+  // capture at its end layer) would be read as the normed layer.
+  std::string last_tap_mismatch(const CapturedSample& sample) const {
+    const int64_t length = std::min(sample.taps.size(0), sample.normed_last.size(0));
+    const auto tap = sample.taps.select(1, source_->normed_last_slot).narrow(0, 0, length).to(torch::kFloat32);
+    const auto normed = sample.normed_last.narrow(0, 0, length).to(torch::kFloat32);
+    // Bounded by the storage dtype's rounding (at most 2^-8 of each value in
+    // bfloat16); before the norm the states differ in scale entirely.
+    const double difference = (tap - normed).norm().item<double>(), size = normed.norm().item<double>();
+    if (difference <= 0.01 * size) return "";
+    const int64_t n = run_.drafter_spec.num_target_layers;
+    return log::str("the tap of the last layer ", n - 1, " differs from target_last_hidden_states by ",
+                    difference / std::max(size, 1e-30), " of its norm: dflow reads SpecForge's id ", n - 1,
+                    " as Hugging Face's hidden_states[", n, "], the last layer after the final norm (which "
+                    "target_last_hidden_states is), and this capture took it otherwise (before the norm, as an "
+                    "SGLang patched to capture at its end layer does); leave ", n - 1,
+                    " out of engine_layer_ids and model.drafter.target_layer_ids, or capture it after the norm");
+  }
+
   void check_layout(const CapturedSample& sample, int64_t sample_id) const {
     const auto& p = source_->params;
     const bool specforge = p.format == "specforge";
@@ -362,6 +408,9 @@ class FeaturesEngine final : public graph::FunctionBody {
     std::string what;
     if (sample.dtype != p.dtype)
       what = "hidden_states is " + sample.dtype + ", params.dtype says " + p.dtype;
+    else if (specforge && sample.taps.size(1) + 1 == static_cast<int64_t>(p.engine_layer_ids.size()) &&
+             p.engine_layer_ids.back() == run_.drafter_spec.num_target_layers - 1)
+      what = without_last_layer(sample);
     else if (sample.taps.size(1) != static_cast<int64_t>(p.engine_layer_ids.size()))
       what = specforge ? "hidden_states holds " + std::to_string(sample.taps.size(1)) + " taps of hidden size " +
                              std::to_string(hidden) + ", params.engine_layer_ids lists " +
@@ -373,13 +422,15 @@ class FeaturesEngine final : public graph::FunctionBody {
     else if (sample.taps.size(2) != hidden)
       what = "hidden size " + std::to_string(sample.taps.size(2)) + ", the target's is " + std::to_string(hidden) +
              " (another target?)";
-    else if (source_->teacher && specforge && !sample.normed_last.defined())
+    else if (source_->teacher && specforge && !sample.normed_last.defined() && source_->normed_last_slot < 0)
       what = "no target_last_hidden_states, and " + run_.teacher_because +
              ", which needs the target's last hidden state: capture with prepare_hidden_states.py --strategy dspark "
              "(its records hold it), or train with a loss that needs no teacher";
     else if (sample.normed_last.defined() && sample.normed_last.size(1) != hidden)
       what = "target_last_hidden_states is " + std::to_string(sample.normed_last.size(1)) +
              " wide, the target's hidden size is " + std::to_string(hidden) + " (another target?)";
+    else if (sample.normed_last.defined() && source_->normed_last_slot >= 0)
+      what = last_tap_mismatch(sample);
     if (!what.empty())
       throw data::DataError("sample " + std::to_string(sample_id) + ": engine features file " + sample.path.string() +
                             ": " + what + " (node '" + name_ + "')");
@@ -438,12 +489,11 @@ EngineFeaturesParams read_engine_features_params(config::YamlSection& params) {
 std::vector<int64_t> specforge_slots_for(const std::vector<int>& specforge_layer_ids,
                                          const std::vector<int64_t>& feature_layer_ids, int64_t target_layers) {
   for (const int id : specforge_layer_ids)
-    if (id < 0 || id > target_layers - 2)
+    if (id < 0 || id > target_layers - 1)
       throw std::invalid_argument(
-          "SpecForge layer id " + std::to_string(id) + " outside [0, " + std::to_string(target_layers - 2) +
+          "SpecForge layer id " + std::to_string(id) + " outside [0, " + std::to_string(target_layers - 1) +
           "] for a " + std::to_string(target_layers) + "-layer target: SpecForge's id k is decoder layer k's output, "
-          "captured before layer k + 1, so the last layer (" + std::to_string(target_layers - 1) +
-          ") is never captured; was the capture made for another target?");
+          "and the target has no layer " + std::to_string(id) + "; was the capture made for another target?");
   std::vector<int64_t> slots;
   for (const int64_t layer : feature_layer_ids) {
     const auto at = std::find(specforge_layer_ids.begin(), specforge_layer_ids.end(), static_cast<int>(layer));
@@ -532,18 +582,7 @@ void register_features_engine(graph::NodeRegistry& registry) {
   RunHooks hooks;
   hooks.prepare = [](const RunContext& run, const config::NodeDecl& node) -> std::any { return prepare_engine(run, node); };
   hooks.resume_signature = [](config::YamlSection& params) {
-    // format: vllm and no file_order (the defaults) are left out, so a run
-    // from before SpecForge's captures or file_order were read keeps its
-    // signature and resumes.
-    const auto p = read_engine_features_params(params);
-    std::string out;
-    for (const auto& k : engine_keys().keys()) {
-      if (k.on_resume != config::OnResume::must_match || (k.name() == "format" && p.format == "vllm") ||
-          (k.name() == "file_order" && p.file_order.empty()))
-        continue;
-      out += (out.empty() ? "{" : ", ") + k.name() + ": " + engine_keys().value_text(k, p);
-    }
-    return out.empty() ? out : out + "}";
+    return resume_text(engine_keys(), read_engine_features_params(params));
   };
   hooks.feature_layers = [](config::YamlSection& params, int64_t target_layers) {
     const auto p = read_engine_features_params(params);

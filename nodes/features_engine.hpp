@@ -40,10 +40,17 @@ EngineFeaturesParams read_engine_features_params(config::YamlSection& params);
 // dflash_config.target_layer_ids) is the output of decoder layer k: SGLang
 // captures it before layer k + 1 (and Hugging Face's hidden_states[k + 1]
 // is what SpecForge's own drafter reads), so SpecForge's k is dflow's k. The
-// last layer N - 1 is never captured there (no layer N to capture before),
-// and the taps are concatenated in increasing layer order, each once.
-// SpecForge's DSpark captures also hold target_last_hidden_states, the last
-// layer after the final norm: the teacher of a `kl` run, as it is.
+// taps are concatenated in increasing layer order, each once. The last
+// layer N - 1 (SpecForge's qwen3.5-4b-domino.json lists it) is Hugging
+// Face's hidden_states[N], after the final norm, as SpecForge's Hugging Face
+// target backend stored it: dflow's N - 1 as target_forward computes it, read
+// as is. SGLang has no layer N to capture it before: its capture leaves the
+// tap out, and a file with one tap fewer than ids ending in N - 1 is refused
+// saying so. SpecForge's DSpark captures also hold target_last_hidden_states,
+// the last layer after the final norm: the teacher of a `kl` run, as it is;
+// a tap N - 1 must equal it (an SGLang patched to capture at its end layer
+// takes it before the norm, which is refused), and without it the tap N - 1
+// is the teacher.
 std::vector<int64_t> specforge_slots_for(const std::vector<int>& specforge_layer_ids,
                                          const std::vector<int64_t>& feature_layer_ids, int64_t target_layers);
 

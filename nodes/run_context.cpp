@@ -1,6 +1,8 @@
 #include "nodes/run_context.hpp"
 #include "nodes/plan_options.hpp"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 
 #include "config/errors.hpp"
@@ -168,6 +170,48 @@ Batching batching_of(const config::PipelineConfig& pipeline, const graph::NodeRe
   return b;
 }
 
+namespace {
+
+// The params two resume signatures of one node kind ("type {key: value,
+// ...}") differ in: "params.dtype: float32 -> its default" (a key left out is
+// at its default, config::OnResume), "" when the kinds differ or a signature
+// is not such a map.
+std::string differing_params(const std::string& before, const std::string& after) {
+  auto split = [](const std::string& signature, std::string& type, YAML::Node& terms) {
+    const auto space = signature.find(' ');
+    type = signature.substr(0, space);
+    try {
+      terms = space == std::string::npos ? YAML::Node(YAML::NodeType::Map) : YAML::Load(signature.substr(space + 1));
+    } catch (const YAML::Exception&) {
+      return false;
+    }
+    return terms.IsMap();
+  };
+  std::string before_type, after_type;
+  YAML::Node was, is;
+  if (!split(before, before_type, was) || !split(after, after_type, is) || before_type != after_type) return "";
+  auto text = [](const YAML::Node& value) {
+    if (!value) return std::string("its default");
+    YAML::Emitter out;
+    out << YAML::Flow << value;
+    return std::string(out.c_str());
+  };
+  const YAML::Node& from_terms = was;  // const: looking a key up adds none
+  const YAML::Node& to_terms = is;
+  std::vector<std::string> keys;
+  for (const auto& term : to_terms) keys.push_back(term.first.as<std::string>());
+  for (const auto& term : from_terms)
+    if (!to_terms[term.first.as<std::string>()]) keys.push_back(term.first.as<std::string>());
+  std::string out;
+  for (const auto& key : keys) {
+    const std::string from = text(from_terms[key]), to = text(to_terms[key]);
+    if (from != to) out += (out.empty() ? "" : ", ") + ("params." + key + ": " + from + " -> " + to);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::map<std::string, std::string> resume_signatures(const config::PipelineConfig& pipeline,
                                                      const graph::NodeRegistry& kinds) {
   std::map<std::string, std::string> out;
@@ -202,7 +246,10 @@ std::optional<train::LoadedCheckpoint> open_resume_checkpoint(const config::Conf
   for (const auto& [name, signature] : now_nodes) {
     const auto it = saved_nodes.find(name);
     const std::string before = it == saved_nodes.end() ? "(absent)" : it->second;
-    if (before != signature) differences.push_back("pipeline.nodes." + name + ": " + before + " -> " + signature);
+    if (before == signature) continue;
+    const std::string keys = differing_params(before, signature);
+    differences.push_back("pipeline.nodes." + name + ": " + before + " -> " + signature +
+                          (keys.empty() ? "" : " (" + keys + ")"));
   }
   for (const auto& [name, signature] : saved_nodes)
     if (!now_nodes.count(name)) differences.push_back("pipeline.nodes." + name + ": " + signature + " -> (absent)");

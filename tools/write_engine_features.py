@@ -29,6 +29,12 @@ torch.save dict per sample (gzip-compressed, .ckpt.gz, with --compress) of
                         concatenated
   target_last_hidden_states [1, L, H] (--strategy dspark): the last layer's
                         output after the final norm.
+The last layer N-1 is taken as --capture says: sglang (prepare_hidden_states.py's
+SGLang, which captures id k before layer k+1 and so leaves N-1 out: one tap
+fewer), hf (SpecForge's Hugging Face target backend, the Domino configs'
+launchers: hidden_states[k+1] of the forward's output_hidden_states, whose
+entry N is the last layer after the final norm) or sglang-end-layer (an
+SGLang patched to capture at its end layer: before the final norm).
 --batch-size B pads each run of B consecutive samples to the longest with
 token 0 and loss_mask 0 and runs the forward over the padded rows, as
 SpecForge's capture batches do.
@@ -79,6 +85,8 @@ def parse_args():
     p.add_argument("--format", choices=["vllm", "specforge"], default="vllm", help="the capture layout to write")
     p.add_argument("--strategy", choices=["dflash", "dspark"], default="dflash",
                    help="specforge: dspark also stores target_last_hidden_states")
+    p.add_argument("--capture", choices=["sglang", "hf", "sglang-end-layer"], default="sglang",
+                   help="specforge: how the last layer N-1 is captured (left out, after or before the final norm)")
     p.add_argument("--compress", action="store_true", help="specforge: gzip each file (data_<i>.ckpt.gz)")
     p.add_argument("--file-group-size", type=int, default=2000, help="specforge: samples per rows_ folder")
     p.add_argument("--batch-size", type=int, default=1, help="specforge: pad runs of this many samples together")
@@ -224,9 +232,13 @@ def main():
     if specforge:
         # SpecForge's id k is layer k's output: the stream entering layer k + 1,
         # captured in layer order (SGLang's layers_to_capture), each once.
-        if any(k < 0 or k > layers - 2 for k in ids):
-            sys.exit(f"--layer-ids {ids}: SpecForge ids lie in [0, {layers - 2}] for a {layers}-layer target")
+        if any(k < 0 or k > layers - 1 for k in ids):
+            sys.exit(f"--layer-ids {ids}: SpecForge ids lie in [0, {layers - 1}] for a {layers}-layer target")
+        if args.capture == "sglang":
+            ids = [k for k in ids if k < layers - 1]  # SGLang's layer loop never reaches a layer N
         ids = sorted(set(k + 1 for k in ids))
+    elif args.capture != "sglang":
+        sys.exit("--capture is SpecForge's: set --format specforge")
     elif not args.no_last_layer and layers not in ids:
         ids = ids + [layers]
     ids = sorted(set(ids))  # as vLLM keeps the layers it is asked for: tuple(sorted(set(layers)))
@@ -247,9 +259,13 @@ def main():
     pieces = args.pieces if args.pieces > 1 or args.rate <= 0 else 4
     os.makedirs(args.out, exist_ok=True)
 
+    hf_capture = specforge and args.capture == "hf"
+
     def states(tokens):
         with torch.no_grad():
-            model(input_ids=tokens[None])
+            out = model(input_ids=tokens[None], output_hidden_states=hf_capture)
+        if hf_capture:  # SpecForge's HF target backend: hidden_states[k + 1] for its id k
+            return torch.stack([out.hidden_states[k][0] for k in ids], dim=1)
         return capture.stack()
 
     def padded_length(i):

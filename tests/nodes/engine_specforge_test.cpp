@@ -113,11 +113,11 @@ TEST_CASE("EngineFeatures.SpecForge.a_dspark_capture_s_last_hidden_state_is_the_
 }
 
 TEST_CASE("EngineFeatures.SpecForge.layers_the_target_cannot_have_and_another_file_group_size_are_refused") {
-  // The demo target has 4 layers: SpecForge captures ids 0 .. 2 of it.
-  const auto beyond = error_of(from_engine(small_run_config(fresh_dir("specforge-layer3"), kLayers12),
-                                           reference().plain, "format: specforge, engine_layer_ids: [1, 3]"));
+  // The demo target has 4 layers: SpecForge's ids 0 .. 3 of it.
+  const auto beyond = error_of(from_engine(small_run_config(fresh_dir("specforge-layer4"), kLayers12),
+                                           reference().plain, "format: specforge, engine_layer_ids: [1, 4]"));
   CHECK_MESSAGE(beyond.find("params.engine_layer_ids") != std::string::npos, beyond);
-  CHECK_MESSAGE(beyond.find("SpecForge layer id 3 outside [0, 2] for a 4-layer target") != std::string::npos, beyond);
+  CHECK_MESSAGE(beyond.find("SpecForge layer id 4 outside [0, 3] for a 4-layer target") != std::string::npos, beyond);
   const auto other_group = error_of(from_engine(small_run_config(fresh_dir("specforge-group"), kLayers12),
                                                 reference().plain, kParams12 + ", file_group_size: 100"));
   CHECK_MESSAGE(other_group.find("params.file_group_size") != std::string::npos, other_group);
@@ -197,4 +197,54 @@ TEST_CASE("EngineFeatures.SpecForge.a_capture_still_writing_is_read_file_by_file
   CHECK_MESSAGE(waited.find("was not completely written (its zip archive or gzip stream has not ended) within 0.") !=
                     std::string::npos,
                 waited);
+}
+
+// The target's last layer (SpecForge's id N - 1; its qwen3.5-4b-domino.json
+// lists 31 of 32). SpecForge's Hugging Face target backend stored
+// hidden_states[k + 1] for each id k, so its N - 1 is hidden_states[N], the
+// last layer after the final norm: dflow's layer N - 1, read as it is, and
+// the teacher of a kl run where the file has no target_last_hidden_states.
+TEST_CASE("EngineFeatures.SpecForge.a_capture_of_the_last_layer_after_the_norm_trains_as_target_forward_and_is_the_teacher") {
+  const std::vector<std::string> layers13{"run.max_steps=3", "eval.every_steps=0", "model.drafter.target_layer_ids=[1, 3]",
+                                          "model.drafter.num_target_features=2"};
+  const std::string params13 = "format: specforge, engine_layer_ids: [1, 3], dtype: float32";
+  const auto hf = specforge_files("specforge-hf-last", "--layer-ids 1 3 --dtype float32 --batch-size 4 --capture hf");
+  const auto online = fresh_dir("specforge-last-online"), run = fresh_dir("specforge-last-run");
+  nodes::run_training(small_run_config(online, layers13), {});
+  nodes::run_training(from_engine(small_run_config(run, layers13), hf, params13), {});
+  REQUIRE(step_records(run).size() == 3);
+  check_within(step_records(run), step_records(online), 1e-4);
+
+  const auto kl_online = fresh_dir("specforge-last-kl-online"), kl_run = fresh_dir("specforge-last-kl-run");
+  nodes::run_training(with_kl(small_run_config(kl_online, layers13)), {});
+  nodes::run_training(with_kl(from_engine(small_run_config(kl_run, layers13), hf, params13)), {});
+  check_within(step_records(kl_run), step_records(kl_online), 1e-4);
+}
+
+// SGLang (prepare_hidden_states.py) captures id k before layer k + 1, and
+// there is no layer N: its files leave the last layer out, and are refused
+// saying so. One taken before the final norm (an SGLang patched to capture
+// at its end layer) differs from a DSpark capture's
+// target_last_hidden_states and is refused rather than read as the normed
+// layer.
+TEST_CASE("EngineFeatures.SpecForge.a_capture_without_the_last_layer_or_with_it_before_the_norm_is_refused_saying_so") {
+  const std::vector<std::string> layers13{"run.max_steps=1", "eval.every_steps=0", "model.drafter.target_layer_ids=[1, 3]",
+                                          "model.drafter.num_target_features=2"};
+  const std::string params13 = "format: specforge, engine_layer_ids: [1, 3], dtype: float32";
+  const auto sglang = specforge_files("specforge-sglang-last", "--layer-ids 1 3 --dtype float32 --capture sglang");
+  const auto left_out = error_of(from_engine(small_run_config(fresh_dir("specforge-sglang-last-run"), layers13), sglang,
+                                             params13));
+  CHECK_MESSAGE(left_out.find("hidden_states holds 1 taps, params.engine_layer_ids lists 2 [1, 3], the last of them the "
+                              "target's last layer 3") != std::string::npos,
+                left_out);
+  CHECK_MESSAGE(left_out.find("leave layer 3 out and hold [1]") != std::string::npos, left_out);
+  CHECK_MESSAGE(left_out.find((sglang / "rows_0-2000").string()) != std::string::npos, left_out);
+
+  const auto before_norm =
+      specforge_files("specforge-prenorm-last", "--layer-ids 1 3 --dtype float32 --capture sglang-end-layer --strategy dspark");
+  const auto prenorm = error_of(from_engine(small_run_config(fresh_dir("specforge-prenorm-last-run"), layers13),
+                                            before_norm, params13));
+  CHECK_MESSAGE(prenorm.find("the tap of the last layer 3 differs from target_last_hidden_states") != std::string::npos,
+                prenorm);
+  CHECK_MESSAGE(prenorm.find("before the norm") != std::string::npos, prenorm);
 }

@@ -52,11 +52,14 @@ TEST_CASE("Train.Objective.dpace_trains_resumes_exactly_and_is_kept_on_resume") 
   nodes::RunOptions resume;
   resume.resume = "latest";
   CHECK_THROWS_WITH_AS(nodes::run_training(stopped_after(small_run_config(split, short_run), 6), resume),
-                       doctest::Contains("pipeline.nodes.drafter: drafter_step {objective: dpace, alpha: 0.5} -> drafter_step"),
+                       doctest::Contains("pipeline.nodes.drafter: drafter_step {objective: dpace} -> drafter_step "
+                                         "(params.objective: dpace -> its default)"),
                        ConfigError);
   CHECK_THROWS_WITH_AS(
       nodes::run_training(stopped_after(with_objective(small_run_config(split, short_run), "dpace", 0.25), 6), resume),
-      doctest::Contains("alpha: 0.5} -> drafter_step {objective: dpace, alpha: 0.25}"), ConfigError);
+      doctest::Contains("{objective: dpace} -> drafter_step {objective: dpace, alpha: 0.25} "
+                        "(params.alpha: its default -> 0.25)"),
+      ConfigError);
   nodes::run_training(stopped_after(with_objective(small_run_config(split, short_run), "dpace"), 6), resume);
   CHECK(step_records(split) == step_records(dpace_dir));
 }

@@ -115,11 +115,10 @@ class DSparkKind final : public DrafterKind {
   std::vector<config::KeyDoc> params() const override { return dspark_params().params(); }
   nlohmann::json read_params(config::YamlSection& params) const override { return dspark_params().read(params); }
   std::vector<std::pair<std::string, std::string>> resume_terms(const nlohmann::json& p) const override {
+    // Without a confidence head its params mean nothing (and are refused when given).
     const bool confidence = p.value("confidence_head", true);
-    // confidence_detach only when true: the signature of a run from before it stays what it was.
     return dspark_params().resume_terms(p, [&](const std::string& key) {
-      if (key == "confidence_detach") return !confidence || !p.value("confidence_detach", false);
-      return !confidence && (key == "confidence_alpha" || key == "confidence_with_markov");
+      return !confidence && (key == "confidence_alpha" || key == "confidence_with_markov" || key == "confidence_detach");
     });
   }
 
