@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "drafter/learning_rate_scale.hpp"
+
 namespace dflow::train {
 
 AdamWOptions adamw_options(const config::TrainConfig& train) {
@@ -48,11 +50,13 @@ void AdamW::step(double lr) {
     if (!s.param.grad().defined()) continue;
     torch::Tensor weights = s.master.defined() ? s.master : s.param;
     torch::Tensor grad = s.param.grad().to(torch::kFloat32);
-    if (options_.weight_decay > 0) weights.mul_(1.0 - lr * options_.weight_decay);
+    // The drafter kind's factor for this parameter (drafter/learning_rate_scale.hpp).
+    const double slot_lr = lr * model::learning_rate_scale(s.name, s.param);
+    if (options_.weight_decay > 0) weights.mul_(1.0 - slot_lr * options_.weight_decay);
     s.exp_avg.mul_(options_.beta1).add_(grad, 1.0 - options_.beta1);
     s.exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1.0 - options_.beta2);
     torch::Tensor denom = (s.exp_avg_sq / bias2).sqrt_().add_(options_.eps);
-    weights.addcdiv_(s.exp_avg, denom, -lr / bias1);
+    weights.addcdiv_(s.exp_avg, denom, -slot_lr / bias1);
     if (s.master.defined()) s.param.copy_(s.master);
   }
 }

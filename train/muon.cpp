@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "drafter/kind.hpp"
+#include "drafter/learning_rate_scale.hpp"
 
 namespace dflow::train {
 
@@ -87,8 +88,10 @@ void Muon::step(double lr) {
     const torch::Tensor update =
         newton_schulz_orthogonalise(options_.nesterov ? grad.lerp(s.momentum, options_.momentum) : s.momentum, options_);
     const double rows = static_cast<double>(s.param.size(0)), cols = static_cast<double>(s.param.size(1));
-    const double adjusted_lr = muon_lr * std::sqrt(std::max(1.0, rows / cols));
-    weights.mul_(1.0 - muon_lr * options_.weight_decay);
+    // The drafter kind's factor for this parameter (drafter/learning_rate_scale.hpp).
+    const double slot_lr = muon_lr * model::learning_rate_scale(s.name, s.param);
+    const double adjusted_lr = slot_lr * std::sqrt(std::max(1.0, rows / cols));
+    weights.mul_(1.0 - slot_lr * options_.weight_decay);
     weights.add_(update, -adjusted_lr);
     if (s.master.defined()) s.param.copy_(s.master);
   }

@@ -53,3 +53,23 @@ TEST_CASE("DFlash2.Train.a_few_online_steps_give_finite_records_with_the_selecto
   }
   fs::remove_all(dir);
 }
+
+TEST_CASE("DFlash2.Train.learns_the_demo_at_the_demos_lr") {
+  // The demo's target and its lr (2e-2), warmed up over 12 steps as the
+  // demo's schedule is: with its dynamic kernels at the full rate the
+  // residual stream blew up within ten steps and main_loss stayed at
+  // ln(512) = 6.238 (flat draft logits) for good; at lr / hidden size
+  // (drafter/learning_rate_scale.hpp) it learns the echo.
+  const auto dir = fresh_dir("dflash2-learns");
+  const auto config = with_drafter(small_run_config(dir, {"run.max_steps=80", "train.warmup_ratio=0.15", "eval.every_steps=0"}),
+                                   "{head: dflash2}");
+  REQUIRE(config.train.lr == doctest::Approx(2e-2));
+  nodes::run_training(config, {});
+  const auto steps = step_records(dir);
+  REQUIRE(steps.size() == 80);
+  double last = 0;
+  for (size_t i = steps.size() - 5; i < steps.size(); ++i) last += steps[i]["main_loss"].get<double>() / 5.0;
+  INFO("main_loss over the last 5 steps " << last << " (ln 512 = 6.238: flat draft logits)");
+  CHECK(last < 4.0);
+  fs::remove_all(dir);
+}

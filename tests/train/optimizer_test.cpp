@@ -169,3 +169,45 @@ TEST_CASE("Optimizer.GradNormIsOneReductionWithThePerParameterResult") {
   adamw.clip_grad_norm(1.0, adamw.grad_norm());
   CHECK(adamw.grad_norm() == doctest::Approx(1.0).epsilon(1e-2));  // bf16 rounding of one gradient
 }
+
+TEST_CASE("Optimizer.DFlash2KernelProjectionsStepAtLrOverTheHiddenSize") {
+  // DFlash2's dynamic kernels (drafter/kinds/dflash2: learning_rate_scale)
+  // move at lr / hidden size in both optimizers, every other parameter at
+  // lr: Adam's first step moves each weight by lr x its factor (the sign of
+  // its gradient), Muon's by lr x factor x the orthogonalised update.
+  const int64_t hidden = 64;
+  auto fresh = [&] {
+    std::vector<std::pair<std::string, torch::Tensor>> params{
+        {"layers.0.attention_conv.kernel_projection.weight", torch::zeros({16, hidden})},
+        {"layers.0.mlp_conv.kernel_projection.weight", torch::zeros({16, hidden})},
+        {"layers.0.self_attn.q_proj.weight", torch::zeros({16, hidden})},
+        {"layers.0.attention_conv.base_kernel", torch::zeros({2, 2, hidden})}};
+    for (auto& [name, p] : params) {
+      p.set_requires_grad(true);
+      p.mutable_grad() = torch::ones_like(p);
+    }
+    return params;
+  };
+  const double lr = 1e-2;
+  auto moved = [](const torch::Tensor& p) { return p.detach().abs().max().item<double>(); };
+  {
+    auto params = fresh();
+    train::AdamW adamw(params, {});
+    adamw.step(lr);
+    CHECK(moved(params[0].second) == doctest::Approx(lr / hidden).epsilon(1e-4));
+    CHECK(moved(params[1].second) == doctest::Approx(lr / hidden).epsilon(1e-4));
+    CHECK(moved(params[2].second) == doctest::Approx(lr).epsilon(1e-4));
+    CHECK(moved(params[3].second) == doctest::Approx(lr).epsilon(1e-4));
+  }
+  {
+    auto params = fresh();
+    train::MuonOptions muon;
+    muon.weight_decay = 0.0;
+    train::Muon optimizer(params, muon, {}, lr);
+    optimizer.step(lr);
+    // The same orthogonalised update for both matrices (the same gradient).
+    const double projection = moved(params[0].second), query = moved(params[2].second);
+    CHECK(query > 0.0);
+    CHECK(projection == doctest::Approx(query / hidden).epsilon(1e-4));
+  }
+}

@@ -9,6 +9,7 @@
 #include "drafter/kind_params.hpp"
 #include "drafter/kinds/dflash2/dflash2.hpp"
 #include "drafter/kinds/registry.hpp"
+#include "drafter/learning_rate_scale.hpp"
 #include "drafter/rerank_draft.hpp"
 
 namespace dflow::model {
@@ -301,6 +302,22 @@ CandidateSelectorImpl& candidate_selector(DFlashDrafterImpl& drafter) { return *
 GroupedDynamicConvImpl& sublayer_conv(DFlashDrafterImpl& drafter, int64_t layer, bool attention) {
   DFlash2Modules& m = modules_of(drafter);
   return *(attention ? m.attention_convs : m.mlp_convs).at(static_cast<size_t>(layer));
+}
+
+// drafter/learning_rate_scale.hpp: the convolutions' kernel projections
+// step at lr / hidden size. A dynamic kernel is the projection of a whole
+// normed hidden state, so a step that moves every weight by ~lr (Adam's
+// first steps, Muon's) moves the kernel by ~lr x hidden where the inputs
+// agree (every mask slot of a block feeds layer 0 the same one), and the
+// kernel multiplies the sublayer it wraps (the MLP's input: more than
+// linearly there). At the demo's lr 2e-2 that took the kernels from 0 to
+// tens within ten steps and the residual stream to ~1e4 (speculators' own
+// DFlash2DraftModel and trainer too): the final norm then left nothing on
+// the LM head's dims and the draft logits flat. At lr / hidden a kernel
+// moves about as fast as its base kernel (lr a step).
+double learning_rate_scale(const std::string& name, const torch::Tensor& param) {
+  if (name.find("_conv.kernel_projection") == std::string::npos || param.dim() != 2) return 1.0;
+  return 1.0 / static_cast<double>(param.size(1));
 }
 
 std::shared_ptr<const DrafterKind> dflash2_kind() { return std::make_shared<DFlash2Kind>(); }
