@@ -19,8 +19,9 @@ function(dflow_c10d_sources dir)
   set_source_files_properties(${dir}/gloo_backend.cpp PROPERTIES
     INCLUDE_DIRECTORIES "${CMAKE_SOURCE_DIR}/cmake/gloo_decl")
   if(DFLOW_NCCL_INCLUDE_DIR)
+    # A system header, as LibTorch's: its warnings are not dflow's (DFLOW_WERROR).
     set_source_files_properties(${dir}/nccl_backend.cpp PROPERTIES
-      INCLUDE_DIRECTORIES "${DFLOW_NCCL_INCLUDE_DIR}" COMPILE_DEFINITIONS DFLOW_HAVE_NCCL=1)
+      COMPILE_OPTIONS "-isystem;${DFLOW_NCCL_INCLUDE_DIR}" COMPILE_DEFINITIONS DFLOW_HAVE_NCCL=1)
   endif()
 endfunction()
 

@@ -1,7 +1,7 @@
 #pragma once
-// Typed configuration of a dflow run. Every section of ../DESIGN.md has a
-// struct here with its defaults; load_config() reads YAML (or the embedded
-// default), applies --set overrides and validates with file:line:column.
+// Typed configuration of a dflow run (docs/configuration.md "Sections"). Every section has a
+// struct here with its defaults (docs/reference/config.md); load_config() reads YAML (or the
+// embedded default), applies --set overrides and validates with file:line:column.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -39,7 +39,7 @@ std::string short_label(const std::string& key) {
   if (key.rfind(edges, 0) == 0) {
     std::string rest = key.substr(edges.size());
     const auto arrow = rest.find("->");
-    if (arrow != std::string::npos) rest.replace(arrow, 2, "-");
+    if (arrow != std::string::npos) rest.erase(arrow + 1, 1);  // "->" becomes "-"
     return rest;
   }
   return key.substr(key.rfind('.') + 1);
@@ -58,7 +58,7 @@ void refuse_sweep_owned_key(const std::string& key, const std::string& where) {
 SweepAxis parse_vary(const std::string& text) {
   const auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) throw vary_error(text, "expected KEY=v1,v2,... (any key --set takes)");
-  SweepAxis axis{text.substr(0, eq), {}};
+  SweepAxis axis{text.substr(0, eq), {}, {}};
   std::string current;
   int depth = 0;
   char quote = 0;

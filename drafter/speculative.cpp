@@ -50,7 +50,7 @@ torch::Tensor draft_block_hidden(DFlashDrafterImpl& drafter, const TargetModel& 
   BlockAttentionPlan plan = plan_block_attention(anchor, torch::ones({1, 1}, torch::kBool), start, block_size, 0, device);
   if (drafter_kind(spec.kind).causal_blocks(spec.kind_fields)) make_blocks_causal(plan);  // as in training
   if (spec.any_sliding()) add_sliding_window(plan, anchor, spec.sliding_window);
-  drafter.kind_modules().begin_blocks(BlockTokens{block_tokens});
+  drafter.kind_modules().begin_blocks(BlockTokens{block_tokens, {}});  // drafting: no data tokens
   return drafter.forward_with_context_kv(cache.per_layer(), target.embed(block_tokens).to(device), positions, plan);
 }
 

@@ -36,7 +36,7 @@ train::GuardSignal signal_of(const RunContext& run, const StepTotals& s, double 
 
 std::string list_ids(const std::vector<int64_t>& ids, size_t at_most = 12) {
   std::string out;
-  for (size_t i = 0; i < ids.size() && i < at_most; ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size() && i < at_most; ++i) out.append(i ? "," : "").append(std::to_string(ids[i]));
   if (ids.size() > at_most) out += ",... (" + std::to_string(ids.size()) + " in all)";
   return out;
 }

@@ -64,7 +64,7 @@ class Exposition {
 
 std::string labels(std::initializer_list<std::pair<const char*, std::string>> pairs) {
   std::string out = "{";
-  for (const auto& [key, value] : pairs) out += (out.size() > 1 ? "," : "") + std::string(key) + "=\"" + escape_label(value) + "\"";
+  for (const auto& [key, value] : pairs) out.append(out.size() > 1 ? "," : "").append(key).append("=\"").append(escape_label(value)).append("\"");
   return out + "}";
 }
 

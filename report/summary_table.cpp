@@ -49,7 +49,7 @@ std::string summary_table(const nlohmann::json& telemetry) {
   std::vector<Row> nodes{{"node", "calls", "busy s", "busy", "max s", "errors"}};
   for (const auto& n : telemetry.value("nodes", nlohmann::json::array())) {
     std::string name = n.value("name", "");
-    if (n.value("replicas", 1) > 1) name += "[" + std::to_string(n.value("replica", 0)) + "]";
+    if (n.value("replicas", 1) > 1) name.append("[").append(std::to_string(n.value("replica", 0))).append("]");
     const double busy_s = n.value("busy_s", 0.0);
     nodes.push_back({name, std::to_string(n.value("calls", uint64_t{0})), fixed(busy_s, 2), share(busy_s),
                      fixed(n.value("max_s", 0.0), 3), std::to_string(n.value("errors", uint64_t{0}))});

@@ -69,7 +69,8 @@ std::string with_tokenizers_classes(std::string_view pattern) {
       size_t length = 2;
       const std::string_view body = class_of(pattern, i, length);
       if (!body.empty()) {
-        out += in_brackets ? std::string(body) : "[" + std::string(body) + "]";
+        if (in_brackets) out += body;
+        else out.append("[").append(body).append("]");
       } else if (pattern[i + 1] == 'S' && !in_brackets) {
         out += "[^" + std::string(kSpace) + "]";
       } else {

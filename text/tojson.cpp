@@ -27,7 +27,7 @@ std::string python_float(double value) {
   std::string out = negative ? "-" : "";
   if (exponent < -4 || exponent >= 16) {
     out += digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) out.append(".").append(digits, 1);
     return out + fmt::format("e{}{:02d}", exponent < 0 ? '-' : '+', std::abs(exponent));
   }
   if (exponent < 0) return out + "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;

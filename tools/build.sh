@@ -34,6 +34,23 @@ case "$SANITIZE" in
     san_flags="-fsanitize=thread" ;;
   *) echo "[build] error: --sanitize takes 'address,undefined' or 'thread', not '$SANITIZE'" >&2; exit 2 ;;
 esac
+# Warnings fail the build (DFLOW_WERROR) with GCC 12, the compiler of
+# tools/setup.sh's Debian 12, whose plain build prints none: a new warning
+# fails CI. Other compilers (and the sanitizer builds, whose instrumentation
+# brings its own diagnostics) warn without failing. DFLOW_WERROR=ON or OFF
+# chooses; a build directory configured otherwise is reconfigured (its next
+# build recompiles everything: the flag is part of each compile's command).
+if [ -n "${DFLOW_WERROR:-}" ]; then
+  werror="$DFLOW_WERROR"
+elif [ -z "$SANITIZE" ] && [ "$(printf '__GNUC__ __clang__\n' | "${CXX:-c++}" -E -P -x c++ - 2>/dev/null)" = "12 __clang__" ]; then
+  werror=ON  # GCC 12 (clang defines __GNUC__ as 4, and __clang__)
+else
+  werror=OFF
+fi
+case "$werror" in
+  ON|OFF) ;;
+  *) echo "[build] error: DFLOW_WERROR is ON or OFF, not '$werror'" >&2; exit 2 ;;
+esac
 # ccache keyed on paths relative to the checkout: a fresh clone elsewhere
 # (as CI makes) reuses what earlier builds compiled. The sloppiness lets
 # ccache cache the precompiled <torch/torch.h> and every file built on it
@@ -58,6 +75,9 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
            -DCMAKE_EXE_LINKER_FLAGS_SANITIZE="$san_flags" -DCMAKE_SHARED_LINKER_FLAGS_SANITIZE="$san_flags"
            -DDFLOW_SANITIZE="$SANITIZE")
   fi
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=$build_type -DCMAKE_PREFIX_PATH="$prefix" "${extra[@]}" >/dev/null
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=$build_type -DCMAKE_PREFIX_PATH="$prefix" \
+    -DDFLOW_WERROR=$werror "${extra[@]}" >/dev/null
+elif ! grep -qx "DFLOW_WERROR:BOOL=$werror" "$BUILD_DIR/CMakeCache.txt"; then
+  cmake -S . -B "$BUILD_DIR" -DDFLOW_WERROR=$werror >/dev/null
 fi
 cmake --build "$BUILD_DIR" ${targets:+--target "${targets[@]}"} -- -j"${DFLOW_BUILD_JOBS:-2}"

@@ -3,8 +3,8 @@
 
 A drafter trained from a serving engine's hidden-state files reads of its
 target only config.json and three tensors: the text model's input
-embedding, its final norm and its LM head (docs/targets.md, "head-only").
-This writes those, random, under the wrapper's names, with the model's
+embedding, its final norm and its LM head (docs/targets.md, "Multimodal
+wrappers: Qwen3.5/3.6, Qwen3-VL, Llama 4 (head only)"). This writes those, random, under the wrapper's names, with the model's
 config.json, so that a head-only run can be measured at the real shapes
 without the real weights (tools/gpu_check.sh):
 

@@ -54,7 +54,9 @@ TEST_CASE("Keys.docs_give_each_keys_type_default_allowed_values_and_condition") 
   CHECK(docs[2].on_resume == OnResume::may_change);
   CHECK(docs[3].default_text == "\"\"");  // an empty string, written so that it shows
   // Other defaults: a node whose params default to the run config's values.
-  CHECK(settings_keys().docs(Settings{.mode = "exact"})[0].default_text == "exact");
+  Settings exact;
+  exact.mode = "exact";
+  CHECK(settings_keys().docs(exact)[0].default_text == "exact");
 }
 
 TEST_CASE("Keys.a_fixed_set_still_refuses_another_value_with_a_suggestion") {

@@ -4,7 +4,7 @@
 # temporary directory with the built dflow on PATH. A block whose preceding
 # line is `<!-- docs-test: skip (REASON) -->` is skipped, saying so (GPU
 # launches, real checkpoints). Fails when a block fails or when none ran.
-#   tests/docs/tutorial_test.sh DFLOW_BINARY PAGE.md
+#   tests/docs/tutorial_test.sh DFLOW_BINARY docs/<page>.md
 set -euo pipefail
 dflow_binary=$(realpath "$1")
 page=$(realpath "$2")

@@ -195,17 +195,17 @@ TEST_CASE("DSpine.Forward.a_fresh_drafter_computes_what_DFlash_does_on_causal_bl
   make_blocks_causal(plan);  // SpecForge's DSpine masks
   torch::NoGradGuard no_grad;
   const torch::Tensor tokens = torch::randint(0, 500, {1, 2 * Bs}, torch::kInt64);
-  dspine->kind_modules().begin_blocks(BlockTokens{tokens});
+  dspine->kind_modules().begin_blocks(BlockTokens{tokens, {}});
   const torch::Tensor out = dspine->forward(features, embeddings, positions, plan);
   CHECK(torch::equal(out, dflash->forward(features, embeddings, positions, plan)));
   // Causal within the block, the injection included: slot 5 of the first
   // block changes no earlier slot, and every slot of its block from 5 on.
   perturb(*dspine, 0.05, 3);
-  dspine->kind_modules().begin_blocks(BlockTokens{tokens});
+  dspine->kind_modules().begin_blocks(BlockTokens{tokens, {}});
   const torch::Tensor before = dspine->forward(features, embeddings, positions, plan);
   torch::Tensor changed = embeddings.clone();
   changed[0][5].add_(1.0);
-  dspine->kind_modules().begin_blocks(BlockTokens{tokens});
+  dspine->kind_modules().begin_blocks(BlockTokens{tokens, {}});
   const torch::Tensor after = dspine->forward(features, changed, positions, plan);
   CHECK(torch::equal(after.narrow(1, 0, 5), before.narrow(1, 0, 5)));
   CHECK(torch::equal(after.narrow(1, Bs, Bs), before.narrow(1, Bs, Bs)));

@@ -88,8 +88,8 @@ inline std::filesystem::path prepare_small_vocabulary_data(const std::filesystem
       const int n = length(rng);
       std::string ids, mask;
       for (int t = 0; t < n; ++t) {
-        ids += (t ? "," : "") + std::to_string(token(rng));
-        mask += (t ? "," : "") + std::string(t < n / 4 ? "0" : "1");
+        ids.append(t ? "," : "").append(std::to_string(token(rng)));
+        mask.append(t ? "," : "").append(t < n / 4 ? "0" : "1");
       }
       out << R"({"input_ids": [)" << ids << R"(], "loss_mask": [)" << mask << "]}\n";
     }

@@ -48,7 +48,7 @@ nlohmann::json transformers_report(const std::vector<std::filesystem::path>& dir
   std::string command = ::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
                         "/tests/target/hf_tiny_target.py " + out.string() + " '" + rows.str() + "' " +
                         std::to_string(new_tokens);
-  for (const auto& dir : dirs) command += " " + dir.string();
+  for (const auto& dir : dirs) command.append(" ").append(dir.string());
   const auto o = ::dflow::testing::run_command(command, 300);
   INFO(o.output);
   REQUIRE(o.exit_code == 0);

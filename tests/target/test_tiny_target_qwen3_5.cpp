@@ -70,7 +70,7 @@ const std::map<std::string, TinyTargetOptions>& checkpoints() {
     std::string dirs;
     for (const auto& [name, options] : all) {
       make_tiny_target(options);
-      dirs += " " + options.out_dir.string();
+      dirs.append(" ").append(options.out_dir.string());
     }
     if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
     const auto o = ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +

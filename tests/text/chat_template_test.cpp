@@ -33,8 +33,13 @@ std::vector<ChatCase> read_chat_cases() {
   std::vector<ChatCase> cases;
   for (std::string line; std::getline(in, line);) {
     const ordered_json j = ordered_json::parse(line);
-    ChatCase c{j["template"], j["messages"], j.value("tools", ordered_json()),
-               j.value("chat_template_kwargs", ordered_json()), {}, j.value("text", ""), j.value("error", "")};
+    ChatCase c;
+    c.template_name = j["template"].get<std::string>();
+    c.messages = j["messages"];
+    c.tools = j.value("tools", ordered_json());
+    c.kwargs = j.value("chat_template_kwargs", ordered_json());
+    c.text = j.value("text", "");
+    c.error = j.value("error", "");
     c.options.add_generation_prompt = j["add_generation_prompt"];
     c.options.current_date = j.value("current_date", "");
     c.options.enable_thinking = !(j["enable_thinking"].is_boolean() && !j["enable_thinking"].get<bool>());

@@ -279,7 +279,7 @@ TEST_CASE("Cli.Init.what_it_cannot_read_is_refused_naming_the_file_and_key") {
   CHECK(has(lacking.output, (sizeless / "config.json").string() + "': lacks 'hidden_size'"));
 
   std::string nameless = qwen3_config(8);
-  nameless.replace(0, nameless.find("\"hidden_size\""), "{");
+  nameless.erase(1, nameless.find("\"hidden_size\"") - 1);  // keeps the opening brace
   auto unnamed = run_dflow("init " + config_only(root / "nameless", nameless).string());
   CHECK(unnamed.exit_code == 2);
   CHECK(has(unnamed.output, "names no architecture (neither 'architectures' nor 'model_type')"));
