@@ -43,9 +43,11 @@ int64_t saved_transfer_rank(const fs::path& out_dir) {
 int64_t head_directions() {
   const auto head = model::TargetHead::load(testing::assets_dir() / "target");
   const torch::Tensor w = head.lm_head_weight().to(torch::kFloat64);
-  const torch::Tensor rows = w / w.norm(2, -1, true);
+  const torch::Tensor rows = w / w.norm(2, -1, true).clamp_min(1e-12);  // as F.normalize: zero rows stay zero
   const torch::Tensor centred = rows - rows.mean(0);
-  const torch::Tensor values = torch::linalg_eigvalsh(torch::matmul(centred.t(), centred));
+  // The covariance's eigenvalues as the squared singular values of the rows
+  // (LAPACK's eigh does not converge on this rank-deficient float64 matrix).
+  const torch::Tensor values = torch::linalg_svdvals(centred).square();
   return values.gt(1e-6 * values.max().item<double>()).sum().item<int64_t>();
 }
 
