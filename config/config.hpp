@@ -134,10 +134,10 @@ struct DistributedConfig {
 
 // Fault injection for tests and drills; empty (off) by default.
 struct FaultDecl {
-  std::string kind;      // exception | nan_loss | spike | delay | corrupt_weights
+  std::string kind;      // exception | nan_loss | spike | delay | corrupt_weights | corrupt_init | stop
   std::string node;      // node name (exception, delay)
   int64_t step = 0;      // global optimizer step (0-based) at which it fires
-  double factor = 100;   // spike: loss and gradients multiplied by this; corrupt_weights: parameters multiplied by this after the step's update
+  double factor = 100;   // spike: loss and gradients multiplied by this; corrupt_weights: parameters multiplied by this after the step's update; corrupt_init: every drafter tensor, the fixed ones too, when the run starts
   double seconds = 0.1;  // delay: sleep per call from `step` on
   int64_t rank = -1;     // fires on this rank only (-1: on every rank)
   SourceMark mark;

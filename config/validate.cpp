@@ -50,11 +50,11 @@ std::vector<FaultDecl> read_faults(YamlSection& root) {
     s.read("kind", f.kind).read("node", f.node).read("step", f.step).read("factor", f.factor).read("seconds", f.seconds)
         .read("rank", f.rank);
     s.finish();
-    if (auto problem = one_of({"exception", "nan_loss", "spike", "delay", "corrupt_weights", "stop"})(f.kind))
+    if (auto problem = one_of({"exception", "nan_loss", "spike", "delay", "corrupt_weights", "corrupt_init", "stop"})(f.kind))
       throw s.error("kind", *problem);
     s.require(f.step >= 0, "step", "must be >= 0");
-    s.require(f.kind == "nan_loss" || f.kind == "spike" || f.kind == "corrupt_weights" || f.kind == "stop" ||
-                  !f.node.empty(),
+    s.require(f.kind == "nan_loss" || f.kind == "spike" || f.kind == "corrupt_weights" || f.kind == "corrupt_init" ||
+                  f.kind == "stop" || !f.node.empty(),
               "node", "names the node to fault");
     // Every rank stops at the same step, or the others would wait for it.
     s.require(f.kind != "stop" || f.rank == -1, "rank", "a stop ends the run on every rank; leave rank out");

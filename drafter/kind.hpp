@@ -231,6 +231,16 @@ class DrafterKind {
 
   // The drafter's shape: the fields the params give (config.json's names).
   virtual nlohmann::json spec_fields(const nlohmann::json& /*params*/) const { return nlohmann::json::object(); }
+  // The fields a run's drafter is built with: spec_fields' with the defaults
+  // the kind derives from the target's frozen LM head [V, H] (DSpine's
+  // transfer_rank) chosen, once when the run starts; `why` says what it chose
+  // and why (left empty when it chose nothing). `saved`: a resumed run's
+  // fields (its checkpoint's config.json), whose choices a resume keeps; null
+  // for a fresh run. Throws std::invalid_argument when the target gives none.
+  virtual nlohmann::json resolve_fields(const nlohmann::json& fields, const torch::Tensor& /*lm_head_weight*/,
+                                        const nlohmann::json* /*saved*/, std::string* /*why*/) const {
+    return fields;
+  }
   // Throws std::invalid_argument naming the first bad field.
   virtual void validate(const nlohmann::json& /*fields*/) const {}
   // Reading a drafter's config.json: this kind's fields when the config

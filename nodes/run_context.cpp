@@ -118,6 +118,28 @@ config::Config described(config::Config config, const graph::NodeRegistry& kinds
   return config;
 }
 
+// The drafter kind's fields with what it derives from the target chosen,
+// once, here (a resume keeps its checkpoint's choices): the drafter, its
+// checkpoints and its exports all carry the resolved values.
+nlohmann::json resolved_kind_fields(const DrafterKindChoice& kind, const model::TargetHead& head,
+                                    const train::LoadedCheckpoint* resume) {
+  std::optional<nlohmann::json> saved;
+  if (resume && resume->drafter_config.is_object()) {
+    const auto [saved_kind, fields] =
+        model::drafter_kind_of_config(resume->drafter_config, (resume->dir / "drafter" / "config.json").string());
+    if (saved_kind == kind.kind) saved = fields;
+  }
+  std::string why;
+  try {
+    nlohmann::json fields =
+        model::drafter_kind(kind.kind).resolve_fields(kind.fields, head.lm_head_weight(), saved ? &*saved : nullptr, &why);
+    if (!why.empty()) log::info("model", "drafter head " + kind.kind + ": " + why);
+    return fields;
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("the drafter node's head ") + kind.kind + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 DrafterKindChoice drafter_kind_choice(const config::Config& config, const graph::NodeRegistry& kinds,
@@ -292,7 +314,7 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
   };
   plans_ = std::make_unique<data::PlanCache>(
       dataset, [this](int epoch) { return plan_options(config, batching, options.world_size, epoch); }, log_plan);
-  load_models();
+  load_models(resume);
   plan_run();
   if (resume) start_from(*resume);
   for (const auto& node : config.pipeline.nodes) {
@@ -303,7 +325,7 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
   }
 }
 
-void RunContext::load_models() {
+void RunContext::load_models(const train::LoadedCheckpoint* resume) {
   const fs::path target_dir = config.model.target.path;
   const torch::Dtype target_dtype = train::parse_dtype(config.model.target.dtype);
   const model::TargetLoadOptions target_load_options{model::parse_mxfp4_experts(config.model.target.mxfp4_experts)};
@@ -356,7 +378,7 @@ void RunContext::load_models() {
   drafter_options.sliding_window = config.model.drafter.sliding_window;
   drafter_options.intermediate_size = config.model.drafter.intermediate_size;
   drafter_options.kind = kind.kind;
-  drafter_options.kind_fields = kind.fields;
+  drafter_options.kind_fields = resolved_kind_fields(kind, *target_head, resume);
   drafter_spec = model::make_drafter_spec(target_config, drafter_options);
   feature_layer_ids = drafter_spec.target_layer_ids;
   objective.loss_decay_gamma = config.train.loss_decay_gamma;

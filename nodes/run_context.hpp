@@ -170,7 +170,7 @@ class RunContext {
   const config::FaultDecl* fault(const std::string& kind, const std::string& node, int64_t step) const;
 
  private:
-  void load_models();
+  void load_models(const train::LoadedCheckpoint* resume);
   void plan_run();
   void start_from(const train::LoadedCheckpoint& checkpoint);
   std::unique_ptr<data::PlanCache> plans_;

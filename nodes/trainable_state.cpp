@@ -57,6 +57,13 @@ std::vector<torch::Tensor> TrainableState::parameter_tensors() const {
   return out;
 }
 
+std::vector<torch::Tensor> TrainableState::drafter_tensors() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& item : drafter->named_parameters(true)) out.push_back(item.value());
+  for (const auto& item : drafter->named_buffers(true)) out.push_back(item.value());
+  return out;
+}
+
 train::CheckpointState TrainableState::snapshot(const RunContext& run) const {
   torch::NoGradGuard no_grad;
   train::CheckpointState s;

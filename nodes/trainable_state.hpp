@@ -52,6 +52,10 @@ class TrainableState {
   // Named trainable parameters of the drafter (HF names), the optimizer's order.
   std::vector<std::pair<std::string, torch::Tensor>> parameters() const;
   std::vector<torch::Tensor> parameter_tensors() const;
+  // Every tensor the drafter holds, trained or not: its parameters, the fixed
+  // ones its kind derives from the target (DSpine's codes) and its buffers.
+  // What every rank must hold as rank 0 does.
+  std::vector<torch::Tensor> drafter_tensors() const;
   // CPU copies of everything a checkpoint holds. Ranks other than 0 never
   // write one: theirs carries only the step.
   train::CheckpointState snapshot(const RunContext& run) const;

@@ -56,6 +56,16 @@ std::string describe_schedule(const RunContext& run, const train::Schedule& sche
                   "): ", why);
 }
 
+// The fault corrupt_init: this rank's drafter as a rank whose start differs
+// from rank 0's (another build's eigendecomposition) would hold it.
+void corrupt_init(TrainableState& state, double factor) {
+  torch::NoGradGuard no_grad;
+  for (auto& t : state.drafter_tensors())
+    if (t.is_floating_point()) t.mul_(factor);
+  log::warn("faults", log::str("injected fault corrupt_init: every drafter tensor, the fixed ones too, multiplied by ",
+                               factor));
+}
+
 }  // namespace
 
 TrainResult run_training(const config::Config& config, const RunOptions& options) {
@@ -64,6 +74,7 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
   if (!resume) refuse_existing_checkpoints(config, options);
   const RunContext run(config, options, resume ? &*resume : nullptr);
   auto state = std::make_unique<TrainableState>(run, resume ? &*resume : nullptr);
+  if (auto* f = run.fault("corrupt_init", "", run.start.completed_steps)) corrupt_init(*state, f->factor);
   log::info("train", describe_schedule(run, state->schedule));
   resume.reset();  // the checkpoint's tensors are in the state now
   if (run.resumed_from.empty()) start_fresh(run);
@@ -78,7 +89,14 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
     dist.require_same(std::hash<std::string>{}(run.config_yaml), "the resolved config");
     dist.require_same(run.plans().get(run.start.cursor.epoch)->data_fingerprint(), "the dataset (fingerprint)");
     dist.require_same(static_cast<uint64_t>(run.start.completed_steps), "the step resumed from");
-    dist.broadcast(state->parameter_tensors(), "broadcast of rank 0's parameters");
+    // What a kind derives from the target (DSpine's transfer_rank, its codes
+    // by an eigendecomposition) may come out otherwise on other hardware or
+    // library builds: the shapes must agree, then every rank takes rank 0's
+    // tensors, the fixed ones too, as its checkpoints would give them.
+    dist.require_same(std::hash<std::string>{}(model::drafter_config_json(run.drafter_spec, run.drafter_dtype).dump()),
+                      "the drafter's shape (its config.json, with what its kind chose from the target; set the "
+                      "drafter node's params to choose it)");
+    dist.broadcast(state->drafter_tensors(), "broadcast of rank 0's drafter (parameters and fixed tensors)");
   }
   StateHome home(std::move(state));
   train::CheckpointWriter checkpoints(run.checkpoints_dir, config.checkpoint.keep);

@@ -164,6 +164,48 @@ TEST_CASE("DSpine.Codes.whitened_pca_of_the_head_rows_equals_a_float64_recomputa
                        std::invalid_argument);
 }
 
+TEST_CASE("DSpine.Rank.left_out_it_is_the_directions_the_head_has_at_most_hidden_and_1024") {
+  torch::manual_seed(11);
+  const DrafterKind& kind = drafter_kind("dspine");
+  DSpineConfig unset = small_config();
+  unset.transfer_rank = 0;
+  const nlohmann::json fields = dspine_fields(unset);
+  auto resolved = [&](const torch::Tensor& head, const nlohmann::json* saved, std::string& why) {
+    return kind.resolve_fields(fields, head, saved, &why).at("transfer_rank").get<int64_t>();
+  };
+  // A head of rank 8 gives 8, which its codes accept (and not one more).
+  std::string why;
+  const torch::Tensor low_rank = torch::matmul(torch::randn({512, 8}), torch::randn({8, 64}));
+  CHECK(dspine_principal_directions(low_rank) == 8);
+  CHECK(resolved(low_rank, nullptr, why) == 8);
+  CHECK(why == "transfer_rank 8 (left to the target): the target's LM head has 8 principal directions of positive "
+               "variance (hidden size 64); set the drafter node's transfer_rank to choose");
+  CHECK(dspine_transfer_space(low_rank, 8).codes.size(1) == 8);
+  // A full-rank head: its hidden size, below SpecForge's 1024.
+  CHECK(resolved(torch::randn({512, 48}), nullptr, why) == 48);
+  // A large one: SpecForge's 1024 (its 1100 directions said too).
+  CHECK(resolved(torch::randn({4096, 1100}), nullptr, why) == 1024);
+  CHECK(why.find("transfer_rank 1024 (left to the target): SpecForge's default (the target's LM head has 1100 "
+                 "principal directions") != std::string::npos);
+  // A resume keeps its checkpoint's, whatever the head; a value set is kept as set.
+  const nlohmann::json saved = dspine_fields(small_config());
+  CHECK(resolved(low_rank, &saved, why) == 16);
+  CHECK(why.find("as the run started with") != std::string::npos);
+  std::string none;
+  CHECK(kind.resolve_fields(dspine_fields(small_config()), low_rank, nullptr, &none) == dspine_fields(small_config()));
+  CHECK(none.empty());
+  // The memory fit counts the most it can be before the run resolves it.
+  const DrafterSpec spec = make_drafter_spec(load_hf_config(tiny_target_dir()), dspine_options(2, 8, small_config()));
+  CHECK(unset.rank_for(spec) == 64);
+  // A drafter is never built with it unresolved; a config.json without it has SpecForge's 1024.
+  CHECK_THROWS_WITH_AS(DFlashDrafter(make_drafter_spec(load_hf_config(tiny_target_dir()), dspine_options(2, 8, unset)), 3),
+                       doctest::Contains("transfer_rank 0 (from the target) is resolved when a run starts"),
+                       std::invalid_argument);
+  nlohmann::json without = dspine_fields(small_config());
+  without.erase("transfer_rank");
+  CHECK(kind.fields_from_config({{"dspine_config", without}}, "config.json")->at("transfer_rank") == 1024);
+}
+
 TEST_CASE("DSpine.Schedule.warmup_and_teacher_forcing_follow_SpecForge's_formula") {
   const DSpineConfig c;  // SpecForge's defaults: 0.5 over 146 steps; p 0.5 held to 1/6, 0 from 1/3
   auto at = [&](int64_t step, int64_t total) { return dspine_schedule(c, step, total); };

@@ -59,7 +59,9 @@ TEST_CASE("Model.LossMemory.EachLossHoldsAtMostTheBuffersItDeclares") {
 TEST_CASE("Model.LossMemory.TheFitCountsEveryKindsModulesAndTheLossesBuffers") {
   torch::set_num_threads(1);
   const HFConfig target = load_hf_config(dflow::model::testing::tiny_target_dir());
-  // Each kind at its defaults, but where they exceed the tiny target (hidden 64).
+  // Each kind at its defaults, but DSpine's transfer_rank, which a run
+  // resolves from the target's LM head (set here, as this drafter is built
+  // without a run), and its message width.
   const std::map<std::string, std::string> fitting = {{"dspine", "{transfer_rank: 16, message_size: 16}"}};
   for (const std::string& name : drafter_kind_names()) {
     CAPTURE(name);

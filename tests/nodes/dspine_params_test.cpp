@@ -9,6 +9,8 @@
 
 #include "error_of.hpp"
 #include "nodes/trainer.hpp"
+#include "target/target_head.hpp"
+#include "train/checkpoint.hpp"
 #include "drafter_params.hpp"
 #include "train_fixture.hpp"
 
@@ -29,13 +31,33 @@ namespace {
 const std::vector<std::string> kShort{"train.epochs=1", "eval.every_steps=0"};
 const std::string kDSpine = "{head: dspine, transfer_rank: 16, message_size: 16, top_k: 8, alignment_warmup_steps: 1}";
 
+// The transfer_rank in a run's latest checkpoint (its drafter's config.json).
+int64_t saved_transfer_rank(const fs::path& out_dir) {
+  const auto checkpoint = train::read_checkpoint(train::resolve_checkpoint(out_dir / "checkpoints", "latest"));
+  return checkpoint.drafter_config.at("dspine_config").at("transfer_rank").get<int64_t>();
+}
+
+// The principal directions of the test target's LM head, recomputed in
+// float64: its normalised, centred rows' covariance's eigenvalues above a
+// millionth of the largest (those DSpine's codes can whiten).
+int64_t head_directions() {
+  const auto head = model::TargetHead::load(testing::assets_dir() / "target");
+  const torch::Tensor w = head.lm_head_weight().to(torch::kFloat64);
+  const torch::Tensor rows = w / w.norm(2, -1, true).clamp_min(1e-12);  // as F.normalize: zero rows stay zero
+  const torch::Tensor centred = rows - rows.mean(0);
+  // The covariance's eigenvalues as the squared singular values of the rows
+  // (LAPACK's eigh does not converge on this rank-deficient float64 matrix).
+  const torch::Tensor values = torch::linalg_svdvals(centred).square();
+  return values.gt(1e-6 * values.max().item<double>()).sum().item<int64_t>();
+}
+
 
 }  // namespace
 
 TEST_CASE("DSpine.Params.bad_values_are_refused_naming_the_key_and_the_value") {
   const auto dir = fresh_dir("dspine-bad");
   const std::vector<RefusalCase> cases{
-      {"{head: dspine, transfer_rank: 0}", {"params.transfer_rank", "must be >= 1", "got 0", "(node 'drafter'"}},
+      {"{head: dspine, transfer_rank: -1}", {"params.transfer_rank", "must be >= 0", "got -1", "(node 'drafter'"}},
       {"{head: dspine, ce_weight: 1.5}", {"params.ce_weight", "[0, 1]", "got 1.5"}},
       {"{head: dspine, alignment_weight: -1}", {"params.alignment_weight", "got -1"}},
       {"{head: dspine, replacement_layers: -2}", {"params.replacement_layers", "got -2"}},
@@ -78,5 +100,37 @@ TEST_CASE("DSpine.Train.a_few_online_steps_give_finite_records_with_its_terms_an
     else
       CHECK(s["loss"].get<double>() > main + refinement);
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("DSpine.Params.left_out_transfer_rank_is_what_the_target's_head_gives_and_a_resume_keeps_it") {
+  // The demo's target (hidden 64) has fewer principal directions than its
+  // hidden size: SpecForge's 1024 and min(hidden, vocabulary - 1) would both
+  // be refused, the default takes what the head has.
+  const int64_t directions = head_directions();
+  CAPTURE(directions);
+  REQUIRE(directions >= 1);
+  REQUIRE(directions < 64);
+  const auto dir = fresh_dir("dspine-default-rank");
+  const std::string params = "{head: dspine, message_size: 16, top_k: 8, alignment_warmup_steps: 1}";
+  nodes::run_training(stopped_after(with_drafter(small_run_config(dir, kShort), params), 2), {});
+  CHECK(saved_transfer_rank(dir) == directions);
+  nodes::RunOptions resume;
+  resume.resume = "latest";
+  nodes::run_training(stopped_after(with_drafter(small_run_config(dir, kShort), params), 4), resume);
+  CHECK(saved_transfer_rank(dir) == directions);
+  const auto steps = step_records(dir);
+  REQUIRE(steps.size() == 4);
+  for (const auto& s : steps) CHECK(std::isfinite(s["loss"].get<double>()));
+  // One more than the head has keeps its refusal, naming how many it has.
+  const std::string e = error_of([&] {
+    nodes::run_training(with_drafter(small_run_config(fresh_dir("dspine-rank-too-large"), {"run.max_steps=1", "eval.every_steps=0"}),
+                                     "{head: dspine, transfer_rank: " + std::to_string(directions + 1) + "}"),
+                        {});
+  });
+  CHECK_MESSAGE(e.find("the target's LM head has " + std::to_string(directions) +
+                       " principal directions of positive variance, fewer than transfer_rank = " +
+                       std::to_string(directions + 1)) != std::string::npos,
+                e);
   fs::remove_all(dir);
 }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <thread>
+#include <yaml-cpp/yaml.h>
 
 #include "../nodes/train_fixture.hpp"
 #include "run_command.hpp"
@@ -58,6 +59,16 @@ fs::path write_dpace_config(const fs::path& dir, std::vector<std::string> overri
   for (auto& n : config.pipeline.nodes)
     if (n.name == "drafter") n.params["objective"] = "dpace";
   return write_run_config(dir, config);
+}
+
+// The same with the drafter node's head DSpine, its transfer_rank left to
+// the target, and the info log (the line saying what it chose).
+fs::path write_dspine_config(const fs::path& dir, std::vector<std::string> overrides, const std::string& extra_yaml) {
+  overrides.push_back("run.log_level=info");
+  auto config = run_config(dir, std::move(overrides));
+  for (auto& n : config.pipeline.nodes)
+    if (n.name == "drafter") n.params.reset(YAML::Load("{head: dspine, message_size: 16, top_k: 8, alignment_warmup_steps: 1}"));
+  return write_run_config(dir, config, extra_yaml);
 }
 
 // Every field of two step records except wall-clock and telemetry; losses,
@@ -147,6 +158,29 @@ TEST_CASE("Dist.Launch.a_short_last_step_leaves_one_rank_an_empty_share") {
   check_same_steps(single, pair, kLossTolerance);
   REQUIRE_FALSE(pair.empty());
   CHECK(pair.back()["micro_batches"].get<int>() == 1);  // 15 batches of 16 rows: the last step has one
+}
+
+TEST_CASE("Dist.Launch.every_rank_trains_with_rank_0s_fixed_tensors") {
+  // DSpine's token codes come from an eigendecomposition on each rank, never
+  // trained; a rank whose start differs (rank 1's drafter multiplied by 3:
+  // another build's eigenvectors) must train with rank 0's, as the
+  // checkpoints it resumes from would give them: the records are those of
+  // the run without the fault, to the bit.
+  auto clean = fresh_dir("dist-dspine"), skewed = fresh_dir("dist-dspine-skewed");
+  const std::vector<std::string> overrides{"train.grad_accum=1", "run.max_steps=4"};
+  auto o1 = run(dflow_bin() + " launch -n 2 " + write_dspine_config(clean, overrides, "").string());
+  auto o2 = run(dflow_bin() + " launch -n 2 " +
+                write_dspine_config(skewed, overrides, "faults: [{kind: corrupt_init, rank: 1, factor: 3}]\n").string());
+  INFO(o1.output, o2.output);
+  REQUIRE(o1.exit_code == 0);
+  REQUIRE(o2.exit_code == 0);
+  CHECK(o2.output.find("injected fault corrupt_init") != std::string::npos);
+  const auto a = testing::step_records(clean), b = testing::step_records(skewed);
+  REQUIRE(a.size() == 4);
+  check_same_steps(a, b, 0.0);
+  // Each rank says what it chose for the rank left to the target, and why.
+  CHECK(o1.output.find("drafter head dspine: transfer_rank ") != std::string::npos);
+  CHECK(o1.output.find("(left to the target): the target's LM head has ") != std::string::npos);
 }
 
 TEST_CASE("Dist.Torchrun.launches_two_ranks_that_complete") {

@@ -23,10 +23,16 @@
 
 namespace dflow::model {
 
+// SpecForge's 1024: its default transfer_rank, the rank a config.json
+// without one has, and the most the default takes from a large target.
+constexpr int64_t kSpecForgeTransferRank = 1024;
+
 // SpecForge's DSpineConfig, its defaults and its names (config.json's
-// dspine_config carries all of them).
+// dspine_config carries all of them), but for transfer_rank.
 struct DSpineConfig {
-  int64_t transfer_rank = 1024;
+  // 0: from the target, resolved once when a run starts (the drafter kind's
+  // resolve_fields); a drafter (and its config.json) always has the rank itself.
+  int64_t transfer_rank = 0;
   int64_t message_size = 512;
   int64_t top_k = 16;
   double ce_weight = 0.1;
@@ -42,6 +48,10 @@ struct DSpineConfig {
   // and its value; validate_for adds those against the drafter's shape.
   void validate() const;
   void validate_for(const DrafterSpec& spec) const;
+  // The rank a drafter of `spec` has: transfer_rank, or for 0 the most the
+  // target can give it, min(hidden size, vocabulary - 1, 1024) (what the
+  // memory fit counts before the run resolves it).
+  int64_t rank_for(const DrafterSpec& spec) const;
 };
 
 nlohmann::json dspine_fields(const DSpineConfig& config);
@@ -67,6 +77,10 @@ struct TransferSpace {
   torch::Tensor directions;  // [H, r] float32
 };
 TransferSpace dspine_transfer_space(const torch::Tensor& lm_head_weight, int64_t transfer_rank);
+// The directions of positive variance (beyond float32 rounding) that the
+// normalised rows of the LM head [V, H] have, as dspine_transfer_space counts
+// them: the largest transfer_rank it accepts.
+int64_t dspine_principal_directions(const torch::Tensor& lm_head_weight);
 
 // SpecForge's AdjacentInjection: per layer a readout H -> r and a write
 // m -> H, shared message / receiver_gate / predecessor_gate r -> m and bias.

@@ -75,8 +75,9 @@ const KeySetParams<DSpineConfig>& dspine_params() {
     auto unit = [](double v) { return std::isfinite(v) && v >= 0.0 && v <= 1.0; };
     k.add("transfer_rank", [](DSpineConfig& c) -> auto& { return c.transfer_rank; }, must,
           "rank of the fixed token codes (whitened principal directions of the target's LM-head rows) and of each "
-          "layer's readout (1024; at most min(hidden size, vocabulary - 1))",
-          check_of<int64_t>(positive, "must be >= 1 (the codes' rank)"));
+          "layer's readout (0: from the target when the run starts, the principal directions its LM head has, at "
+          "most min(hidden size, 1024), SpecForge's 1024 on a large target; set, at most those directions)",
+          check_of<int64_t>(non_negative, "must be >= 0 (the codes' rank; 0: from the target)"));
     k.add("message_size", [](DSpineConfig& c) -> auto& { return c.message_size; }, must,
           "width of the gated message a slot receives from its predecessor (512)",
           check_of<int64_t>(positive, "must be >= 1 (the message's width)"));
@@ -145,6 +146,35 @@ class DSpineKind final : public DrafterKind {
   }
 
   nlohmann::json spec_fields(const nlohmann::json& p) const override { return dspine_fields(dspine_config(p)); }
+  // transfer_rank 0: the principal directions the target's LM head has, at
+  // most min(hidden size, SpecForge's 1024), or a resumed run's own.
+  nlohmann::json resolve_fields(const nlohmann::json& fields, const torch::Tensor& lm_head_weight,
+                                const nlohmann::json* saved, std::string* why) const override {
+    DSpineConfig c = dspine_config(fields);
+    if (c.transfer_rank > 0) return fields;
+    if (saved != nullptr && saved->contains("transfer_rank")) {
+      c.transfer_rank = dspine_config(*saved).transfer_rank;
+      *why = "transfer_rank " + std::to_string(c.transfer_rank) +
+             " (left to the target), as the run started with (its checkpoint's config.json)";
+      return dspine_fields(c);
+    }
+    const int64_t hidden = lm_head_weight.size(1), vocab = lm_head_weight.size(0);
+    const int64_t directions = dspine_principal_directions(lm_head_weight);
+    const int64_t most = std::min({hidden, vocab - 1, kSpecForgeTransferRank});
+    if (directions < 1)
+      throw std::invalid_argument("DSpine drafter: the target's LM head has no principal direction of positive "
+                                  "variance, from which its token codes come: DSpine cannot train on this target");
+    c.transfer_rank = std::min(directions, most);
+    const std::string has = "the target's LM head has " + std::to_string(directions) +
+                            " principal directions of positive variance";
+    std::string because;  // the head's directions, or what caps them
+    if (directions <= most) because = has + " (hidden size " + std::to_string(hidden) + ")";
+    else if (most == kSpecForgeTransferRank) because = "SpecForge's default (" + has + ")";
+    else because = "min(hidden size, vocabulary - 1) (" + has + ")";
+    *why = "transfer_rank " + std::to_string(c.transfer_rank) + " (left to the target): " + because +
+           "; set the drafter node's transfer_rank to choose";
+    return dspine_fields(c);
+  }
   void validate(const nlohmann::json& fields) const override { dspine_config(fields).validate(); }
   std::optional<nlohmann::json> fields_from_config(const nlohmann::json& config,
                                                    const std::string& source) const override {
@@ -152,8 +182,14 @@ class DSpineKind final : public DrafterKind {
     try {
       if (!config["dspine_config"].is_object())
         throw std::invalid_argument("dspine_config must be an object, got " + config["dspine_config"].dump());
-      const DSpineConfig c = dspine_config(config["dspine_config"]);
+      nlohmann::json fields = config["dspine_config"];
+      if (!fields.contains("transfer_rank") || fields["transfer_rank"].is_null())
+        fields["transfer_rank"] = kSpecForgeTransferRank;  // SpecForge's default
+      const DSpineConfig c = dspine_config(fields);
       c.validate();
+      if (c.transfer_rank < 1)
+        throw std::invalid_argument("transfer_rank must be >= 1 in a drafter's config (the codes' rank), got " +
+                                    std::to_string(c.transfer_rank));
       return dspine_fields(c);
     } catch (const std::invalid_argument& e) {
       throw std::runtime_error("drafter config '" + source + "': dspine_config." + e.what());
@@ -163,7 +199,8 @@ class DSpineKind final : public DrafterKind {
   nlohmann::json config_fields(const nlohmann::json& fields) const override { return {{"dspine_config", fields}}; }
   std::string describe(const nlohmann::json& fields) const override {
     const DSpineConfig c = dspine_config(fields);
-    return "rank-" + std::to_string(c.transfer_rank) + " token codes, " + std::to_string(c.message_size) +
+    const std::string rank = c.transfer_rank > 0 ? "rank-" + std::to_string(c.transfer_rank) : "target-rank";
+    return rank + " token codes, " + std::to_string(c.message_size) +
            "-wide messages, a refinement over the top " + std::to_string(c.top_k);
   }
 
@@ -178,16 +215,16 @@ class DSpineKind final : public DrafterKind {
   }
   int64_t parameter_count(const DrafterSpec& spec) const override {
     const DSpineConfig c = dspine_config(spec.kind_fields);
-    const int64_t h = spec.hidden_size, r = c.transfer_rank, m = c.message_size;
+    const int64_t h = spec.hidden_size, r = c.rank_for(spec), m = c.message_size;
     return spec.num_layers * (r * h + m * h) + 3 * r * m + m;
   }
   // The codes, [vocabulary, rank]: no gradient, no optimizer state.
   int64_t frozen_count(const DrafterSpec& spec) const override {
-    return spec.vocab_size * dspine_config(spec.kind_fields).transfer_rank;
+    return spec.vocab_size * dspine_config(spec.kind_fields).rank_for(spec);
   }
   int64_t activation_floats_per_slot(const DrafterSpec& spec) const override {
     const DSpineConfig c = dspine_config(spec.kind_fields);
-    const int64_t h = spec.hidden_size, r = c.transfer_rank, m = c.message_size, k = c.top_k;
+    const int64_t h = spec.hidden_size, r = c.rank_for(spec), m = c.message_size, k = c.top_k;
     // Per layer: the readout, its features before and after the write, the
     // predecessor, three projections and the gate, the delta and the sum;
     // the refinement: its write at the last layer, the candidates' head rows, their scores.

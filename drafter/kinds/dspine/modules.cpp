@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "drafter/kinds/dspine/dspine.hpp"
 
@@ -59,7 +60,8 @@ void DSpineConfig::validate() const {
   DSpineConfig c = *this;
   for (const char* key : kNumberFields)
     require(std::isfinite(number_field(c, key)), std::string(key) + " must be finite, got " + text(number_field(c, key)));
-  require(transfer_rank >= 1, "transfer_rank must be >= 1, got " + std::to_string(transfer_rank));
+  require(transfer_rank >= 0, "transfer_rank must be >= 0 (0: from the target's LM head), got " +
+                                  std::to_string(transfer_rank));
   require(message_size >= 1, "message_size must be >= 1, got " + std::to_string(message_size));
   require(top_k >= 1, "top_k must be >= 1, got " + std::to_string(top_k));
   require(ce_weight >= 0.0 && ce_weight <= 1.0, "ce_weight must lie in [0, 1], got " + text(ce_weight));
@@ -80,12 +82,19 @@ void DSpineConfig::validate_for(const DrafterSpec& spec) const {
   validate();
   require(spec.block_size >= 2, "block_size " + std::to_string(spec.block_size) +
                                     " leaves no slot to inject into (DSpine needs the anchor and one proposal)");
+  require(transfer_rank >= 1, "transfer_rank 0 (from the target) is resolved when a run starts, from the target's "
+                              "LM head; a drafter is built with the rank itself");
   const int64_t most = std::min(spec.hidden_size, spec.vocab_size - 1);
   require(transfer_rank <= most, "transfer_rank " + std::to_string(transfer_rank) +
                                      " exceeds min(hidden size, vocabulary - 1) = " + std::to_string(most) +
                                      ": set the drafter node's transfer_rank to at most " + std::to_string(most));
   require(top_k <= spec.vocab_size,
           "top_k " + std::to_string(top_k) + " exceeds the vocabulary " + std::to_string(spec.vocab_size));
+}
+
+int64_t DSpineConfig::rank_for(const DrafterSpec& spec) const {
+  if (transfer_rank > 0) return transfer_rank;
+  return std::max<int64_t>(1, std::min({spec.hidden_size, spec.vocab_size - 1, kSpecForgeTransferRank}));
 }
 
 nlohmann::json dspine_fields(const DSpineConfig& c) {
@@ -130,10 +139,23 @@ std::pair<double, double> dspine_schedule(const DSpineConfig& c, int64_t step, i
   return {beta, c.replacement_probability * std::clamp(fraction, 0.0, 1.0)};
 }
 
-TransferSpace dspine_transfer_space(const torch::Tensor& lm_head_weight, int64_t transfer_rank) {
-  torch::NoGradGuard no_grad;
+namespace {
+
+// The normalised rows' covariance's eigenvalues (ascending, as
+// torch.linalg.eigh orders them) and eigenvectors, their mean, and the
+// smallest eigenvalue that counts as variance: one computation, so that the
+// default rank and the codes agree on which directions have it.
+struct Spectrum {
+  torch::Tensor mean, values, directions;
+  double least = 0.0;
+  bool finite = true;
+  int64_t positive() const { return finite ? values.gt(least).sum().item<int64_t>() : 0; }
+};
+
+constexpr int64_t kChunk = 4096;
+
+Spectrum spectrum_of(const torch::Tensor& lm_head_weight) {
   const int64_t vocab = lm_head_weight.size(0), width = lm_head_weight.size(1);
-  constexpr int64_t kChunk = 4096;
   const auto options = torch::TensorOptions().device(lm_head_weight.device()).dtype(torch::kFloat32);
   torch::Tensor covariance = torch::zeros({width, width}, options);
   torch::Tensor total = torch::zeros({width}, options);
@@ -142,16 +164,36 @@ TransferSpace dspine_transfer_space(const torch::Tensor& lm_head_weight, int64_t
     total.add_(rows.sum(0));
     covariance.add_(torch::matmul(rows.t(), rows));
   }
-  const torch::Tensor mean = total / static_cast<double>(vocab);
-  covariance.sub_(torch::outer(mean, mean) * static_cast<double>(vocab));
-  auto [values, directions] = torch::linalg_eigh(covariance);
+  Spectrum s;
+  s.mean = total / static_cast<double>(vocab);
+  covariance.sub_(torch::outer(s.mean, s.mean) * static_cast<double>(vocab));
+  std::tie(s.values, s.directions) = torch::linalg_eigh(covariance);
   // Positive beyond float32 rounding: a direction a millionth of the largest
   // is rounding noise, and whitening would blow it up into a code's axis.
-  const double least = 1e-6 * values[width - 1].item<double>();
-  if (!torch::isfinite(values).all().item<bool>() || !(values[width - transfer_rank].item<double>() > least))
-    throw std::invalid_argument("the target's LM head has " + std::to_string(values.gt(least).sum().item<int64_t>()) +
+  s.least = 1e-6 * s.values[width - 1].item<double>();
+  s.finite = torch::isfinite(s.values).all().item<bool>();
+  return s;
+}
+
+}  // namespace
+
+int64_t dspine_principal_directions(const torch::Tensor& lm_head_weight) {
+  torch::NoGradGuard no_grad;
+  return spectrum_of(lm_head_weight).positive();
+}
+
+TransferSpace dspine_transfer_space(const torch::Tensor& lm_head_weight, int64_t transfer_rank) {
+  torch::NoGradGuard no_grad;
+  const int64_t vocab = lm_head_weight.size(0), width = lm_head_weight.size(1);
+  const auto options = torch::TensorOptions().device(lm_head_weight.device()).dtype(torch::kFloat32);
+  Spectrum s = spectrum_of(lm_head_weight);
+  const torch::Tensor mean = s.mean;
+  torch::Tensor values = s.values, directions = s.directions;
+  if (!s.finite || !(values[width - transfer_rank].item<double>() > s.least))
+    throw std::invalid_argument("the target's LM head has " + std::to_string(s.positive()) +
                                 " principal directions of positive variance, fewer than transfer_rank = " +
-                                std::to_string(transfer_rank) + ": set the drafter node's transfer_rank to at most that");
+                                std::to_string(transfer_rank) + ": set the drafter node's transfer_rank to at most "
+                                "that, or leave it out (the default takes them from the target)");
   values = values.narrow(0, width - transfer_rank, transfer_rank);
   directions = directions.narrow(1, width - transfer_rank, transfer_rank).contiguous();
   TransferSpace out;
