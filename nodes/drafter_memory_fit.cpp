@@ -168,18 +168,21 @@ MemoryFit check_memory_fit(const model::DrafterSpec& spec, const config::DataCon
 
 std::string MemoryFit::describe(const std::string& node, const std::string& device) const {
   const bool recompute = largest_batch.recompute_layers;
-  std::vector<std::string> parts;
-  if (beside.target_forward.bytes > 0)
-    parts.push_back(log::str(gib(beside.target_forward.bytes), " for the target's forward of ", beside.target_forward.rows,
-                             " rows x ", beside.target_forward.length, " tokens"));
-  if (beside.queued_batches > 0)
-    parts.push_back(log::str(gib(beside.queued_bytes), " for the ", beside.queued_batches,
-                             " feature batches its input edges can hold"));
-  if (beside.eval_drafter_bytes > 0) parts.push_back(log::str(gib(beside.eval_drafter_bytes), " for eval's drafter"));
-  if (beside.rollback_bytes > 0) parts.push_back(log::str(gib(beside.rollback_bytes), " for rollback's snapshots"));
+  // Appended piece by piece: GCC 12 warns wrongly on "literal" + string and
+  // on a vector of strings growing here (its bugs 105651, 105329).
   std::string after;
-  for (size_t i = 0; i < parts.size(); ++i) after += (i == 0 ? " (after about " : ", ") + parts[i];
-  if (!after.empty()) after += " beside it)";
+  auto beside_part = [&after](const std::string& part) {
+    after.append(after.empty() ? " (after about " : ", ").append(part);
+  };
+  if (beside.target_forward.bytes > 0)
+    beside_part(log::str(gib(beside.target_forward.bytes), " for the target's forward of ", beside.target_forward.rows,
+                         " rows x ", beside.target_forward.length, " tokens"));
+  if (beside.queued_batches > 0)
+    beside_part(log::str(gib(beside.queued_bytes), " for the ", beside.queued_batches,
+                         " feature batches its input edges can hold"));
+  if (beside.eval_drafter_bytes > 0) beside_part(log::str(gib(beside.eval_drafter_bytes), " for eval's drafter"));
+  if (beside.rollback_bytes > 0) beside_part(log::str(gib(beside.rollback_bytes), " for rollback's snapshots"));
+  if (!after.empty()) after.append(" beside it)");
   std::string text = log::str(
       node, ": drafter memory per anchor at ", max_length,
       " tokens: ", mib(per_anchor_bytes), " (", mib(per_anchor_recomputed_bytes),

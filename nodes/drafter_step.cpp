@@ -209,12 +209,14 @@ DrafterChoice read_drafter_params(config::YamlSection& params) {
 // and its temperature.
 std::vector<std::pair<std::string, std::string>> objective_terms(const DrafterChoice& c) {
   std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(8);  // GCC 12 warns wrongly (-Warray-bounds) on growing it from one element
   const ObjectiveParams& p = c.base;
   out.emplace_back("objective", objective_keys().value_text(*objective_keys().find("objective"), p));
   out.emplace_back("alpha", objective_keys().value_text(*objective_keys().find("alpha"), p));
   if (p.head == "dflash" && c.loss.is("ce")) return out;
   out.emplace_back("head", p.head);
-  for (auto& term : c.kind().resume_terms(c.kind_params)) out.push_back(std::move(term));
+  const auto kind_terms = c.kind().resume_terms(c.kind_params);
+  out.insert(out.end(), kind_terms.begin(), kind_terms.end());
   out.emplace_back("loss", c.loss.text());
   if (c.loss.uses_temperature())
     out.emplace_back("kl_temperature", loss_keys().value_text(*loss_keys().find("kl_temperature"),
