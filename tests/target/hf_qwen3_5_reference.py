@@ -95,13 +95,9 @@ def main():
         cls = type(model)
         rows, prompts = rows_and_prompts(600 + seed, TEXT["vocab_size"])
         rows.append(torch.randint(0, TEXT["vocab_size"], (150,), generator=torch.Generator().manual_seed(seed)).tolist())
-        # Eager attention: PyTorch's CPU SDPA kernels for bfloat16 pick AMX's
-        # packing from the CPU itself and fail when ATEN_CPU_CAPABILITY is
-        # held to `default` (the portable ctest entry) on a CPU with AMX.
-        eager = dict(attn_implementation="eager")
-        tensors, _ = reference_states(lambda dtype: cls.from_pretrained(directory, dtype=dtype, **eager).eval(), rows)
+        tensors, _ = reference_states(lambda dtype: cls.from_pretrained(directory, dtype=dtype).eval(), rows)
         save_file(tensors, str(directory / "reference.safetensors"))
-        extra = dict(eager, experts_implementation="eager") if moe else eager
+        extra = dict(experts_implementation="eager") if moe else {}
         float64 = cls.from_pretrained(directory, dtype=torch.float64, **extra).eval()
         reference = {"rows": rows, "prompts": prompts, "greedy_float64": greedy_float64(float64, prompts, new_tokens)}
         (directory / "reference.json").write_text(json.dumps(reference))
