@@ -54,6 +54,24 @@ std::string qwen3_config(int layers, const std::string& architecture = "Qwen3For
              "hidden_act": "silu", "tie_word_embeddings": false, "dflow_mask_token_id": 999})";
 }
 
+// A Qwen3-8B-wide (hidden 4096) config of 36 layers, the rest qwen3_config's.
+std::string qwen3_4096_config() {
+  std::string json = qwen3_config(36);
+  const std::string narrow = "\"hidden_size\": 64";
+  return json.replace(json.find(narrow), narrow.size(), "\"hidden_size\": 4096");
+}
+
+// dflow init of `dir` with --memory-gib `memory` and the drafter's `loss`:
+// the GiB figure its fit line gives right after `key`.
+double init_gib(const fs::path& dir, const std::string& memory, const std::string& loss, const std::string& key) {
+  auto o = run_dflow("init " + dir.string() + " --memory-gib " + memory + " --set pipeline.nodes.drafter.params.loss=" + loss);
+  INFO(o.output);
+  REQUIRE(o.exit_code == 0);
+  const auto at = o.output.find(key);
+  REQUIRE(at != std::string::npos);
+  return std::stod(o.output.substr(at + key.size()));
+}
+
 }  // namespace
 
 TEST_CASE("Cli.Init.a_tiny_targets_config_is_accepted_and_trains") {
@@ -222,18 +240,8 @@ TEST_CASE("Cli.Init.a_recipe_that_does_not_fit_the_device_recomputes_then_takes_
 // at hidden 4096 and the recipe's 12,288 tokens a batch is 0.09 GiB in
 // the recipe's bfloat16 (twice that while the states are concatenated).
 TEST_CASE("Cli.Init.a_kl_recipes_target_forward_counts_the_teachers_layer_too") {
-  std::string json = qwen3_config(36);
-  json.replace(json.find("\"hidden_size\": 64"), std::string("\"hidden_size\": 64").size(), "\"hidden_size\": 4096");
-  const auto dir = config_only(testing::fresh_dir("init-teacher"), json);
-  const auto forward_gib = [&](const std::string& loss) {
-    auto o = run_dflow("init " + dir.string() + " --memory-gib 80 --set pipeline.nodes.drafter.params.loss=" + loss);
-    INFO(o.output);
-    REQUIRE(o.exit_code == 0);
-    const std::string key = " (after about ";
-    const auto at = o.output.find(key);
-    REQUIRE(at != std::string::npos);
-    return std::stod(o.output.substr(at + key.size()));
-  };
+  const auto dir = config_only(testing::fresh_dir("init-teacher"), qwen3_4096_config());
+  const auto forward_gib = [&](const std::string& loss) { return init_gib(dir, "80", loss, " (after about "); };
   const double ce = forward_gib("ce"), kl = forward_gib("kl");
   CAPTURE(ce);
   CAPTURE(kl);
@@ -246,19 +254,12 @@ TEST_CASE("Cli.Init.a_kl_recipes_target_forward_counts_the_teachers_layer_too") 
 // the teacher's states) and the feature batches waiting for the drafter on
 // the edges into it.
 TEST_CASE("Cli.Init.the_fit_sizes_the_recipes_own_loss_and_the_batches_waiting_for_the_drafter") {
-  std::string json = qwen3_config(36);
-  json.replace(json.find("\"hidden_size\": 64"), std::string("\"hidden_size\": 64").size(), "\"hidden_size\": 4096");
-  const auto dir = config_only(testing::fresh_dir("init-loss-fit"), json);
-  const auto needs_gib = [&](const std::string& loss) {
-    auto o = run_dflow("init " + dir.string() + " --memory-gib 1000 --set pipeline.nodes.drafter.params.loss=" + loss);
-    INFO(o.output);
-    REQUIRE(o.exit_code == 0);
-    CHECK(has(o.output, " feature batches its input edges can hold"));
-    const std::string key = ") needs about ";
-    const auto at = o.output.find(key);
-    REQUIRE(at != std::string::npos);
-    return std::stod(o.output.substr(at + key.size()));
-  };
+  const auto dir = config_only(testing::fresh_dir("init-loss-fit"), qwen3_4096_config());
+  const auto needs_gib = [&](const std::string& loss) { return init_gib(dir, "1000", loss, ") needs about "); };
+  for (const std::string loss : {"ce", "kl"})
+    CHECK(has(run_dflow("init " + dir.string() + " --memory-gib 1000 --set pipeline.nodes.drafter.params.loss=" + loss)
+                  .output,
+              " feature batches its input edges can hold"));
   const double ce = needs_gib("ce"), kl = needs_gib("kl");
   CAPTURE(ce);
   CAPTURE(kl);
