@@ -69,7 +69,8 @@ KeySet<Config> declare() {
         must_match, "target layers read (0: as many as draft layers)",
         at_least(0, "must be >= 0 (0: as many as draft layers)"));
   k.add("model.drafter.target_layer_ids", [](Config& c) -> auto& { return c.model.drafter.target_layer_ids; },
-        must_match, "the target layers read (empty: the DFlash formula)",
+        must_match,
+        "the target layers read (empty: the DFlash formula, made to rise below the last layer where it repeats one)",
         must<std::vector<int>>(
             [](const std::vector<int>& ids) {
               return std::is_sorted(ids.begin(), ids.end()) &&

@@ -24,9 +24,9 @@ namespace dflow::model {
 // round-half-to-even. 36 layers, n = 5 -> 1, 9, 17, 25, 33.
 std::vector<int64_t> feature_layer_ids(int64_t num_target_layers, int64_t num_features);
 
-// The public formula's ids, made distinct when it repeats a layer (very
-// shallow targets: 4 layers, n = 3 -> 1, 1, 1 becomes 1, 2, 3): each id moves
-// up past its predecessor, then down below its successor's room at the top.
+// The public formula's ids, made to rise when it repeats a layer (very
+// shallow targets: 4 layers, n = 3 -> 1, 1, 1 becomes 0, 1, 2), below the
+// last layer unless every layer is a feature (target_load.cpp says why).
 // With more features than layers a repeat cannot be avoided; the formula's
 // ids are returned as they are.
 std::vector<int64_t> distinct_feature_layer_ids(int64_t num_target_layers, int64_t num_features);

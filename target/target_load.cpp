@@ -33,7 +33,9 @@ std::vector<int64_t> distinct_feature_layer_ids(int64_t num_target_layers, int64
   std::vector<int64_t> ids = feature_layer_ids(num_target_layers, num_features);
   if (num_features > num_target_layers) return ids;
   for (size_t i = 1; i < ids.size(); ++i) ids[i] = std::max(ids[i], ids[i - 1] + 1);
-  int64_t top = num_target_layers - 1;
+  // The last layer only when every layer is needed: a speculators server
+  // never hands it to the drafter (it is the verifier's own output).
+  int64_t top = num_features < num_target_layers ? num_target_layers - 2 : num_target_layers - 1;
   for (size_t i = ids.size(); i-- > 0; --top) ids[i] = std::min(ids[i], top);
   return ids;
 }

@@ -199,7 +199,9 @@ std::string layer_rule(int64_t target_layers, const std::vector<int64_t>& ids) {
   const auto formula = model::feature_layer_ids(target_layers, static_cast<int64_t>(ids.size()));
   std::string why = "z-lab's rule for " + std::to_string(target_layers) + " target layers and " +
                     std::to_string(ids.size()) + " features (one per draft layer): round(1 + i * (L - 4) / (n - 1))";
-  if (formula != ids) why += ", whose [" + ids_text(formula) + "] repeats a layer here, made distinct";
+  if (formula != ids)
+    why += ", whose [" + ids_text(formula) + "] repeats a layer here, made to rise below the last layer (every export "
+           "format serves rising layers a server collects)";
   return why;
 }
 

@@ -105,7 +105,7 @@ TEST_CASE("Model.HFReference.SpeculativeAcceptanceEqualsADFlashReferenceOnTransf
   DrafterOptions options;
   options.num_layers = 1;
   options.block_size = 4;
-  options.num_target_features = 3;  // a 4-layer target: [1, 2, 3], the last layer included
+  options.target_layer_ids = {1, 2, 3};  // a 4-layer target's last layer included (its final norm's output)
   DFlashDrafter drafter(make_drafter_spec(target.config(), options), 17);
   REQUIRE(drafter->spec().target_layer_ids.back() == target.num_layers() - 1);
 

@@ -38,8 +38,13 @@ inline const fs::path& assets_dir() {
 }
 
 // The demo config on the shared assets, writing into `out_dir`, plus overrides.
+// The drafter reads target layers [1, 1, 1] (one layer three times), the
+// demo's layers when these tests' fixtures were written (engine files with
+// engine ids [2, 4], the pinned records); the demo itself now reads the
+// rising [0, 1, 2] (tests/tools/kind_exports_cli_test.cpp runs it as it is).
 inline std::vector<std::string> small_run_overrides(const fs::path& out_dir, std::vector<std::string> extra = {}) {
-  std::vector<std::string> o{"model.target.path=" + (assets_dir() / "target").string(),
+  std::vector<std::string> o{"model.drafter.target_layer_ids=[1, 1, 1]",
+                             "model.target.path=" + (assets_dir() / "target").string(),
                              "data.train=[" + (assets_dir() / "data").string() + "]",
                              "run.out_dir=" + out_dir.string(),
                              "data.max_length=128",

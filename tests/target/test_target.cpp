@@ -26,10 +26,15 @@ TEST_CASE("Model.Target.FeatureLayerIdsFollowThePublicFormula") {
 
 TEST_CASE("Model.Target.DefaultFeatureLayersAreDistinct") {
   CHECK(feature_layer_ids(4, 3) == std::vector<int64_t>{1, 1, 1});  // the formula degenerates ...
-  CHECK(distinct_feature_layer_ids(4, 3) == std::vector<int64_t>{1, 2, 3});  // ... the default does not
+  // ... the default does not, and stays below the last layer (which a
+  // speculators server never gives a drafter) while there is room.
+  CHECK(distinct_feature_layer_ids(4, 3) == std::vector<int64_t>{0, 1, 2});
+  CHECK(distinct_feature_layer_ids(6, 5) == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(distinct_feature_layer_ids(5, 3) == std::vector<int64_t>{1, 2, 3});
+  CHECK(distinct_feature_layer_ids(2, 1) == std::vector<int64_t>{0});
+  // Every layer a feature: the last one too.
   CHECK(distinct_feature_layer_ids(3, 3) == std::vector<int64_t>{0, 1, 2});
   CHECK(distinct_feature_layer_ids(5, 5) == std::vector<int64_t>{0, 1, 2, 3, 4});
-  CHECK(distinct_feature_layer_ids(6, 5) == std::vector<int64_t>{1, 2, 3, 4, 5});
   // Where the formula's layers are distinct they are kept.
   CHECK(distinct_feature_layer_ids(36, 5) == feature_layer_ids(36, 5));
   CHECK(distinct_feature_layer_ids(7, 3) == feature_layer_ids(7, 3));

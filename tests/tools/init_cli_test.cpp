@@ -173,7 +173,8 @@ TEST_CASE("Cli.Init.feature_layers_follow_z_labs_rule") {
   const auto shallow = config_only(dir.parent_path() / (dir.filename().string() + "-shallow"), qwen3_config(4));
   auto distinct = run_dflow("init " + shallow.string() + " --draft-layers 3");
   REQUIRE(distinct.exit_code == 0);
-  CHECK(has(distinct.output, "whose [1, 1, 1] repeats a layer here, made distinct\n    target_layer_ids: [1, 2, 3]\n"));
+  CHECK(has(distinct.output, "whose [1, 1, 1] repeats a layer here, made to rise below the last layer"));
+  CHECK(has(distinct.output, "target_layer_ids: [0, 1, 2]\n"));
 }
 
 TEST_CASE("Cli.Init.engine_files_give_the_extractions_layer_ids") {
