@@ -36,6 +36,13 @@ modules used here are loaded with bare parent packages instead.
         base_accept_rate) and the weights. XPressDraftModel loads the export
         and computes the same with {ce: 0.1, tv: 0.9} and ce_from_data (dflow's
         ce is on the data's token), on dflow's anchors.
+    speculators_reference.py load EXPORT_DIR
+        EXPORT_DIR: `dflow export --format speculators` of a drafter of any
+        kind. The model class its speculators_model_type names (dflash,
+        dspark, dflash2, xpress) is built from its config.json, loads its
+        model.safetensors with nothing missing or left over, and runs one
+        backbone pass over random features of its aux layers: the logits
+        are [anchors x block, vocabulary] and finite.
 
 Prints "ok" and exits 0, or names the disagreement and exits 1.
 """
@@ -318,6 +325,43 @@ def load_speculators_eager():
 
 
 
+def check_load(export_dir):
+    dspark, _ = load_speculators()
+    import speculators.models.dflash as dflash  # noqa: E402
+    classes = {
+        "dflash": (dflash.DFlashSpeculatorConfig, dflash.DFlashDraftModel),
+        "dspark": (dspark.DSparkSpeculatorConfig, dspark.DSparkDraftModel),
+        "dflash2": (load_speculators.dflash2.DFlash2SpeculatorConfig, load_speculators.dflash2.DFlash2DraftModel),
+        "xpress": (load_speculators.xpress.XPressSpeculatorConfig, load_speculators.xpress.XPressDraftModel),
+    }
+    model_type = json.loads((Path(export_dir) / "config.json").read_text()).get("speculators_model_type")
+    if model_type not in classes:
+        fail("speculators_model_type %r is none of %s" % (model_type, sorted(classes)))
+    config, model, weights = load_export(export_dir, model_type, *classes[model_type])
+    model.eval()
+    hidden = config.transformer_layer_config.hidden_size
+    layers = len(config.aux_hidden_state_layer_ids)
+    vocab = weights["lm_head.weight"].shape[0]
+    T, N = 48, 2
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(1, T, layers * hidden, generator=generator)
+    input_ids = torch.randint(0, vocab, (1, T), generator=generator)
+    loss_mask = torch.zeros(1, T, dtype=torch.long)
+    loss_mask[0, :T - config.block_size] = 1
+    with torch.no_grad():
+        _, logits, _, _, indices = model._backbone_forward(
+            features, input_ids, loss_mask, torch.zeros(1, T, hidden), torch.zeros(1, T, dtype=torch.long),
+            max_anchors=N)
+    if tuple(logits.shape[-2:]) != (indices.numel(), vocab) or indices.numel() != N * config.block_size:
+        fail("backbone logits %s for %d anchors of block %d, vocabulary %d"
+             % (tuple(logits.shape), N, config.block_size, vocab))
+    if not torch.isfinite(logits).all():
+        fail("backbone logits are not finite")
+    print("%s: %s loaded (%d tensors), aux layers %s, logits %s"
+          % (export_dir, type(model).__name__, len(weights), config.aux_hidden_state_layer_ids, tuple(logits.shape)))
+    print("ok")
+
+
 # dflow's loss names and speculators' (losses.utils's maps).
 SPECULATORS_NAME = {"ce": "ce", "kl": "kl_div", "reverse_kl": "rkl", "js": "jsd", "tv": "tv",
                     "neg_log_acceptance": "nla"}
@@ -397,5 +441,7 @@ if __name__ == "__main__":
         check_dflash2(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 4 and sys.argv[1] == "xpress":
         check_xpress(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 3 and sys.argv[1] == "load":
+        check_load(sys.argv[2])
     else:
         sys.exit(__doc__)
