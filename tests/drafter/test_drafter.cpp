@@ -115,8 +115,8 @@ TEST_CASE("Model.Drafter.ParameterNamesAndInitialisation") {
 
 TEST_CASE("Model.Drafter.SpecFromTargetConfig") {
   const DrafterSpec spec = small_drafter_spec(5, 16, 0);  // features default to the draft layer count
-  // The public formula repeats layers of a 6-layer target ([1, 2, 2, 2, 3]): distinct ones instead.
-  CHECK(spec.target_layer_ids == std::vector<int64_t>{1, 2, 3, 4, 5});
+  // The public formula repeats layers of a 6-layer target ([1, 2, 2, 2, 3]): rising ones below the last instead.
+  CHECK(spec.target_layer_ids == std::vector<int64_t>{0, 1, 2, 3, 4});
   CHECK(spec.mask_token_id == 49);
   HFConfig no_mask;
   no_mask.hidden_size = 32;

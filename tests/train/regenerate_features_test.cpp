@@ -102,7 +102,7 @@ dflow::train::RegenerateOptions options_for(const TargetModel& target, const fs:
 
 TEST_CASE("Regenerate.features.choose_layers_as_training_does") {
   const auto target = TargetModel::load(dflow::model::testing::tiny_target_dir());
-  CHECK(dflow::train::regenerate_feature_layers(target.config(), 3, {}) == std::vector<int64_t>{1, 2, 3});
+  CHECK(dflow::train::regenerate_feature_layers(target.config(), 3, {}) == std::vector<int64_t>{0, 1, 2});
   CHECK(dflow::train::regenerate_feature_layers(target.config(), 0, {}) == std::vector<int64_t>{2});  // 1 draft layer
   CHECK(dflow::train::regenerate_feature_layers(target.config(), 3, {0, 3}) == std::vector<int64_t>{0, 3});
 }
