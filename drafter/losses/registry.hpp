@@ -16,5 +16,6 @@ std::shared_ptr<const DraftLoss> tv_loss();
 std::shared_ptr<const DraftLoss> js_loss();
 std::shared_ptr<const DraftLoss> reverse_kl_loss();
 std::shared_ptr<const DraftLoss> neg_log_acceptance_loss();
+std::shared_ptr<const DraftLoss> lk_hybrid_loss();
 
 }  // namespace dflow::model

@@ -364,7 +364,7 @@ def check_load(export_dir):
 
 # dflow's loss names and speculators' (losses.utils's maps).
 SPECULATORS_NAME = {"ce": "ce", "kl": "kl_div", "reverse_kl": "rkl", "js": "jsd", "tv": "tv",
-                    "neg_log_acceptance": "nla"}
+                    "neg_log_acceptance": "nla", "lk_hybrid": "lk_hybrid"}
 # dflow's losses that read kl_temperature (both distributions divided by it;
 # speculators' have no temperature: 1).
 USES_TEMPERATURE = {"kl"}

@@ -133,7 +133,9 @@ TEST_CASE("Model.SpeculatorsReference.LossesEqualSpeculatorsLosses") {
       {LossMix::single("reverse_kl")},
       {LossMix::single("neg_log_acceptance")},
       {LossMix::single("neg_log_acceptance"), 1.0, true},
+      {LossMix::single("lk_hybrid")},
       {LossMix{{{"ce", 0.1}, {"tv", 0.9}}}},
+      {LossMix{{{"ce", 0.2}, {"lk_hybrid", 0.8}}}},
       // kl at its temperature, the others at 1 (they use none).
       {LossMix{{{"kl", 0.5}, {"js", 0.2}, {"reverse_kl", 0.1}, {"neg_log_acceptance", 0.2}}}, 2.0},
   };

@@ -1,4 +1,4 @@
-// The drafter node's objectives beyond ce and kl: `loss: tv` and a weighted
+// The drafter node's objectives beyond ce and kl: `loss: tv`, `lk_hybrid` and a weighted
 // mix with it train on the demo through the drafter node (finite step
 // records, the acceptance rate per slot, TV's loss within [0, 1]), and the
 // resume signature names the loss, so a resume under another is refused and
@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "drafter/kind.hpp"
 #include "error_of.hpp"
 #include "nodes/trainer.hpp"
 #include "train_fixture.hpp"
@@ -40,6 +41,7 @@ TEST_CASE("Losses.Train.tv_and_a_mix_train_and_their_resume_names_the_loss") {
   const std::vector<Case> cases{
       {"{loss: tv}", "drafter_step {loss: tv}", 1.0},
       {"{loss: {ce: 0.1, tv: 0.9}}", "drafter_step {loss: {ce: 0.1, tv: 0.9}}", HUGE_VAL},
+      {"{loss: lk_hybrid}", "drafter_step {loss: lk_hybrid}", HUGE_VAL},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
@@ -81,3 +83,32 @@ TEST_CASE("Losses.Params.kl_temperature_is_refused_for_a_loss_without_a_temperat
   CHECK_MESSAGE(e.find("params.kl_temperature") != std::string::npos, e);
   CHECK_MESSAGE(e.find("needs loss: kl (loss is tv)") != std::string::npos, e);
 }
+
+// lk_hybrid (and a mix with it) trains every registered kind: each kind's
+// own terms beside it, finite and non-negative, the acceptance rate in [0, 1].
+TEST_CASE("Losses.Train.lk_hybrid_trains_every_kind") {
+  for (const auto& kind : model::drafter_kind_names()) {
+    for (const std::string loss : {"lk_hybrid", "{ce: 0.1, lk_hybrid: 0.9}"}) {
+      CAPTURE(kind);
+      CAPTURE(loss);
+      const auto dir = fresh_dir("lk-" + kind);
+      nodes::run_training(
+          with_drafter(small_run_config(dir, {"run.max_steps=2", "eval.every_steps=0"}),
+                       "{head: " + kind + ", loss: " + loss + "}"),
+          {});
+      const auto records = step_records(dir);
+      REQUIRE(records.size() == 2);
+      for (const auto& r : records) {
+        CHECK(std::isfinite(r["loss"].get<double>()));
+        // The objective's own loss (main_loss beside a kind's terms; the loss itself without any).
+        CHECK(r.value("main_loss", r["loss"].get<double>()) >= 0.0);
+        for (const auto& a : r["accept_rate_per_position"]) {
+          CHECK(a.get<double>() >= 0.0);
+          CHECK(a.get<double>() <= 1.0);
+        }
+      }
+      std::filesystem::remove_all(dir);
+    }
+  }
+}
+
