@@ -337,6 +337,7 @@ void RunContext::load_models(const train::LoadedCheckpoint* resume) {
   // applies it to the files' last layer).
   const DrafterKindChoice kind = drafter_kind_choice(config, options.node_kinds(), &teacher_because);
   check_teacher_sources(config, options.node_kinds(), teacher_because);
+  accept_rate_from_target = kind.objective.loss.needs_teacher();
   std::string loaded;  // for the log line
   if (need) {
     // Refused before anything large loads, naming who needs the target.

@@ -133,6 +133,10 @@ class RunContext {
   // naming itself and this.
   std::string teacher_because;
   bool needs_teacher() const { return !teacher_because.empty(); }
+  // Whether the drafter's loss reads the target's distribution, so that the
+  // step records' acceptance rate per slot is the expected acceptance under
+  // it, sum min(p, q) (else q of the data's token), and implies a tau.
+  bool accept_rate_from_target = false;
   // The drafter kind's extra loss terms as the step record names them.
   std::vector<model::RecordTerm> record_terms() const;
   // One micro-batch's (or step's) zero totals, sized for this run.

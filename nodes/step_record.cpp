@@ -52,6 +52,11 @@ StepRecord make_step_record(const RunContext& run, const StepPosition& p, int64_
   }
   if (!terms.empty() || run.needs_teacher())
     per_slot(s.accept_rate_per_position.data(), s.accept_rate_per_position.size(), r.accept_rate_per_position);
+  if (run.accept_rate_from_target && !r.accept_rate_per_position.empty()) {
+    double tau = 1.0, reached = 1.0;
+    for (const double a : r.accept_rate_per_position) tau += (reached *= a);
+    r.expected_tau = tau;
+  }
   r.micro_batches = s.micro_batches;
   r.anchors = s.anchors;
   r.real_tokens = s.real_tokens;
@@ -108,6 +113,7 @@ nlohmann::json StepRecord::to_json() const {
   if (main_loss) r["main_loss"] = json_number(*main_loss);
   for (const auto& term : terms) r[term.name + "_loss"] = json_number(term.loss);
   if (!accept_rate_per_position.empty()) r["accept_rate_per_position"] = accept_rate_per_position;
+  if (expected_tau) r["expected_tau"] = json_number(*expected_tau);
   for (const auto& term : terms)
     if (!term.series.empty()) r[term.series] = term.per_position;
   r["grad_norm"] = json_number(grad_norm);

@@ -66,6 +66,10 @@ struct StepRecord {
   std::optional<double> main_loss;
   std::vector<Term> terms;
   std::vector<double> accept_rate_per_position;
+  // With a loss that reads the target's distribution: the tau those rates
+  // imply, 1 + sum_k prod_{j <= k} a_j over slots 1..B-1 (each slot's mean
+  // rate; a product of means, not the mean of each block's products).
+  std::optional<double> expected_tau;
   int64_t micro_batches = 0, anchors = 0, real_tokens = 0, padded_tokens = 0, excluded_samples = 0;
   std::vector<int64_t> batches_per_bucket;
   std::vector<BucketRecord> buckets;  // buckets present in the step

@@ -39,6 +39,7 @@ nlohmann::json RecordSlimmer::slim(const nlohmann::json& r) {
                       {"spe", field(r, "steps_per_epoch")}, {"tot", field(r, "total_steps")}, {"loss", field(r, "loss")},
                       {"gn", field(r, "grad_norm")}, {"lr", field(r, "lr")}, {"acc", field(r, "accuracy_per_position")},
                       {"pe", field(r, "padding_efficiency")}, {"tc", real_tokens_}, {"bc", batches_per_bucket_}};
+  if (field(r, "expected_tau").is_number()) s["et"] = r["expected_tau"];
   if (time.is_object()) {
     s["t"] = field(time, "elapsed_s");
     s["tps"] = field(time, "tokens_per_s");

@@ -49,6 +49,8 @@ void step_points(const json& r, Points& p) {
                           "micro_batches", "excluded_samples"})
     p.scalar(std::string("train/") + key, r, key);
   p.per_position("train/accuracy", r.value("accuracy_per_position", json()));
+  // Beside the measured tau (tau/measured, from the eval records) in one section.
+  p.scalar("tau/expected", r, "expected_tau");
   if (r.contains("time"))
     for (const char* key : {"tokens_per_s", "step_s", "eta_s", "allreduce_s"})
       p.scalar(std::string("time/") + key, r["time"], key);
@@ -62,6 +64,7 @@ void step_points(const json& r, Points& p) {
 
 void eval_points(const json& r, Points& p) {
   p.scalar("eval/mean_tau", r, "mean_tau");
+  p.scalar("tau/measured", r, "mean_tau");
   p.scalar("eval/best_tau", r, "best_tau");
   p.per_position("eval/acceptance", r.value("acceptance_by_position", json()));
   if (r.contains("time")) p.scalar("eval/speculative_tokens_per_s", r["time"], "speculative_tokens_per_s");

@@ -23,7 +23,7 @@
 
   // ---------- series from slim records
   function series() {
-    var R = D.records, S = { steps: [], loss: [], gn: [], lr: [], tps: [], pe: [], acc: [], buckets: [], bucketLoss: {}, bucketGrad: {}, edges: {} };
+    var R = D.records, S = { steps: [], loss: [], gn: [], lr: [], tps: [], pe: [], et: [], acc: [], buckets: [], bucketLoss: {}, bucketGrad: {}, edges: {} };
     var prev = null, prevTel = null;  // a long run keeps telemetry in fewer records than it plots
     R.forEach(function (r) {
       S.steps.push(r.s);
@@ -31,6 +31,7 @@
       S.gn.push(num(r.gn));
       S.lr.push(num(r.lr));
       S.pe.push(num(r.pe));
+      S.et.push(num(r.et));
       var dt = prev && r.t > prev.t ? r.t - prev.t : 0;
       S.tps.push(dt > 0 && r.tc >= prev.tc ? (r.tc - prev.tc) / dt : num(r.tps));
       (r.acc || []).forEach(function (a, k) { (S.acc[k] = S.acc[k] || []); });
@@ -173,10 +174,21 @@
       shade(k - 1, k) + '"></i>k=' + k + ' (block position)</span>' : '' });
     drawAccuracyProfile(el, S);
     var evals = D.events.filter(function (e) { return e.kind === 'eval' && isFinite(e.tau); });
-    if (evals.length)
-      one({ title: 'Acceptance length tau on held-out prompts (speculative decoding, eval node)', yMin: 0,
-        xMin: Math.min(x.xMin, evals[0].s), series: [{ name: 'tau', color: '#c2410c', width: 2,
-          xs: evals.map(function (e) { return e.s; }), ys: evals.map(function (e) { return e.tau; }) }] });
+    // Beside it, the tau the training slots' expected acceptance implies
+    // (a loss that reads the target's distribution): a gap between the two
+    // shows here, during training, rather than in serving.
+    var expected = S.et.some(function (v) { return isFinite(v); });
+    if (evals.length || expected) {
+      var tauSeries = [];
+      if (evals.length)
+        tauSeries.push({ name: 'tau measured (eval node, held-out prompts)', color: '#c2410c', width: 2,
+          xs: evals.map(function (e) { return e.s; }), ys: evals.map(function (e) { return e.tau; }) });
+      if (expected)
+        tauSeries.push({ name: 'tau expected (training slots, 1 + sum of products of sum min(p, q))', color: '#2f6fd6',
+          width: 1.2, xs: xs, ys: S.et });
+      one({ title: 'Acceptance length tau: measured on held-out prompts' + (expected ? ', and expected from the training slots' : ''),
+        yMin: 0, xMin: evals.length ? Math.min(x.xMin, evals[0].s) : x.xMin, series: tauSeries });
+    }
     var totals = D.records.length ? D.records[D.records.length - 1].bc || [] : [], all = totals.reduce(function (a, b) { return a + b; }, 0);
     // A step holds a few micro-batches: a moving mean shows the mix.
     var smooth = Math.max(1, Math.round(xs.length / 40));

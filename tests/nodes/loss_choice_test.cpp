@@ -72,8 +72,32 @@ TEST_CASE("Losses.Train.tv_and_a_mix_train_and_their_resume_names_the_loss") {
         CHECK(a.get<double>() >= 0.0);
         CHECK(a.get<double>() <= 1.0);
       }
+      // Each loss reads the target's distribution: the rates are sum min(p, q), and the
+      // record gives the tau they imply, 1 + sum_k prod_{j <= k} a_j, within [1, block size].
+      REQUIRE(r.contains("expected_tau"));
+      double tau = 1.0, reached = 1.0;
+      for (const auto& a : r["accept_rate_per_position"]) tau += (reached *= a.get<double>());
+      CHECK(r["expected_tau"].get<double>() == doctest::Approx(tau).epsilon(1e-12));
+      CHECK(r["expected_tau"].get<double>() >= 1.0);
+      CHECK(r["expected_tau"].get<double>() <= 16.0);
     }
   }
+}
+
+// Under ce the acceptance rate per slot is q of the data's token, not an
+// expectation under the target's distribution: no expected tau is claimed.
+TEST_CASE("Losses.Records.no_expected_tau_without_the_target_distribution") {
+  const auto dir = fresh_dir("loss-no-expected");
+  nodes::run_training(
+      with_drafter(small_run_config(dir, {"run.max_steps=2", "eval.every_steps=0"}), "{head: dspark, markov_rank: 8}"),
+      {});
+  const auto records = step_records(dir);
+  REQUIRE(records.size() == 2);
+  for (const auto& r : records) {
+    CHECK(r.contains("accept_rate_per_position"));
+    CHECK_FALSE(r.contains("expected_tau"));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("Losses.Params.kl_temperature_is_refused_for_a_loss_without_a_temperature") {
@@ -106,6 +130,7 @@ TEST_CASE("Losses.Train.lk_hybrid_trains_every_kind") {
           CHECK(a.get<double>() >= 0.0);
           CHECK(a.get<double>() <= 1.0);
         }
+        CHECK(r.contains("expected_tau"));
       }
       std::filesystem::remove_all(dir);
     }

@@ -168,3 +168,49 @@ TEST_CASE("Report.Html.ConfidenceCalibrationOfTheNewestEvalIsATableAndText") {
                                          << nlohmann::json{{"kind", "eval"}, {"global_step", 1}, {"mean_tau", 1.2}}.dump() << "\n";
   CHECK(count(render_html(load_run(plain)), "Confidence head calibration") == 0);
 }
+
+// A run whose loss reads the target's distribution: the tau its training
+// slots imply (expected_tau) is drawn in the tau plot beside the eval node's
+// measured tau; without it the plot stays the measured one alone.
+TEST_CASE("Report.Html.ExpectedTauIsDrawnBesideTheMeasuredTau") {
+  const std::string chromium = test::find_chromium();
+  if (chromium.empty())
+    FAIL("chromium is not installed: run tools/setup.sh (it installs chromium, which the report tests need)");
+  const fs::path dir = test::fresh_dir("html-expected-tau");
+  test::write_fixture_run(dir, {.steps = 61, .total_steps = 200, .checkpoint_every = 50, .guard_skip_step = -1});
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  auto draw = [&](bool expected) {
+    std::ofstream out(dir / "metrics.jsonl", std::ios::trunc);
+    for (const auto& line : lines) {
+      auto r = nlohmann::json::parse(line);
+      const bool step = r.value("kind", "") == "step";
+      if (expected && step) r["expected_tau"] = 1.0 + 0.1 * r["global_step"].get<double>();
+      out << r.dump() << "\n";
+      // The eval node's records, every 20 steps, as it writes them after the step's.
+      if (step && r["global_step"].get<int>() % 20 == 0)
+        out << nlohmann::json{{"kind", "eval"}, {"global_step", r["global_step"]}, {"mean_tau", 2.5}}.dump() << "\n";
+    }
+    out.close();
+    const fs::path report = dir / "report.html";
+    std::ostringstream console;
+    REQUIRE(report_command(dir, report, console) == 0);
+    return test::run_chromium("--virtual-time-budget=5000 --dump-dom", "file://" + fs::absolute(report).string(),
+                              dir / "dump-dom.log");
+  };
+  const std::string with = draw(true);
+  REQUIRE_MESSAGE(with.find("data-rendered=\"ok\"") != std::string::npos, "the page did not finish drawing");
+  // As drawn (the page's script holds these words too, so each is looked
+  // for as the plot's title and legend render it).
+  CHECK(with.find("measured on held-out prompts, and expected from the training slots") != std::string::npos);
+  CHECK(with.find("</i>tau expected (training slots") != std::string::npos);
+  CHECK(with.find("</i>tau measured (eval node") != std::string::npos);
+  const std::string without = draw(false);
+  REQUIRE(without.find("data-rendered=\"ok\"") != std::string::npos);
+  CHECK(without.find("</i>tau measured (eval node") != std::string::npos);
+  CHECK(without.find("</i>tau expected") == std::string::npos);
+  CHECK(without.find("measured on held-out prompts, and expected") == std::string::npos);
+}

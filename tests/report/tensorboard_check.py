@@ -54,6 +54,7 @@ def expected_points(records, restart_steps):
                 put("train/" + key, step, r.get(key))
             for i, v in enumerate(r.get("accuracy_per_position", [])):
                 put(f"train/accuracy@{i + 1}", step, v)
+            put("tau/expected", step, r.get("expected_tau"))
             for key in ("tokens_per_s", "step_s", "eta_s", "allreduce_s"):
                 put("time/" + key, step, r.get("time", {}).get(key))
             for key in ("epoch", "epoch_progress", "run_progress"):
@@ -81,6 +82,7 @@ def expected_points(records, restart_steps):
                 prev_elapsed = elapsed
         elif kind == "eval":
             put("eval/mean_tau", step, r.get("mean_tau"))
+            put("tau/measured", step, r.get("mean_tau"))
             put("eval/best_tau", step, r.get("best_tau"))
             for i, v in enumerate(r.get("acceptance_by_position", [])):
                 put(f"eval/acceptance@{i + 1}", step, v)

@@ -41,8 +41,10 @@ std::vector<nlohmann::json> run_records(int steps) {
                                         .drain_slope = -0.1, .guard_skip_step = 30});
   std::vector<nlohmann::json> out;
   for (auto& r : records) {
-    out.push_back(r);
     const int64_t step = r.value("global_step", int64_t{0});
+    // A loss that reads the target's distribution: the tau its acceptance rates imply.
+    if (r["kind"] == "step") r["expected_tau"] = 1.0 + 0.01 * static_cast<double>(step);
+    out.push_back(r);
     if (r["kind"] == "step" && r["guard"]["action"] != "applied")
       out.push_back({{"kind", "guard"}, {"event", "non_finite"}, {"global_step", step}, {"action", r["guard"]["action"]},
                      {"policy", "skip"}, {"metric", "loss"}, {"value", "nan"}, {"threshold", 4.5},
@@ -83,7 +85,8 @@ TEST_CASE("Report.TensorBoard.ValuesEqualMetricsJsonlInTensorBoardsReader") {
   REQUIRE(event_files(dir / "tensorboard").size() == 1);
   const auto o = check_with_tensorboard(
       dir, "--require 'train/loss,train/grad_norm,train/lr,train/accuracy@1,train/accuracy@15,time/tokens_per_s,"
-           "train/padding_efficiency,eval/mean_tau,node_busy_share/target,edge_occupancy/load.out->pad.in,guard,alarm'");
+           "train/padding_efficiency,eval/mean_tau,tau/measured,tau/expected,node_busy_share/target,"
+           "edge_occupancy/load.out->pad.in,guard,alarm'");
   INFO(o.output);
   CHECK(o.exit_code == 0);
   CHECK(o.output.find("tensorboard agrees with metrics.jsonl") != std::string::npos);
