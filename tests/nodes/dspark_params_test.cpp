@@ -108,7 +108,7 @@ TEST_CASE("DSpark.Params.bad_values_are_refused_naming_the_key_and_the_value") {
        {"params.markov_rank", "must be at most 4096", "got 1000000000", "(node 'drafter', drafter_step)"}},
       {"{markov_rank: 64}", {"params.markov_rank", "(node 'drafter', drafter_step)", "head is dflash", "set head: dspark"}},
       {"{head: dspark2}", {"params.head", "'dspark2' is not one of: dflash, dflash2, dspark, dspine"}},
-      {"{loss: kld}", {"params.loss", "'kld' is not one of: ce, js, kl, neg_log_acceptance, reverse_kl, tv"}},
+      {"{loss: kld}", {"params.loss", "'kld' is not one of: ce, js, kl, lk_hybrid, neg_log_acceptance, reverse_kl, tv"}},
       {"{loss: kl, kl_temperature: 0}", {"params.kl_temperature", "must be >= 0.1", "got 0"}},
       {"{loss: kl, kl_temperature: 1.0e-300}", {"params.kl_temperature", "must be >= 0.1", "got 1e-300"}},
       {"{kl_temperature: 2}", {"params.kl_temperature", "needs loss: kl"}},

@@ -67,9 +67,9 @@ TEST_CASE("Cli.Nodes.a_kind_shows_its_ports_params_and_needs") {
     REQUIRE(o.exit_code == 0);
     CHECK(has(o.output, "  needs:   the teacher (the target's last hidden state with every batch) when head: dspine: "
                         "trains head: dspine, whose loss terms read the target's distribution; or when loss: js, "
-                        "kl, neg_log_acceptance, reverse_kl or tv\n"));
+                        "kl, lk_hybrid, neg_log_acceptance, reverse_kl or tv\n"));
     CHECK(has(o.output, "    loss (string, or a mapping of losses to weights; default ce; one of: ce, js, kl, "
-                        "neg_log_acceptance, reverse_kl, tv): "));
+                        "lk_hybrid, neg_log_acceptance, reverse_kl, tv): "));
     // Each drafter kind's params, under the head that takes them.
     CHECK(has(o.output, "    markov_rank (integer; default 256; only with head: dspark): "));
     CHECK(has(o.output, "    head (string; default dflash; one of: dflash, dflash2, dspark, dspine, xpress): "));
