@@ -12,6 +12,7 @@
 #include "nodes/trainer.hpp"
 #include "report/analysis.hpp"
 #include "report/run_data.hpp"
+#include "slowed.hpp"
 #include "train_fixture.hpp"
 
 using namespace dflow;
@@ -38,14 +39,8 @@ bool mentions(const std::vector<std::string>& lines, const std::string& text) {
 
 TEST_CASE("Backpressure.SlowedTargetRaisesTheDrainAlarmAndIsNamedTheBottleneck") {
   const auto dir = fresh_dir("slow-target");
-  auto config = small_run_config(dir, quick({}));
-  config::FaultDecl slow;
-  slow.kind = "delay";
-  slow.node = "target";
-  slow.step = 12;  // the queues behind the target are full by then
-  slow.seconds = 0.25;
-  config.faults.push_back(slow);
-  const auto result = nodes::run_training(config, {});
+  const int64_t slow_from = 12;  // the queues behind the target are full by then
+  const auto result = nodes::run_training(slowed(small_run_config(dir, quick({})), "target", 0.25, slow_from), {});
   REQUIRE(result.completed_steps == 40);
 
   // The alarm is a metrics record, raised once per edge, after the slowdown,
@@ -58,7 +53,7 @@ TEST_CASE("Backpressure.SlowedTargetRaisesTheDrainAlarmAndIsNamedTheBottleneck")
     // The target runs ahead of the drafter by the batches queued between them
     // (4 + 2 here, plus one in each node), so its slowdown shows a few
     // drafter steps before step 12's record; never earlier than that.
-    CHECK(a["global_step"].get<int64_t>() >= slow.step - 8);
+    CHECK(a["global_step"].get<int64_t>() >= slow_from - 8);
     CHECK(a["trend_items_per_step"].get<double>() < 0);
     CHECK(a["projected_empty_step"].is_number_integer());
     CHECK(edges.insert(a["edge"].get<std::string>()).second);  // once per edge
@@ -86,14 +81,7 @@ TEST_CASE("Backpressure.ANormalRunRaisesNoDrainAlarm") {
   // small target's forward: the drafter bounds the run by a wide margin even
   // when other processes share the machine's cores (without it, a target
   // thread starved by a busy machine can drain the edges behind it).
-  auto config = small_run_config(dir, quick({}));
-  config::FaultDecl slow;
-  slow.kind = "delay";
-  slow.node = "drafter";
-  slow.step = 0;
-  slow.seconds = 0.1;
-  config.faults.push_back(slow);
-  const auto result = nodes::run_training(config, {});
+  const auto result = nodes::run_training(slowed(small_run_config(dir, quick({})), "drafter", 0.1), {});
   REQUIRE(result.completed_steps == 40);
   CHECK(records_of_kind(dir, "alarm").empty());  // not even as the data runs out at the end
   CHECK(result.alarms.empty());

@@ -22,6 +22,7 @@
 #include "nodes/registry.hpp"
 #include "nodes/run_context.hpp"
 #include "nodes/trainer.hpp"
+#include "slowed.hpp"
 #include "target/target_memory.hpp"
 #include "train_fixture.hpp"
 
@@ -63,13 +64,7 @@ config::Config case_config(const Case& c, const fs::path& dir, const fs::path& e
   // The source runs ahead of a slowed drafter until the edges carrying its
   // batches are full: 0.2 s a step against a tiny target's few milliseconds,
   // with more micro-batches (10) than the edges and the step hold (4 + 2 + 1).
-  config::FaultDecl slow;
-  slow.kind = "delay";
-  slow.node = "drafter";
-  slow.step = 0;
-  slow.seconds = 0.2;
-  config.faults.push_back(slow);
-  return config;
+  return slowed(config, "drafter", 0.2);
 }
 
 // The fit the run makes at start, with unbounded memory (its figure, not its verdict),

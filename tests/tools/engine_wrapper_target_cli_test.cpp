@@ -22,15 +22,11 @@
 #include "test_paths.hpp"
 
 using namespace dflow;
+using testing::has;
+using testing::run_dflow;
 namespace fs = std::filesystem;
 
 namespace {
-
-testing::Outcome run_dflow(const std::string& args) {
-  return testing::run_command(testing::dflow_binary() + " " + args, 300);
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // A run over `target` reading the engine files in `hs` ([1, 2] and the last
 // layer 4 appended), written as run.yaml in `dir`; `drafter` the drafter node's

@@ -27,17 +27,9 @@
 #include "train/checkpoint.hpp"
 
 using namespace dflow;
+using testing::has;
+using testing::run_dflow;
 namespace fs = std::filesystem;
-
-namespace {
-
-testing::Outcome run_dflow(const std::string& args) {
-  return testing::run_command(testing::dflow_binary() + " " + args, 300);
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-}  // namespace
 
 TEST_CASE("Cli.Export.every_kind_trained_on_the_demo_exports_in_a_format_that_serves_it") {
   const auto root = testing::fresh_dir("kind-exports");

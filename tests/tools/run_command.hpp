@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 
+#include "test_paths.hpp"
 #include "time_scale.hpp"
 
 namespace dflow::testing {
@@ -35,5 +36,13 @@ inline Outcome run_command(const std::string& command, int limit_s = 0) {
   if (o.output.find("runtime error: ") != std::string::npos) std::fprintf(stderr, "%s", o.output.c_str());
   return o;
 }
+
+// `dflow ARGS` with the build's binary, killed after `limit_s` seconds.
+inline Outcome run_dflow(const std::string& args, int limit_s = 300) {
+  return run_command(dflow_binary() + " " + args, limit_s);
+}
+
+// Whether a command's output holds `part`.
+inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace dflow::testing
