@@ -15,7 +15,7 @@ std::runtime_error dir_error(const std::filesystem::path& dir, const std::string
   return std::runtime_error("checkpoint directory '" + dir.string() + "': " + what);
 }
 
-TensorMap load_sharded(const std::filesystem::path& dir, const std::filesystem::path& index_path) {
+TensorMap load_sharded(const std::filesystem::path& dir, const std::filesystem::path& index_path, bool with_float8) {
   // Open each shard once; a tensor listed for a shard must be in that shard.
   std::map<std::string, std::unique_ptr<SafetensorsFile>> shards;
   TensorMap result;
@@ -26,7 +26,7 @@ TensorMap load_sharded(const std::filesystem::path& dir, const std::filesystem::
       throw dir_error(dir, "index puts tensor '" + name + "' in shard '" + shard_name +
                                "' but that shard does not hold it");
     }
-    result.emplace(name, it->second->tensor(name));
+    result.emplace(name, it->second->tensor(name, with_float8));
   }
   return result;
 }
@@ -59,12 +59,12 @@ std::map<std::string, std::string> read_checkpoint_index(const std::filesystem::
   return weight_map;
 }
 
-TensorMap load_checkpoint_dir(const std::filesystem::path& dir) {
+TensorMap load_checkpoint_dir(const std::filesystem::path& dir, bool with_float8) {
   if (!std::filesystem::is_directory(dir)) throw dir_error(dir, "is not a directory");
   const auto index_path = dir / "model.safetensors.index.json";
-  if (std::filesystem::exists(index_path)) return load_sharded(dir, index_path);
+  if (std::filesystem::exists(index_path)) return load_sharded(dir, index_path, with_float8);
   const auto single_path = dir / "model.safetensors";
-  if (std::filesystem::exists(single_path)) return SafetensorsFile(single_path).all_tensors();
+  if (std::filesystem::exists(single_path)) return SafetensorsFile(single_path).all_tensors(with_float8);
 
   std::vector<std::filesystem::path> files;
   for (const auto& item : std::filesystem::directory_iterator(dir)) {
@@ -74,7 +74,7 @@ TensorMap load_checkpoint_dir(const std::filesystem::path& dir) {
   std::sort(files.begin(), files.end());
   TensorMap result;
   for (const auto& file : files) {
-    for (auto& [name, tensor] : SafetensorsFile(file).all_tensors()) {
+    for (auto& [name, tensor] : SafetensorsFile(file).all_tensors(with_float8)) {
       if (!result.emplace(name, tensor).second) {
         throw dir_error(dir, "tensor '" + name + "' appears in more than one file (second: " +
                                  file.filename().string() + ")");

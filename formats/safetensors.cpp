@@ -135,13 +135,24 @@ const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
   return it->second;
 }
 
-torch::Tensor SafetensorsFile::tensor(const std::string& name) const {
+torch::Tensor SafetensorsFile::tensor(const std::string& name, bool with_float8) const {
   const SafetensorsEntry& info = entry(name);
-  const size_t element_bytes = safetensors_dtype_bytes(info.dtype_name);
+  const bool float8 = with_float8 && (info.dtype_name == "F8_E4M3" || info.dtype_name == "F8_E5M2");
+  const size_t element_bytes = float8 ? 1 : safetensors_dtype_bytes(info.dtype_name);
   if (element_bytes == 0) throw safetensors_dtype_error(path_, name, info.dtype_name);
-  const auto options = torch::TensorOptions().dtype(safetensors_dtype_to_torch(info.dtype_name));
+  const auto options = torch::TensorOptions().dtype(
+      !float8 ? safetensors_dtype_to_torch(info.dtype_name)
+              : info.dtype_name == "F8_E4M3" ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2);
   uint8_t* bytes = mapping_->data() + data_section_offset_bytes_ + info.data_begin_bytes;
   const uint64_t size_bytes = info.data_end_bytes - info.data_begin_bytes;
+  if (float8) {  // sized here: the header's check leaves out dtypes it does not read
+    uint64_t elements = 1;
+    for (const int64_t d : info.shape) elements *= static_cast<uint64_t>(d);
+    if (elements != size_bytes)
+      throw safetensors_file_error(path_, "tensor '" + name + "' (" + info.dtype_name + ", shape " +
+                                              c10::str(c10::IntArrayRef(info.shape)) + ") spans " +
+                                              std::to_string(size_bytes) + " bytes, not " + std::to_string(elements));
+  }
   if (size_bytes == 0) return torch::empty(info.shape, options);
   if (reinterpret_cast<uintptr_t>(bytes) % element_bytes != 0) {
     // Misaligned for its dtype (allowed by the format): copy into owned memory.
@@ -153,9 +164,9 @@ torch::Tensor SafetensorsFile::tensor(const std::string& name) const {
   return torch::from_blob(bytes, info.shape, [keep_alive](void*) {}, options);
 }
 
-TensorMap SafetensorsFile::all_tensors() const {
+TensorMap SafetensorsFile::all_tensors(bool with_float8) const {
   TensorMap result;
-  for (const auto& [name, info] : entries_) result.emplace(name, tensor(name));
+  for (const auto& [name, info] : entries_) result.emplace(name, tensor(name, with_float8));
   return result;
 }
 

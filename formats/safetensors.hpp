@@ -54,8 +54,10 @@ class SafetensorsFile {
   // A CPU tensor over the mapped bytes (no copy when the bytes are aligned
   // for the dtype). The tensor keeps the mapping alive; the mapping is
   // copy-on-write private, so writing into the tensor never touches the file.
-  torch::Tensor tensor(const std::string& name) const;
-  TensorMap all_tensors() const;
+  // `with_float8`: F8_E4M3 and F8_E5M2 entries too, as torch's float8 dtypes
+  // (a quantized checkpoint's weights, which the caller pairs with their scales).
+  torch::Tensor tensor(const std::string& name, bool with_float8 = false) const;
+  TensorMap all_tensors(bool with_float8 = false) const;
 
  private:
   std::filesystem::path path_;
@@ -76,7 +78,8 @@ void write_safetensors(const std::filesystem::path& path,
 // All tensors of a Hugging Face checkpoint directory: sharded through
 // model.safetensors.index.json when present, else model.safetensors, else
 // every *.safetensors file in the directory (a name in two files is refused).
-TensorMap load_checkpoint_dir(const std::filesystem::path& dir);
+// `with_float8`: FP8 entries read as torch's float8 dtypes instead of refused.
+TensorMap load_checkpoint_dir(const std::filesystem::path& dir, bool with_float8 = false);
 // model.safetensors.index.json's weight_map (tensor name -> shard file),
 // checked: valid JSON, an object of file names, each shard present. Throws
 // naming the directory and what is wrong.

@@ -70,6 +70,19 @@ void read_plain_rope(const nlohmann::json& json, HFConfig& config, const std::st
   }
 }
 
+void check_quantization(const nlohmann::json& json, const std::string& family, const std::string& source) {
+  if (!json.contains("quantization_config") || json["quantization_config"].is_null()) return;
+  const nlohmann::json& q = json["quantization_config"];
+  if (q.is_object() && q.value("quant_method", std::string()) == "fp8") {
+    const std::string format = q.value("fmt", std::string("e4m3"));
+    if (format != "e4m3" && format != "e5m2")
+      throw config_error(source, "quantization_config.fmt '" + format + "' is not an FP8 format dflow reads (e4m3, e5m2)");
+    return;
+  }
+  throw config_error(source, "quantization_config " + q.dump() + " is not supported for " + family +
+                                 " (dflow loads unquantized weights, and FP8 ones (quant_method fp8) dequantized)");
+}
+
 void read_dense_family(const nlohmann::json& json, HFConfig& config, const std::string& source) {
   const std::string activation = json.value("hidden_act", std::string("silu"));
   if (activation != "silu") throw config_error(source, "hidden_act '" + activation + "' is not supported (only silu)");
@@ -78,11 +91,7 @@ void read_dense_family(const nlohmann::json& json, HFConfig& config, const std::
     throw config_error(source, "use_sliding_window is true; sliding-window attention is not supported");
   }
   if (optional_bool(json, "mlp_bias", false)) throw config_error(source, "mlp_bias is true; MLP biases are not supported");
-  if (json.contains("quantization_config") && !json["quantization_config"].is_null()) {
-    throw config_error(source, "quantization_config " + json["quantization_config"].dump() +
-                                   " is not supported for " + to_string(config.family) +
-                                   " (dflow loads unquantized weights only)");
-  }
+  check_quantization(json, to_string(config.family), source);
   read_plain_rope(json, config, source);
   const bool configured_bias = optional_bool(json, "attention_bias", false);
   config.attention_bias = config.family == ModelFamily::Qwen2 ? true : configured_bias;
@@ -182,10 +191,7 @@ HFConfig parse_hf_config(const nlohmann::json& json, const std::string& source) 
   }
   const nlohmann::json& body = wrapper ? json["text_config"] : json;
   const std::string where = wrapper ? source + " text_config" : source;
-  if (wrapper && json.contains("quantization_config") && !json["quantization_config"].is_null()) {
-    throw config_error(source, "quantization_config " + json["quantization_config"].dump() + " is not supported for " +
-                                   to_string(config.family) + " (dflow loads unquantized weights only)");
-  }
+  if (wrapper) check_quantization(json, to_string(config.family), source);
 
   config.hidden_size = required_int(body, "hidden_size", where);
   config.num_hidden_layers = required_int(body, "num_hidden_layers", where);

@@ -20,6 +20,11 @@ bool optional_bool(const nlohmann::json& json, const std::string& key, bool fall
 // rope_theta, and the refusal of any rope scaling (the dense families).
 void read_plain_rope(const nlohmann::json& json, HFConfig& config, const std::string& source);
 
+// quantization_config, when present and not null: FP8 (quant_method fp8,
+// as Qwen3-FP8 and Qwen3.5/3.6-FP8 ship) is dequantized on load
+// (target/fp8.hpp); any other method is refused naming it and `family`.
+void check_quantization(const nlohmann::json& json, const std::string& family, const std::string& source);
+
 // Qwen2, Qwen3, Llama: no sliding window, no MLP bias, plain RoPE.
 void read_dense_family(const nlohmann::json& json, HFConfig& config, const std::string& source);
 // Qwen3MoeForCausalLM (target/hf_config_qwen3_moe.cpp).

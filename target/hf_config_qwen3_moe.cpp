@@ -64,10 +64,7 @@ void read_qwen3_moe_family(const nlohmann::json& json, HFConfig& config, const s
     throw config_error(source, "use_sliding_window is true; sliding-window attention is not supported for qwen3_moe");
   }
   if (optional_bool(json, "mlp_bias", false)) throw config_error(source, "mlp_bias is true; MLP biases are not supported");
-  if (json.contains("quantization_config") && !json["quantization_config"].is_null()) {
-    throw config_error(source, "quantization_config " + json["quantization_config"].dump() +
-                                   " is not supported for qwen3_moe (dflow loads unquantized weights only)");
-  }
+  check_quantization(json, "qwen3_moe", source);
   read_plain_rope(json, config, source);
   const bool bias = optional_bool(json, "attention_bias", false);
   config.attention_bias = bias;

@@ -70,7 +70,14 @@ TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device de
   model.device_ = device;
   model.dtype_ = dtype;
   const HFConfig& c = model.config_;
-  const WeightSource source(load_checkpoint_dir(dir), dir, device, dtype);
+  // FP8 weights (quant_method fp8) are read as float8 and dequantized here.
+  const nlohmann::json raw_config = read_json_file(dir / "config.json");
+  const nlohmann::json quantization = raw_config.value("quantization_config", nlohmann::json());
+  const bool fp8 = quantization.is_object() && quantization.value("quant_method", std::string()) == "fp8";
+  TensorMap tensors = load_checkpoint_dir(dir, /*with_float8=*/fp8);
+  const int64_t fp8_weights = fp8 ? count_fp8_weights(tensors) : 0;
+  WeightSource source(std::move(tensors), dir, device, dtype);
+  if (fp8) source.dequantize_fp8(fp8_block_size(quantization, dir));
 
   const int64_t hidden = c.hidden_size, head_dim = c.head_dim;
   const int64_t q_width = c.num_attention_heads * head_dim, kv_width = c.num_key_value_heads * head_dim;
@@ -126,6 +133,7 @@ TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device de
     }
     model.layers_.push_back(std::move(layer));
   }
+  if (fp8) log::info("model", log::str(dir.string(), ": ", fp8_weights, " FP8 weight(s) dequantized on load to ", c10::toString(dtype)));
   if (c.moe.mxfp4) {
     // Which of model.target.mxfp4_experts' forms the run got, and its memory.
     const bool resident = options.mxfp4_experts == Mxfp4Experts::resident;

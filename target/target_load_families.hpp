@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "target/fp8.hpp"
 #include "target/hf_config.hpp"
 #include "target/gated_deltanet.hpp"
 #include "target/moe.hpp"
@@ -27,7 +28,18 @@ class WeightSource {
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
 
   torch::Tensor take(const std::string& name, const std::vector<int64_t>& expected_shape) const {
-    return take_checked(name, expected_shape).to(device_, dtype_).contiguous();
+    const torch::Tensor& stored = take_checked(name, expected_shape);
+    // An FP8 checkpoint's weight, dequantized as it is taken: one float32
+    // weight at a time, never the whole model's.
+    if (fp8_ && is_float8(stored)) return dequantize_fp8_weight(tensors_, name, fp8_block_, dir_).to(device_, dtype_).contiguous();
+    return stored.to(device_, dtype_).contiguous();
+  }
+
+  // Float8 tensors (an FP8 checkpoint's, read with_float8) are dequantized
+  // with their scales in blocks of `block` (target/fp8.hpp) when taken.
+  void dequantize_fp8(std::vector<int64_t> block) {
+    fp8_ = true;
+    fp8_block_ = std::move(block);
   }
 
   // Presence and shape checked; the tensor as stored.
@@ -73,6 +85,8 @@ class WeightSource {
   std::filesystem::path dir_;
   torch::Device device_;
   torch::Dtype dtype_;
+  bool fp8_ = false;
+  std::vector<int64_t> fp8_block_;
 };
 
 // One layer's routed experts; `prefix` is "model.layers.<i>.mlp.".

@@ -112,13 +112,16 @@ TEST_CASE("Model.HFConfig.RefusalsNameTheProblem") {
     json.erase("hidden_size");
     CHECK_THROWS_WITH_AS(parse_hf_config(json, "x.json"), doctest::Contains("'hidden_size'"), std::runtime_error);
   }
-  SUBCASE("quantized weights") {  // FP8 checkpoints (Qwen3-8B-FP8): dflow would read the scales as weights
+  SUBCASE("quantized weights") {  // GPTQ: dflow would read the packed integers as weights
     nlohmann::json json = qwen3_8b_like();
-    json["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+    json["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
     CHECK_THROWS_WITH_AS(parse_hf_config(json, "x.json"),
-                         doctest::Contains("quantization_config {\"quant_method\":\"fp8\",\"weight_block_size\":[128,128]} "
+                         doctest::Contains("quantization_config {\"bits\":4,\"quant_method\":\"gptq\"} "
                                            "is not supported for qwen3"),
                          std::runtime_error);
+    // FP8 (Qwen3-8B-FP8) is read, and dequantized on load (Model.Fp8Target.*).
+    json["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+    CHECK(parse_hf_config(json, "x.json").hidden_size == 4096);
   }
   SUBCASE("sliding window") {
     nlohmann::json json = qwen3_8b_like();

@@ -103,9 +103,11 @@ TEST_CASE("Model.HFConfig.Qwen3MoeSparseLayersAsTransformersDecides") {
 
 TEST_CASE("Model.HFConfig.Qwen3MoeRefusesWhatDflowDoesNotImplement") {
   nlohmann::json json = qwen3_30b_a3b_like();
-  SUBCASE("quantization_config") {
+  SUBCASE("quantization_config") {  // FP8 is read (Qwen3-30B-A3B-FP8, Model.Fp8Target.*); other methods are not
     json["quantization_config"] = {{"quant_method", "fp8"}};
-    check_refused(json, "quantization_config", "fp8");
+    CHECK_NOTHROW(parse_hf_config(json, "moe.json"));
+    json["quantization_config"] = {{"quant_method", "awq"}};
+    check_refused(json, "quantization_config", "awq");
   }
   SUBCASE("top-k beyond the experts") {
     json["num_experts_per_tok"] = 129;

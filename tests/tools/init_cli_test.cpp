@@ -202,15 +202,23 @@ TEST_CASE("Cli.Init.engine_files_give_the_extractions_layer_ids") {
   CHECK(has(unknown.output, "engine_layer_ids: [2, 9, 16, 23, 30, 32]"));
   CHECK(has(unknown.output, "point dir at its output (--engine-files DIR)"));
 
-  // A quantization dflow does not load (Qwen3-8B-FP8): head only as well.
-  std::string fp8 = qwen3_config(36);
-  fp8.insert(fp8.rfind('}'), R"(, "quantization_config": {"quant_method": "fp8"})");
-  auto quantized = run_dflow("init " + config_only(root / "fp8", fp8).string());
+  // A quantization dflow does not load (GPTQ): head only as well.
+  std::string gptq = qwen3_config(36);
+  gptq.insert(gptq.rfind('}'), R"(, "quantization_config": {"quant_method": "gptq"})");
+  auto quantized = run_dflow("init " + config_only(root / "gptq", gptq).string());
   INFO(quantized.output);
   REQUIRE(quantized.exit_code == 0);
   CHECK(has(quantized.output, "Qwen3ForCausalLM is not a target dflow runs (quantization_config "
-                              "{\"quant_method\":\"fp8\"} is not supported for qwen3"));
+                              "{\"quant_method\":\"gptq\"} is not supported for qwen3"));
   CHECK(has(quantized.output, "type: features.engine"));
+  // FP8 (Qwen3-8B-FP8) loads in-process, dequantized (target/fp8.hpp).
+  std::string fp8 = qwen3_config(36);
+  fp8.insert(fp8.rfind('}'), R"(, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]})");
+  auto in_process = run_dflow("init " + config_only(root / "fp8", fp8).string());
+  INFO(in_process.output);
+  REQUIRE(in_process.exit_code == 0);
+  CHECK(has(in_process.output, "# dflow runs: the target in-process (target_forward), qwen3 family."));
+  CHECK_FALSE(has(in_process.output, "is not a target dflow runs"));
 }
 
 TEST_CASE("Cli.Init.a_recipe_that_does_not_fit_the_device_recomputes_then_takes_fewer_anchors") {
