@@ -15,6 +15,7 @@
 #include "text/dataset_tokenizer.hpp"
 #include "train/adamw.hpp"
 #include "train/devices.hpp"
+#include "train/trained_against.hpp"
 
 namespace dflow::nodes {
 
@@ -382,6 +383,8 @@ void RunContext::load_models(const train::LoadedCheckpoint* resume) {
   drafter_options.kind_fields = resolved_kind_fields(kind, *target_head, resume);
   drafter_spec = model::make_drafter_spec(target_config, drafter_options);
   feature_layer_ids = drafter_spec.target_layer_ids;
+  trained_against = train::trained_against(target_dir, config.model.target.dtype, config.data.train, feature_layer_ids)
+                        .to_json();
   objective.loss_decay_gamma = config.train.loss_decay_gamma;
   pad_token_id = target_config.eos_token_ids.empty() ? 0 : target_config.eos_token_ids.front();
   std::string layers;
@@ -408,6 +411,20 @@ void RunContext::plan_run() {
 }
 
 void RunContext::start_from(const train::LoadedCheckpoint& ckpt) {
+  // The target must be the one the checkpoint's drafter trained against: the
+  // path is checked with the config, the files here (a path whose contents
+  // were replaced, another revision, a quantized copy).
+  if (ckpt.trained_against.is_object()) {
+    const auto file = ckpt.dir / "drafter" / train::kTrainedAgainstFile;
+    const auto recorded = train::TrainedAgainst::from_json(ckpt.trained_against, file.string());
+    const auto check = train::check_target(recorded.target, train::TargetIdentity::from_json(trained_against["target"], "this run"));
+    if (check.refused())
+      throw ConfigError("checkpoint " + ckpt.dir.string() + " was trained against another target than " +
+                        config.model.target.path + " holds now:\n" + check.describe() +
+                        "\n  resume with the target it was trained against, or start a new run: --overwrite, or "
+                        "another run.out_dir");
+    if (check.verdict != train::TargetCheck::Verdict::same) log::warn("train", "resuming against " + check.describe(""));
+  }
   start = Progress::from_json(ckpt.run_state);
   // The file may be newer than the checkpoint (samples quarantined after it):
   // both are excluded, the file's lines applied in order over the

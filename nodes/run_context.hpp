@@ -123,6 +123,9 @@ class RunContext {
   model::HeadConfig target_config;  // config.json's facts (sizes, vocabulary, eos, architecture)
   model::DrafterSpec drafter_spec;
   std::vector<int64_t> feature_layer_ids;
+  // What the drafter is trained against (train/trained_against.hpp): every
+  // checkpoint records it, and a resume checks the target against it.
+  nlohmann::json trained_against;
   torch::Device drafter_device{torch::kCPU};
   torch::Dtype drafter_dtype = torch::kFloat32;
   model::ObjectiveOptions objective;

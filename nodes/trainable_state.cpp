@@ -75,6 +75,7 @@ train::CheckpointState TrainableState::snapshot(const RunContext& run) const {
   for (const auto& item : drafter->named_parameters(true))
     s.drafter_tensors.emplace_back(item.key(), item.value().detach().to(torch::kCPU).clone());
   s.drafter_config = model::drafter_config_json(drafter->spec(), named.front().second.scalar_type());
+  s.trained_against = run.trained_against;
   for (const auto& [name, t] : optimizer->state_tensors()) s.optimizer_tensors.emplace_back(name, t.to(torch::kCPU).clone());
   s.optimizer_steps = optimizer->steps_taken();
   s.run_state = progress.to_json();

@@ -11,6 +11,7 @@
 #include "drafter/kind.hpp"
 #include "drafter/drafter.hpp"
 #include "drafter/drafter_export_speculators.hpp"
+#include "formats/json_file.hpp"
 #include "target/target.hpp"
 #include "tools/cli.hpp"
 #include "tools/mxfp4_option.hpp"
@@ -21,8 +22,10 @@
 #include "train/regenerate.hpp"
 #include "train/regenerate_chats.hpp"
 #include "train/regenerate_features.hpp"
+#include "train/trained_against.hpp"
 #include "text/chat_encode.hpp"
 #include "text/chat_template.hpp"
+#include "text/dataset_tokenizer.hpp"
 #include "text/draft_marks.hpp"
 #include "text/tokenizer.hpp"
 
@@ -42,6 +45,50 @@ void print_output(const text::Tokenizer& tokenizer, size_t index, const train::E
             << tokenizer.decode(prompt) << "\n--- answer (accepted drafts in " << text::kDraftOpen << " "
             << text::kDraftClose << ") ---\n"
             << text::mark_accepted_drafts(tokenizer, output.tokens, output.acceptance_lengths) << "\n";
+}
+
+// Compares what `drafter` records it was trained against with the target
+// given now and says so; throws ConfigError (exit 2) for another target
+// unless `allow_other`. A drafter a dflow before the record wrote is let
+// through, said.
+void check_trained_against(const fs::path& drafter, const fs::path& target_dir, bool allow_other,
+                           const std::string& command) {
+  const auto record = train::read_trained_against(drafter);
+  if (!record) {
+    std::cout << "target: " << drafter.string() << " records no target (" << train::kTrainedAgainstFile
+              << "; written before dflow recorded one): not checked\n";
+    return;
+  }
+  const auto check = train::check_target(record->target, train::target_identity(target_dir));
+  if (check.refused() && !allow_other)
+    throw ConfigError(command + ": " + target_dir.string() + " is " + check.describe("") +
+                      "\n  pass the target it was trained against, or --allow-other-target to go on");
+  std::cout << "target: " << target_dir.string() << " is " << check.describe("") << "\n";
+}
+
+// The chat template that rendered the eval prompts, where the prompts sit in
+// a prepared dataset's directory (its tokenizer_fingerprint.json), against
+// the templates of the training data: another rendering is warned about.
+void check_prompt_template(const fs::path& drafter, const fs::path& prompts) {
+  const auto record = train::read_trained_against(drafter);
+  const fs::path file = prompts.parent_path() / text::kTokenizerFingerprintFile;
+  if (!record || !fs::exists(file)) return;
+  std::string template_name;
+  try {
+    std::ifstream in(file);
+    template_name = nlohmann::json::parse(in).value("chat_template", std::string());
+  } catch (const nlohmann::json::exception&) {
+    return;  // the dataset's own reader names it when training reads it
+  }
+  std::string trained;
+  for (const auto& d : record->data) {
+    if (d.chat_template.empty() || d.chat_template == template_name) return;
+    trained += (trained.empty() ? "" : ", ") + d.chat_template;
+  }
+  if (trained.empty() || template_name.empty()) return;
+  std::cout << "warning: the prompts " << prompts.string() << " were rendered with chat template " << template_name
+            << " (" << file.string() << "), the training data with " << trained
+            << ": acceptance measured here is not what serving with the trained template gives\n";
 }
 
 }  // namespace
@@ -72,15 +119,21 @@ void add_eval_command(CLI::App& app, Action& action) {
                   "print the decoded text of the first N prompts and their answers, accepted drafts marked")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--tokenizer", tokenizer_dir, "--show: the tokenizer.json (or its directory); default: the target's");
+  static bool allow_other_target = false;
+  sub->add_flag("--allow-other-target", allow_other_target,
+                "evaluate against a target other than the one the drafter was trained against (refused otherwise)");
   sub->callback([&action] {
     action = [] {
       torch::set_num_threads(threads);
       const auto prompt_ids = train::read_prompts(prompts);  // before the models: a bad file fails at once
       std::shared_ptr<const text::Tokenizer> tokenizer;  // loaded first: a missing one fails before decoding
       if (options.keep_outputs > 0) tokenizer = text::Tokenizer::load(tokenizer_dir.empty() ? target_dir : tokenizer_dir);
+      const fs::path drafter_path = drafter_dir(drafter);
+      check_trained_against(drafter_path, target_dir, allow_other_target, "eval");
+      check_prompt_template(drafter_path, prompts);
       auto target = model::TargetModel::load(target_dir, torch::kCPU, torch::kFloat32,
                                              target_load_options(mxfp4_experts));
-      auto draft = model::load_pretrained(drafter_dir(drafter));
+      auto draft = model::load_pretrained(drafter_path);
       draft->to(torch::kFloat32);
       auto report = train::evaluate_drafter(*draft, target, prompt_ids, options);
       std::cout << report.summary() << std::endl;
@@ -122,6 +175,39 @@ model::SpeculatorsVerifier find_verifier(const fs::path& drafter, const std::str
   return found;
 }
 
+// What the drafter was trained against travels with the export: its own
+// file beside config.json, and the same record inside config.json (z-lab's
+// and speculators' config loaders keep a key they do not know).
+void record_trained_against(const fs::path& drafter, const fs::path& out) {
+  const auto record = train::read_trained_against(drafter);
+  if (!record) return;
+  train::write_trained_against(out, *record);
+  nlohmann::json config = model::read_json_file(out / "config.json");
+  config[train::kTrainedAgainstConfigKey] = record->to_json();
+  model::write_json_atomically(out / "config.json", config);
+}
+
+// float16's largest finite value: a weight beyond it is inf once cast.
+constexpr double kFloat16Max = 65504.0;
+
+// Casts the drafter for export; float16 is refused, naming the tensor, when
+// a weight lies beyond its range (a drafter served with inf weights drafts
+// nothing a target accepts).
+void cast_for_export(model::DFlashDrafterImpl& drafter, const std::string& dtype) {
+  if (dtype == "as-trained") return;
+  if (dtype == "float16") {
+    torch::NoGradGuard no_grad;
+    for (const auto& item : drafter.named_parameters(/*recurse=*/true)) {
+      const double most = item.value().abs().max().item<double>();
+      if (!(most <= kFloat16Max))
+        throw ConfigError("export --dtype float16: tensor '" + item.key() + "' holds " + c10::str(most) +
+                          ", beyond float16's range (+-65504): served in float16 it would be inf; export in "
+                          "bfloat16 or float32");
+    }
+  }
+  drafter.to(dtype == "float16" ? torch::kFloat16 : dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
+}
+
 }  // namespace
 
 void add_export_command(CLI::App& app, Action& action) {
@@ -143,6 +229,16 @@ void add_export_command(CLI::App& app, Action& action) {
   sub->add_option("--target", target,
                   "speculators: a local copy of the target to read config.json and the head tensors from (default: "
                   "--verifier when it is a directory)");
+  static std::string export_dtype = "as-trained";
+  sub->add_option("--dtype", export_dtype,
+                  "the weights' dtype: as-trained (model.drafter.dtype), bfloat16, float32, or float16 (refused "
+                  "when a weight lies beyond float16's range)")
+      ->check(CLI::IsMember({"as-trained", "bfloat16", "float32", "float16"}))
+      ->capture_default_str();
+  static bool allow_other_target = false;
+  sub->add_flag("--allow-other-target", allow_other_target,
+                "speculators: name a verifier other than the target the drafter was trained against (refused "
+                "otherwise, when --target or --verifier is a local directory)");
   sub->callback([&action] {
     if (format != "speculators" && !(verifier.empty() && target.empty())) {
       throw CLI::ValidationError("--verifier/--target", "need --format speculators");
@@ -157,15 +253,30 @@ void add_export_command(CLI::App& app, Action& action) {
       // refusal of the option: exit 2) before anything is written.
       if (const std::string why = kind.refuses_format(format, draft->spec().kind_fields); !why.empty())
         throw ConfigError("export: the drafter in '" + dir.string() + "' " + why);
+      cast_for_export(*draft, export_dtype);
       if (format == "speculators") {
         const auto found = find_verifier(dir, verifier, target);
+        check_trained_against(dir, found.local_dir, allow_other_target, "export");
         model::save_speculators_pretrained(*draft, found, out);
+        record_trained_against(dir, out);
         std::cout << "exported drafter to " << out << " (speculators format, "
                   << kind.speculators_names().model_type << ", verifier " << found.name_or_path << ")\n";
         return 0;
       }
       model::save_pretrained(*draft, out);
+      record_trained_against(dir, out);
       std::cout << "exported drafter to " << out << "\n";
+      // vLLM's DFlash method collects each target layer once, in layer order
+      // (as speculators' format requires, which refuses such ids); z-lab's
+      // own Hugging Face code indexes hidden_states per id and serves them.
+      const auto& ids = draft->spec().target_layer_ids;
+      for (size_t i = 1; i < ids.size(); ++i) {
+        if (ids[i] > ids[i - 1]) continue;
+        std::cout << "warning: the drafter's target layers " << nlohmann::json(ids).dump()
+                  << " repeat or fall: vLLM collects each target layer once, in layer order, and would feed it "
+                     "other features than it trained on; serve it with z-lab's code, or train with rising ids\n";
+        break;
+      }
       return 0;
     };
   });

@@ -18,6 +18,7 @@
 #include "train/checkpoint_files.hpp"
 #include "formats/safetensors.hpp"
 #include "train/checkpoint_manifest.hpp"
+#include "train/trained_against.hpp"
 
 namespace dflow::train {
 
@@ -139,6 +140,10 @@ fs::path write_checkpoint_files(const fs::path& checkpoints_dir, const fs::path&
   model::write_safetensors(tmp_dir / "optimizer.safetensors", state.optimizer_tensors);
   std::vector<std::string> files{"drafter/model.safetensors", "drafter/config.json", "optimizer.safetensors",
                                  "state.json", "config.yaml"};
+  if (state.trained_against.is_object()) {
+    write_text(tmp_dir / "drafter" / kTrainedAgainstFile, state.trained_against.dump(2) + "\n");
+    files.push_back(std::string("drafter/") + kTrainedAgainstFile);
+  }
   if (!state.rollback_tensors.empty()) {
     model::write_safetensors(tmp_dir / kRollbackFile, state.rollback_tensors);
     files.push_back(kRollbackFile);
@@ -296,6 +301,9 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir) {
   };
   out.drafter_tensors = clone_all(model::SafetensorsFile(dir / "drafter" / "model.safetensors").all_tensors());
   out.optimizer_tensors = clone_all(model::SafetensorsFile(dir / "optimizer.safetensors").all_tensors());
+  for (const auto& file : manifest.files)
+    if (file.name == std::string("drafter/") + kTrainedAgainstFile)
+      out.trained_against = nlohmann::json::parse(read_file(dir / file.name));
   for (const auto& file : manifest.files)
     if (file.name == kRollbackFile) out.rollback_tensors = clone_all(model::SafetensorsFile(dir / kRollbackFile).all_tensors());
   return out;

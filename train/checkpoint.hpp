@@ -31,6 +31,7 @@ struct CheckpointState {
   NamedTensors optimizer_tensors;   // AdamW::state_tensors(), CPU copies
   int64_t optimizer_steps = 0;
   NamedTensors rollback_tensors;    // RollbackKeeper::tensors(); none unless guard policy rollback kept a snapshot
+  nlohmann::json trained_against;   // drafter/trained_against.json (train/trained_against.hpp); none when null
 };
 
 struct LoadedCheckpoint {
@@ -43,6 +44,7 @@ struct LoadedCheckpoint {
   std::map<std::string, torch::Tensor> optimizer_tensors;
   int64_t optimizer_steps = 0;
   std::map<std::string, torch::Tensor> rollback_tensors;  // empty when the checkpoint has none
+  nlohmann::json trained_against;  // null when the checkpoint has none (a dflow before the record wrote it)
 };
 
 // Writing: train/checkpoint_writer.hpp (a run's one writer).

@@ -45,7 +45,7 @@ zlab_keys = {"architectures", "model_type", "hidden_size", "intermediate_size", 
              "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
              "rms_norm_eps", "rope_theta", "rope_scaling", "hidden_act", "attention_bias", "attention_dropout",
              "use_sliding_window", "tie_word_embeddings", "torch_dtype", "block_size", "num_target_layers",
-             "dflash_config"}
+             "dflash_config", "dflow_trained_against"}
 expect(set(zlab) == zlab_keys, "default export keys %s" % sorted(set(zlab) ^ zlab_keys))
 expect(zlab["architectures"] == ["DFlashDraftModel"], "default export architectures")
 expect(set(zlab["dflash_config"]) == {"mask_token_id", "target_layer_ids"}, "default export dflash_config")
@@ -60,9 +60,16 @@ for key in ("transformer_layer_config", "draft_vocab_size", "block_size", "aux_h
             "mask_token_id", "speculators_config"):
     expect(key in config, "missing " + key)
 
+# What the drafter was trained against travels in both (dflow's record, a
+# key the configs' loaders keep), the same record; it is not the layers'.
+expect(config.get("dflow_trained_against") == zlab["dflow_trained_against"], "dflow_trained_against differs")
+expect(zlab["dflow_trained_against"]["target_layer_ids"] == zlab["dflash_config"]["target_layer_ids"],
+       "the record's layers are not the drafter's")
+
 # src/speculators/convert/dflash/converter.py: the transformer layer config
-# is z-lab's config minus _NON_TRANSFORMER_KEYS.
-non_transformer = {"architectures", "auto_map", "block_size", "dflash_config", "num_target_layers"}
+# is z-lab's config minus _NON_TRANSFORMER_KEYS (and dflow's record).
+non_transformer = {"architectures", "auto_map", "block_size", "dflash_config", "num_target_layers",
+                   "dflow_trained_against"}
 layer_config = config["transformer_layer_config"]
 expect(layer_config == {k: v for k, v in zlab.items() if k not in non_transformer},
        "transformer_layer_config differs from z-lab's config minus %s" % sorted(non_transformer))
@@ -82,6 +89,11 @@ expect(all(i < num_verifier_layers for i in aux), "aux ids name the last layer")
 from transformers import AutoConfig
 
 built = AutoConfig.for_model(model_type=layer_config["model_type"]).__class__(**layer_config)
+# z-lab's loader reads its config.json as transformers' Qwen3Config: the
+# record is kept as an attribute and changes nothing of the shape.
+zlab_built = AutoConfig.for_model(model_type=zlab["model_type"]).__class__(**zlab)
+expect(zlab_built.dflow_trained_against == zlab["dflow_trained_against"], "z-lab's config loses the record")
+expect(zlab_built.hidden_size == zlab["hidden_size"], "z-lab's config with the record changes hidden_size")
 for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
             "intermediate_size", "vocab_size", "rms_norm_eps"):
     expect(getattr(built, key) == layer_config[key], "transformers' Qwen3Config changes " + key)

@@ -176,7 +176,12 @@ TEST_CASE("Cli.Export.speculators_format_refuses_what_it_cannot_name") {
   other["hidden_size"] = 96;
   fs::create_directories(dir / "other");
   std::ofstream(dir / "other" / "config.json") << other.dump();
+  // It is another target than the drafter trained against (exit 2, naming
+  // what differs); let through, the export's own check refuses its shape.
   o = run_dflow(spec + " --verifier " + (dir / "other").string());
+  CHECK(o.exit_code == 2);
+  CHECK_MESSAGE(o.output.find("config.json hidden_size: trained 64, given 96") != std::string::npos, o.output);
+  o = run_dflow(spec + " --verifier " + (dir / "other").string() + " --allow-other-target");
   CHECK(o.exit_code == 1);
   CHECK_MESSAGE(o.output.find("config.json hidden_size is 96 but the drafter's is 64") != std::string::npos, o.output);
   CHECK_FALSE(fs::exists(dir / "x" / "config.json"));
