@@ -106,6 +106,10 @@ struct EvalConfig {
   int max_new_tokens = 64;
   double temperature = 0.0;    // 0: greedy; > 0: speculative sampling (target distribution kept exactly)
   uint64_t seed = 0;           // sampling seed (per prompt: hash(seed, prompt index))
+  // Step records' acceptance per slot under the target's own distribution
+  // (sum min(p, q)) and the tau it implies, whatever the loss: the feature
+  // source then gives the target's last hidden state with every batch.
+  bool expected_acceptance = false;
 };
 
 struct MetricsConfig {

@@ -176,6 +176,10 @@ KeySet<Config> declare() {
   k.add("eval.temperature", [](Config& c) -> auto& { return c.eval.temperature; }, may_change,
         "0: greedy; > 0: speculative sampling", at_least(0.0, "must be >= 0 (0: greedy)"));
   k.add("eval.seed", [](Config& c) -> auto& { return c.eval.seed; }, may_change, "sampling seed");
+  k.add("eval.expected_acceptance", [](Config& c) -> auto& { return c.eval.expected_acceptance; }, may_change,
+        "step records carry the acceptance per slot under the target's distribution (sum min(p, q)) and the tau "
+        "it implies with any loss (a loss that reads the target's distribution always does): the feature source "
+        "gives the target's last hidden state with every batch");
   // metrics
   k.add("metrics.sinks", [](Config& c) -> auto& { return c.metrics.sinks; }, may_change,
         "jsonl, console, tensorboard", each_one_of({"jsonl", "console", "tensorboard"}));

@@ -47,7 +47,7 @@ class ChunkedDraftLoss : public torch::autograd::Function<ChunkedDraftLoss> {
                                const torch::Tensor& row_weights, double temperature, int64_t rows_per_chunk,
                                const LossMix* loss_mix, bool with_bias, bool grad_hidden, bool grad_features,
                                bool grad_bias_weight, const RowReweight& reweight) {
-    const bool with_teacher = loss_mix->needs_teacher();
+    const bool with_teacher = loss_mix->needs_teacher() || loss_mix->expected_acceptance;
     const auto red = reduction_dtype(hidden.scalar_type());
     const int64_t rows = hidden.size(0);
     const Wanted wanted{grad_hidden, grad_features, grad_bias_weight};
@@ -56,6 +56,8 @@ class ChunkedDraftLoss : public torch::autograd::Function<ChunkedDraftLoss> {
     torch::Tensor row_loss = torch::empty({rows}, hidden.options().dtype(red));
     torch::Tensor row_weighted = torch::empty({rows}, hidden.options().dtype(red));
     torch::Tensor accept_rate = torch::empty({rows}, hidden.options().dtype(red));
+    const bool expected = loss_mix->expected_acceptance && !loss_mix->needs_teacher();
+    torch::Tensor expected_accept_rate = torch::empty({expected ? rows : 0}, hidden.options().dtype(red));
     torch::Tensor unit_grad_hidden = wanted.hidden ? torch::empty_like(hidden) : torch::Tensor();
     torch::Tensor unit_grad_features = wanted.features ? torch::empty_like(features) : torch::Tensor();
     torch::Tensor unit_grad_bias_weight =
@@ -77,6 +79,7 @@ class ChunkedDraftLoss : public torch::autograd::Function<ChunkedDraftLoss> {
       LossChunkResult result = mixed_chunk(*loss_mix, chunk);
       const torch::Tensor& loss = result.loss;
       if (stats) accept_rate.narrow(0, first, count).copy_(result.accept_rate);
+      if (stats && expected) expected_accept_rate.narrow(0, first, count).copy_(result.expected_accept_rate);
       if (stats) {
         const torch::Tensor weighted = loss * chunk_weights;
         total += weighted.sum();
@@ -120,8 +123,8 @@ class ChunkedDraftLoss : public torch::autograd::Function<ChunkedDraftLoss> {
     if (wanted.hidden) ctx->saved_data["unit_grad_hidden"] = unit_grad_hidden;
     if (wanted.features) ctx->saved_data["unit_grad_features"] = unit_grad_features;
     if (wanted.bias_weight) ctx->saved_data["unit_grad_bias_weight"] = unit_grad_bias_weight.to(bias_weight.scalar_type());
-    ctx->mark_non_differentiable({predictions, row_loss, row_weighted, applied, accept_rate});
-    return {total, predictions, row_loss, row_weighted, applied, accept_rate};
+    ctx->mark_non_differentiable({predictions, row_loss, row_weighted, applied, accept_rate, expected_accept_rate});
+    return {total, predictions, row_loss, row_weighted, applied, accept_rate, expected_accept_rate};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -187,10 +190,12 @@ ChunkedDraftLossResult chunked_draft_loss(const torch::Tensor& hidden, const tor
     }
   }
   torch::Tensor teacher;
-  if (loss.needs_teacher() && !teacher_hidden.defined())
+  const bool reads_teacher = loss.needs_teacher() || loss.expected_acceptance;
+  if (reads_teacher && !teacher_hidden.defined())
     throw std::invalid_argument("chunked_draft_loss: loss " + loss.text() +
+                                (loss.needs_teacher() ? "" : " with the expected acceptance") +
                                 " needs the teacher's hidden states [P, H]; none was given");
-  if (loss.needs_teacher()) {
+  if (reads_teacher) {
     if (teacher_hidden.sizes() != hidden.sizes()) {
       throw std::invalid_argument("chunked_draft_loss: teacher_hidden must be [P, H] like hidden " +
                                   c10::str(hidden.sizes()) + ", got " + c10::str(teacher_hidden.sizes()));
@@ -212,7 +217,8 @@ ChunkedDraftLossResult chunked_draft_loss(const torch::Tensor& hidden, const tor
       labels.to(torch::kInt64), with_teacher ? teacher : placeholder, row_weights,
       loss.uses_temperature() ? temperature : 1.0, rows_per_chunk, &loss, with_bias, grad_hidden, grad_features,
       grad_bias_weight, reweight);
-  return {outputs[0], outputs[1], outputs[2], outputs[3], outputs[4], outputs[5]};
+  return {outputs[0], outputs[1], outputs[2], outputs[3], outputs[4], outputs[5],
+          loss.expected_acceptance && !loss.needs_teacher() ? outputs[6] : torch::Tensor()};
 }
 
 ChunkedCrossEntropyResult chunked_linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& lm_head_weight,

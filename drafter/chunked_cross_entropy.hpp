@@ -55,6 +55,10 @@ struct ChunkedDraftLossResult {
   // 1 - TV(p, q) at temperature 1, q the draft's distribution, p the
   // teacher's (one-hot of the label without a teacher: q(label)).
   torch::Tensor accept_rate;
+  // [P] detached, with LossMix::expected_acceptance and a loss that does
+  // not read the teacher: sum min(p, q) under the teacher's p (the step
+  // records' rate); undefined otherwise.
+  torch::Tensor expected_accept_rate;
 };
 
 // The draft slots' loss `loss` (drafter/loss.hpp), chunked as

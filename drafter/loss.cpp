@@ -38,6 +38,14 @@ bool LossMix::uses_temperature() const {
 }
 
 double LossMix::chunk_buffers(double temperature) const {
+  // The expected acceptance is taken first: the logits, the teacher's in
+  // place turned into p, q beside them and softmax's working copy; then the
+  // terms run without the teacher.
+  if (expected_acceptance && !needs_teacher()) {
+    LossMix terms_only = *this;
+    terms_only.expected_acceptance = false;
+    return std::max(4.0, terms_only.chunk_buffers(temperature));
+  }
   if (terms.size() == 1 && terms.front().second == 1.0) return draft_loss(terms.front().first).chunk_buffers(temperature);
   // Before the last term: the chunk's logits (and teacher) beside the term's
   // copies, and from the second term on the gradient summed so far; the
@@ -69,7 +77,34 @@ void LossMix::validate() const {
   }
 }
 
+namespace {
+
+LossChunkResult mixed_terms(const LossMix& mix, LossChunk& c);
+
+// sum_v min(p_v, q_v) at temperature 1, p = softmax(teacher) in place of the
+// teacher's buffer, the logits left as they are.
+torch::Tensor overlap_keeping_logits(const torch::Tensor& logits, torch::Tensor& teacher) {
+  torch::Tensor q = torch::softmax(logits, 1);
+  const torch::Tensor p = teacher.sub_(torch::logsumexp(teacher, 1, /*keepdim=*/true)).exp_();
+  return q.clamp_max_(p).sum(1);
+}
+
+}  // namespace
+
 LossChunkResult mixed_chunk(const LossMix& mix, LossChunk& c) {
+  if (!(mix.expected_acceptance && c.stats && c.teacher.defined() && !mix.needs_teacher())) return mixed_terms(mix, c);
+  // The acceptance under the teacher's distribution, before a term computes
+  // in place of the logits; no term reads the teacher, so it goes first.
+  const torch::Tensor expected = overlap_keeping_logits(c.logits, c.teacher);
+  c.teacher = torch::Tensor();
+  LossChunkResult out = mixed_terms(mix, c);
+  out.expected_accept_rate = expected;
+  return out;
+}
+
+namespace {
+
+LossChunkResult mixed_terms(const LossMix& mix, LossChunk& c) {
   if (mix.terms.size() == 1 && mix.terms.front().second == 1.0) return draft_loss(mix.terms.front().first).chunk(c);
   LossChunkResult out;
   bool accept_from_teacher = false;
@@ -93,5 +128,7 @@ LossChunkResult mixed_chunk(const LossMix& mix, LossChunk& c) {
   }
   return out;
 }
+
+}  // namespace
 
 }  // namespace dflow::model

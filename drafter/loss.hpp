@@ -42,6 +42,10 @@ struct LossChunkResult {
   torch::Tensor loss;         // [c] each row's loss (stats)
   torch::Tensor accept_rate;  // [c] stats: 1 - TV(p, q) at temperature 1, p the teacher's (one-hot of the label without one)
   torch::Tensor grad_logits;  // [c, V] gradient: d(sum w * loss)/d logits
+  // [c] stats, LossMix::expected_acceptance with no term reading the
+  // teacher: sum min(p, q) under the teacher's p; the terms' accept_rate
+  // stays theirs (a kind's terms train on it).
+  torch::Tensor expected_accept_rate;
 };
 
 class DraftLoss {
@@ -71,6 +75,10 @@ void register_draft_loss(std::shared_ptr<const DraftLoss> loss);  // a name take
 // The drafter node's `loss:`: one loss, or a weighted mix.
 struct LossMix {
   std::vector<std::pair<std::string, double>> terms{{"ce", 1.0}};
+  // Stats: the acceptance rate under the teacher's distribution (sum
+  // min(p, q) at temperature 1) even when no term reads the teacher
+  // (ObjectiveOptions::expected_acceptance); the chunk then has the teacher.
+  bool expected_acceptance = false;
 
   static LossMix single(const std::string& name) { return LossMix{{{name, 1.0}}}; }
   bool needs_teacher() const;

@@ -122,6 +122,10 @@ void check_objective_options(const ObjectiveOptions& options, const TeacherState
                                   "weighting with " + loss);
     }
   }
+  if (options.expected_acceptance && (teacher == nullptr || !teacher->final_hidden.defined()))
+    throw std::invalid_argument("dflash_loss: the expected acceptance (eval.expected_acceptance) needs the target's "
+                                "last hidden state after its final norm (TeacherStates.final_hidden [B, S, H]); none "
+                                "was given");
   if (options.loss.uses_temperature() &&
       (!(options.kl_temperature >= kMinLossTemperature) || !std::isfinite(options.kl_temperature))) {
     throw std::invalid_argument(c10::str("dflash_loss: kl_temperature must be >= ", kMinLossTemperature, ", got ",
@@ -338,7 +342,7 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   // trained row), within the anchor's sample for every slot that has a label:
   // a kind reads the token there (a bias from the previous token), and a teacher the target's
   // state there (the one that predicts the token at anchor + k).
-  const bool with_teacher = options.loss.needs_teacher() || drafter_kind(spec.kind).needs_teacher(options.kind_options);
+  const bool with_teacher = options.needs_teacher() || drafter_kind(spec.kind).needs_teacher(options.kind_options);
   const int64_t blocks_total = batch * anchors.blocks_per_sample();
   torch::Tensor prev_position;  // [B, N*Bs], positions within the row
   if (kind.reads_previous_tokens() || with_teacher) {
@@ -388,8 +392,12 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
     return chunked_draft_loss(selected, head, other_bias, labels, teacher_rows, options.loss, options.kl_temperature,
                               torch::ones_like(weights), rows_per_chunk);
   };
+  // The main loss also gives the records' expected acceptance when asked
+  // (the same loss, gradient and accept_rate: the kind's terms train on those).
+  LossMix main_loss = options.loss;
+  main_loss.expected_acceptance = options.expected_acceptance;
   const ChunkedDraftLossResult main =
-      chunked_draft_loss(selected, head, bias ? &*bias : nullptr, labels, teacher_rows, options.loss,
+      chunked_draft_loss(selected, head, bias ? &*bias : nullptr, labels, teacher_rows, main_loss,
                          options.kl_temperature, weights, rows_per_chunk, reweight);
   const torch::Tensor applied = reweight ? main.row_weights : weights;
 
@@ -398,7 +406,8 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   out.main_loss_sum = main.weighted_loss_sum.detach().to(torch::kFloat64).item<double>();
   torch::Tensor row_terms = main.row_weighted_loss;  // [P] each row's share of loss_sum, detached
   out.loss_sum = main.weighted_loss_sum;
-  out.accept_rate_per_position = sum_per_slot(rows, main.accept_rate, block_size);
+  out.accept_rate_per_position =
+      sum_per_slot(rows, main.expected_accept_rate.defined() ? main.expected_accept_rate : main.accept_rate, block_size);
   // The kind's terms after the main loss, under its row weights.
   const std::vector<ExtraLossTerm> terms =
       kind.extra_terms(slots, MainLossRows{main.accept_rate, main.row_loss, applied}, options.kind_options);

@@ -44,6 +44,11 @@ struct ObjectiveOptions {
   // vocabulary] float32 matrix is ever held.
   LossMix loss;
   double kl_temperature = 1.0;  // the losses that use a temperature: both distributions at it (> 0)
+  // The acceptance rate per slot under the teacher's distribution (sum
+  // min(p, q) at temperature 1) also when no loss term reads the teacher
+  // (eval.expected_acceptance): the teacher's states are then required.
+  bool expected_acceptance = false;
+  bool needs_teacher() const { return loss.needs_teacher() || expected_acceptance; }
   // The drafter kind's params (DrafterKind::read_params), which its extra
   // loss terms read (their weights). Its terms use the slot's analytical
   // acceptance rate 1 - TV(p, q) where they need one; without the target's

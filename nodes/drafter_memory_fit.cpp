@@ -73,9 +73,12 @@ model::DrafterMemoryShape micro_batch_shape(const model::DrafterSpec& spec, cons
   s.recompute_layers = recompute;
   s.max_attention_scores_per_chunk = objective.max_attention_scores_per_chunk;
   s.max_logits_per_chunk = objective.max_logits_per_chunk;
-  s.loss_chunk_buffers = objective.loss.chunk_buffers(objective.kl_temperature);
-  // A kind may read the target's distribution whatever the loss (DSpine).
-  s.teacher = objective.loss.needs_teacher() || model::drafter_kind(spec.kind).needs_teacher(objective.kind_options);
+  model::LossMix main_loss = objective.loss;  // as the objective runs it: with the records' expected acceptance
+  main_loss.expected_acceptance = objective.expected_acceptance;
+  s.loss_chunk_buffers = main_loss.chunk_buffers(objective.kl_temperature);
+  // A kind may read the target's distribution whatever the loss (DSpine),
+  // and so do the records' expected acceptance (eval.expected_acceptance).
+  s.teacher = objective.needs_teacher() || model::drafter_kind(spec.kind).needs_teacher(objective.kind_options);
   s.kind_options = objective.kind_options;
   return s;
 }

@@ -277,6 +277,8 @@ class DrafterStep final : public graph::FunctionBody {
     const DrafterChoice chosen = read_drafter_params(params);
     objective_ = objective_of(chosen, run_.objective);
     needs_teacher_because_ = teacher_reason(chosen);
+    if (needs_teacher_because_.empty() && objective_.expected_acceptance)
+      needs_teacher_because_ = "records the expected acceptance (eval.expected_acceptance)";
     needs_teacher_ = !needs_teacher_because_.empty();
     log_memory_fit(run_, objective_, name_);
     const auto& head = *run_.target_head;

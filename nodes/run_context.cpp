@@ -85,10 +85,13 @@ void check_teacher_sources(const config::Config& config, const graph::NodeRegist
     const graph::NodeSpec* spec = kinds.find(n.type);
     const RunHooks* hooks = run_hooks(kinds, n.type);
     if (!spec || (hooks && hooks->gives_teacher) || !makes_features(*spec)) continue;
+    const bool by_key = because.rfind("eval.expected_acceptance", 0) == 0;
     throw ConfigError(n.mark, "pipeline.nodes[" + std::to_string(i) + "]",
                       "node '" + n.name + "' (" + n.type + ") makes the drafter's features but cannot give the "
-                      "target's last hidden state, and " + because + " (that loss reads the target's own distribution): use " +
-                          teacher_kinds(kinds) + ", or loss: ce");
+                      "target's last hidden state, and " + because +
+                          (by_key ? ": use " + teacher_kinds(kinds) + ", or eval.expected_acceptance: false"
+                                  : " (that loss reads the target's own distribution): use " + teacher_kinds(kinds) +
+                                        ", or loss: ce"));
   }
 }
 
@@ -165,6 +168,10 @@ DrafterKindChoice drafter_kind_choice(const config::Config& config, const graph:
       throw ConfigError(n.mark, key, "node '" + n.name + "' (" + n.type + "): " + e.what());
     }
   }
+  // The records' expected acceptance reads the target's distribution whatever the loss.
+  choice.objective.expected_acceptance = config.eval.expected_acceptance;
+  if (config.eval.expected_acceptance && teacher_because->empty())
+    *teacher_because = "eval.expected_acceptance records the acceptance under the target's distribution";
   return choice;
 }
 
@@ -338,7 +345,8 @@ void RunContext::load_models(const train::LoadedCheckpoint* resume) {
   // applies it to the files' last layer).
   const DrafterKindChoice kind = drafter_kind_choice(config, options.node_kinds(), &teacher_because);
   check_teacher_sources(config, options.node_kinds(), teacher_because);
-  accept_rate_from_target = kind.objective.loss.needs_teacher();
+  accept_rate_from_target = kind.objective.needs_teacher();
+  objective.expected_acceptance = kind.objective.expected_acceptance;  // the base every drafter step's objective keeps
   std::string loaded;  // for the log line
   if (need) {
     // Refused before anything large loads, naming who needs the target.

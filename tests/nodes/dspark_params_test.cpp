@@ -87,6 +87,16 @@ TEST_CASE("DSpark.Teacher.kl_refuses_a_feature_source_that_cannot_give_the_last_
     CHECK_MESSAGE(e.find("use features.cached, features.engine or target_forward, or loss: ce") != std::string::npos, e);
     CHECK_FALSE(fs::exists(dir / "checkpoints"));
   }
+  // ce with eval.expected_acceptance reads it too.
+  config::Config expected = plain;
+  expected.eval.expected_acceptance = true;
+  const std::string e = error_of([&] { nodes::run_training(expected, options); });
+  CHECK_MESSAGE(e.find("cannot give the target's last hidden state") != std::string::npos, e);
+  CHECK_MESSAGE(e.find("eval.expected_acceptance records the acceptance under the target's distribution") !=
+                    std::string::npos,
+                e);
+  CHECK_MESSAGE(e.find(", or eval.expected_acceptance: false") != std::string::npos, e);
+  CHECK_FALSE(fs::exists(dir / "checkpoints"));
   // The same source serves a ce run.
   nodes::run_training(stopped_after(plain, 1), options);
   CHECK(step_records(dir).size() == 1);

@@ -100,6 +100,37 @@ TEST_CASE("Losses.Records.no_expected_tau_without_the_target_distribution") {
   std::filesystem::remove_all(dir);
 }
 
+// eval.expected_acceptance: the same ce run (DSpark's confidence head
+// trains on the main loss's rate) records the expected acceptance and its
+// tau, and trains exactly as without it; a source without the target's last
+// hidden state is refused naming the key.
+TEST_CASE("Losses.Records.expected_acceptance_under_ce_records_tau_and_trains_the_same") {
+  const auto plain_dir = fresh_dir("loss-ce-plain"), expected_dir = fresh_dir("loss-ce-expected");
+  const std::string dspark = "{head: dspark, markov_rank: 8}";
+  nodes::run_training(
+      with_drafter(small_run_config(plain_dir, {"run.max_steps=3", "eval.every_steps=0"}), dspark), {});
+  nodes::run_training(with_drafter(small_run_config(expected_dir, {"run.max_steps=3", "eval.every_steps=0",
+                                                                   "eval.expected_acceptance=true"}),
+                                   dspark),
+                      {});
+  const auto plain = step_records(plain_dir), expected = step_records(expected_dir);
+  REQUIRE(plain.size() == 3);
+  REQUIRE(expected.size() == 3);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    CAPTURE(i);
+    CHECK(plain[i]["loss"] == expected[i]["loss"]);
+    CHECK(plain[i]["grad_norm"] == expected[i]["grad_norm"]);
+    CHECK_FALSE(plain[i].contains("expected_tau"));
+    REQUIRE(expected[i].contains("expected_tau"));
+    double tau = 1.0, reached = 1.0;
+    for (const auto& a : expected[i]["accept_rate_per_position"]) tau += (reached *= a.get<double>());
+    CHECK(expected[i]["expected_tau"].get<double>() == doctest::Approx(tau).epsilon(1e-12));
+    CHECK(expected[i]["accept_rate_per_position"] != plain[i]["accept_rate_per_position"]);
+  }
+  std::filesystem::remove_all(plain_dir);
+  std::filesystem::remove_all(expected_dir);
+}
+
 TEST_CASE("Losses.Params.kl_temperature_is_refused_for_a_loss_without_a_temperature") {
   const auto dir = fresh_dir("loss-temperature");
   const std::string e = error_of(
