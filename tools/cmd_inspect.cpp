@@ -53,7 +53,8 @@ bool is_export(const std::filesystem::path& dir) {
 }  // namespace
 
 void add_inspect_command(CLI::App& app, Action& action) {
-  auto* sub = app.add_subcommand("inspect", "list a checkpoint's tensors and report any NaN or Inf (exit 1 if found)");
+  auto* sub = app.add_subcommand("inspect", "list a checkpoint's (or an exported drafter's) tensors and what its drafter "
+                                             "was trained against, and report any NaN or Inf (exit 1 if found)");
   static std::string path;
   static int threads = 1;
   sub->add_option("CKPT", path,
