@@ -28,10 +28,10 @@ namespace {
 // conveniences that do not change a forward pass.
 const std::set<std::string>& ignored_config_keys() {
   static const std::set<std::string> keys = {
-      "_name_or_path",  "transformers_version", "torch_dtype",         "dtype",
-      "quantization_config", "compression_config", "use_cache",      "auto_map",
-      "attn_implementation", "_attn_implementation", "output_attentions", "output_hidden_states",
-      "return_dict",    "initializer_range",    "_commit_hash"};
+      "_name_or_path", "_commit_hash", "transformers_version",                     // who wrote it
+      "torch_dtype", "dtype", "quantization_config", "compression_config",         // how it is stored
+      "use_cache", "auto_map", "attn_implementation", "_attn_implementation",      // runtime choices
+      "output_attentions", "output_hidden_states", "return_dict", "initializer_range"};
   return keys;
 }
 
