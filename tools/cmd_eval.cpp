@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "config/config.hpp"
 #include "config/errors.hpp"
@@ -47,13 +48,12 @@ void print_output(const text::Tokenizer& tokenizer, size_t index, const train::E
             << text::mark_accepted_drafts(tokenizer, output.tokens, output.acceptance_lengths) << "\n";
 }
 
-// Compares what `drafter` records it was trained against with the target
-// given now and says so; throws ConfigError (exit 2) for another target
-// unless `allow_other`. A drafter a dflow before the record wrote is let
-// through, said.
-void check_trained_against(const fs::path& drafter, const fs::path& target_dir, bool allow_other,
-                           const std::string& command) {
-  const auto record = train::read_trained_against(drafter);
+// Compares what `drafter` records it was trained against (`record`, read
+// from it) with the target given now and says so; throws ConfigError (exit
+// 2) for another target unless `allow_other`. A drafter a dflow before the
+// record wrote is let through, said.
+void check_trained_against(const std::optional<train::TrainedAgainst>& record, const fs::path& drafter,
+                           const fs::path& target_dir, bool allow_other, const std::string& command) {
   if (!record) {
     std::cout << "target: " << drafter.string() << " records no target (" << train::kTrainedAgainstFile
               << "; written before dflow recorded one): not checked\n";
@@ -69,8 +69,7 @@ void check_trained_against(const fs::path& drafter, const fs::path& target_dir, 
 // The chat template that rendered the eval prompts, where the prompts sit in
 // a prepared dataset's directory (its tokenizer_fingerprint.json), against
 // the templates of the training data: another rendering is warned about.
-void check_prompt_template(const fs::path& drafter, const fs::path& prompts) {
-  const auto record = train::read_trained_against(drafter);
+void check_prompt_template(const std::optional<train::TrainedAgainst>& record, const fs::path& prompts) {
   const fs::path file = prompts.parent_path() / text::kTokenizerFingerprintFile;
   if (!record || !fs::exists(file)) return;
   std::string template_name;
@@ -129,8 +128,9 @@ void add_eval_command(CLI::App& app, Action& action) {
       std::shared_ptr<const text::Tokenizer> tokenizer;  // loaded first: a missing one fails before decoding
       if (options.keep_outputs > 0) tokenizer = text::Tokenizer::load(tokenizer_dir.empty() ? target_dir : tokenizer_dir);
       const fs::path drafter_path = drafter_dir(drafter);
-      check_trained_against(drafter_path, target_dir, allow_other_target, "eval");
-      check_prompt_template(drafter_path, prompts);
+      const auto record = train::read_trained_against(drafter_path);
+      check_trained_against(record, drafter_path, target_dir, allow_other_target, "eval");
+      check_prompt_template(record, prompts);
       auto target = model::TargetModel::load(target_dir, torch::kCPU, torch::kFloat32,
                                              target_load_options(mxfp4_experts));
       auto draft = model::load_pretrained(drafter_path);
@@ -178,8 +178,7 @@ model::SpeculatorsVerifier find_verifier(const fs::path& drafter, const std::str
 // What the drafter was trained against travels with the export: its own
 // file beside config.json, and the same record inside config.json (z-lab's
 // and speculators' config loaders keep a key they do not know).
-void record_trained_against(const fs::path& drafter, const fs::path& out) {
-  const auto record = train::read_trained_against(drafter);
+void record_trained_against(const std::optional<train::TrainedAgainst>& record, const fs::path& out) {
   if (!record) return;
   train::write_trained_against(out, *record);
   nlohmann::json config = model::read_json_file(out / "config.json");
@@ -254,17 +253,18 @@ void add_export_command(CLI::App& app, Action& action) {
       if (const std::string why = kind.refuses_format(format, draft->spec().kind_fields); !why.empty())
         throw ConfigError("export: the drafter in '" + dir.string() + "' " + why);
       cast_for_export(*draft, export_dtype);
+      const auto record = train::read_trained_against(dir);
       if (format == "speculators") {
         const auto found = find_verifier(dir, verifier, target);
-        check_trained_against(dir, found.local_dir, allow_other_target, "export");
+        check_trained_against(record, dir, found.local_dir, allow_other_target, "export");
         model::save_speculators_pretrained(*draft, found, out);
-        record_trained_against(dir, out);
+        record_trained_against(record, out);
         std::cout << "exported drafter to " << out << " (speculators format, "
                   << kind.speculators_names().model_type << ", verifier " << found.name_or_path << ")\n";
         return 0;
       }
       model::save_pretrained(*draft, out);
-      record_trained_against(dir, out);
+      record_trained_against(record, out);
       std::cout << "exported drafter to " << out << "\n";
       // vLLM's DFlash method collects each target layer once, in layer order
       // (as speculators' format requires, which refuses such ids); z-lab's

@@ -67,13 +67,8 @@ void add_inspect_command(CLI::App& app, Action& action) {
       if (is_export(path)) {
         const std::filesystem::path dir(path);
         std::cout << "exported drafter " << dir.string() << "\n";
-        const auto file = dir / train::kTrainedAgainstFile;
-        nlohmann::json record;
-        if (std::filesystem::exists(file)) {
-          const auto read = train::read_trained_against(dir);
-          record = read->to_json();
-        }
-        print_trained_against(record, file);
+        const auto record = train::read_trained_against(dir);
+        print_trained_against(record ? record->to_json() : nlohmann::json(), dir / train::kTrainedAgainstFile);
         std::map<std::string, torch::Tensor> tensors;
         for (auto& [name, t] : model::SafetensorsFile(dir / "model.safetensors").all_tensors()) tensors[name] = t;
         const int bad = list_tensors("weights", tensors);
