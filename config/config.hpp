@@ -27,6 +27,14 @@ struct TargetConfig {
 };
 
 struct DrafterConfig {
+  // The drafter kind (drafter/kinds/): dflash (the backbone alone), dspark, ...
+  std::string kind = "dflash";
+  // The kind's own params: the keys of model.drafter beside the declared
+  // ones, as given (the kind declares, reads and checks them, outside
+  // config/: nodes/drafter_kind_choice.hpp), and the origins their errors name.
+  YAML::Node params{YAML::NodeType::Map};
+  std::shared_ptr<const Origins> origins;
+  SourceMark kind_mark;  // where `kind` was given (the section's mark when it was not)
   int num_layers = 1;
   int block_size = 16;
   int num_target_features = 0;          // 0: as many as draft layers (public DFlash default)

@@ -60,6 +60,18 @@ KeySet<Config> declare() {
         "gpt-oss-120b fits one GPU) or dequantize (once, on load, into model.target.dtype: faster, about 3.8x the "
         "expert memory in bf16); the outputs are the same bits either way",
         one_of({"resident", "dequantize"}));
+  k.add("model.drafter.kind", [](Config& c) -> auto& { return c.model.drafter.kind; }, must_match,
+        "the drafter kind: dflash (the backbone alone) or another registered kind, whose own params are keys of "
+        "model.drafter beside this one (the reference's \"Drafter kinds\" lists each kind's)",
+        must<std::string>([](const std::string& v) { return !v.empty(); }, "must name a drafter kind"));
+  k.open(
+      "model.drafter",
+      [](YamlSection& section, Config& c) {
+        c.model.drafter.params.reset(section.take_unread());
+        c.model.drafter.origins = section.origins();
+        c.model.drafter.kind_mark = section.mark_of("kind");
+      },
+      [](const Config& c) { return c.model.drafter.params; });
   k.add("model.drafter.num_layers", [](Config& c) -> auto& { return c.model.drafter.num_layers; }, must_match,
         "draft layers", at_least(1, "must be >= 1"));
   k.add("model.drafter.block_size", [](Config& c) -> auto& { return c.model.drafter.block_size; }, must_match,

@@ -133,6 +133,23 @@ class KeySet {
     return *this;
   }
 
+  // A section whose keys beyond the declared ones belong to another reader
+  // (model.drafter: the drafter kind declares its params, outside config/):
+  // reading calls `take` on the section after the declared keys (it keeps
+  // what YamlSection::take_unread gives, rather than have them refused), and
+  // emit writes `given`'s keys at the section's end.
+  KeySet& open(std::string section, std::function<void(YamlSection&, S&)> take,
+               std::function<YAML::Node(const S&)> given) {
+    open_.push_back({std::move(section), std::move(take), std::move(given)});
+    return *this;
+  }
+  // The open sections' paths.
+  std::vector<std::string> open_sections() const {
+    std::vector<std::string> out;
+    for (const auto& o : open_) out.push_back(o.section);
+    return out;
+  }
+
   const std::vector<KeyDecl<S>>& keys() const { return keys_; }
   const KeyDecl<S>* find(const std::string& path) const {
     for (const auto& k : keys_)
@@ -157,6 +174,7 @@ class KeySet {
       if (it != made.end() && it->second.has(name))
         throw it->second.error(name, "has moved: it is now " + new_place);
     }
+    for (const auto& o : open_) o.take(section_at(made, order, o.section), out);
     for (const auto& path : order) made.at(path).finish();
     made.at("").finish();
     for (const auto& k : keys_)
@@ -171,7 +189,10 @@ class KeySet {
       std::vector<std::string> want = split(k.section());
       size_t common = 0;
       while (common < open.size() && common < want.size() && open[common] == want[common]) ++common;
-      for (size_t i = open.size(); i > common; --i) out << YAML::EndMap;
+      for (size_t i = open.size(); i > common; --i) {
+        emit_given(out, s, joined(open, i));
+        out << YAML::EndMap;
+      }
       open.resize(common);
       for (size_t i = common; i < want.size(); ++i) {
         out << YAML::Key << want[i] << YAML::Value << YAML::BeginMap;
@@ -180,7 +201,10 @@ class KeySet {
       out << YAML::Key << k.name() << YAML::Value;
       k.emit(out, s);
     }
-    for (size_t i = open.size(); i > 0; --i) out << YAML::EndMap;
+    for (size_t i = open.size(); i > 0; --i) {
+      emit_given(out, s, joined(open, i));
+      out << YAML::EndMap;
+    }
   }
 
   // A key's value as one line of YAML ("[64, 128]", "0.0006").
@@ -225,8 +249,28 @@ class KeySet {
     order.push_back(path);
     return it->second;
   }
+  struct OpenSection {
+    std::string section;
+    std::function<void(YamlSection&, S&)> take;
+    std::function<YAML::Node(const S&)> given;
+  };
+  // Before `section`'s map closes in emit: the keys it holds as given.
+  void emit_given(YAML::Emitter& out, const S& s, const std::string& section) const {
+    for (const auto& o : open_) {
+      if (o.section != section) continue;
+      const YAML::Node given = o.given(s);
+      if (!given || !given.IsMap()) continue;
+      for (auto it = given.begin(); it != given.end(); ++it) out << YAML::Key << it->first << YAML::Value << it->second;
+    }
+  }
+  static std::string joined(const std::vector<std::string>& parts, size_t n) {
+    std::string out;
+    for (size_t i = 0; i < n; ++i) out += (i ? "." : "") + parts[i];
+    return out;
+  }
   std::vector<KeyDecl<S>> keys_;
   std::vector<std::pair<std::string, std::string>> moved_;
+  std::vector<OpenSection> open_;
 };
 
 // Checks used by declarations: `ok(value)` or the message.

@@ -1,5 +1,6 @@
 #include "config/yaml_reader.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <type_traits>
@@ -32,6 +33,32 @@ YAML::Node YamlSection::raw(const std::string& key) {
   known_.push_back(key);
   if (!node_ || !node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
   return node_[key];
+}
+
+YAML::Node YamlSection::take_unread() {
+  YAML::Node out(YAML::NodeType::Map);
+  if (!node_ || !node_.IsMap()) return out;
+  std::vector<std::string> taken;
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    if (!it->first.IsScalar()) continue;  // finish() refuses it, with its mark
+    const std::string& key = it->first.Scalar();
+    if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
+    out.force_insert(it->first, it->second);
+    taken.push_back(key);
+  }
+  known_.insert(known_.end(), taken.begin(), taken.end());
+  return out;
+}
+
+YamlSection YamlSection::only(const std::vector<std::string>& names) {
+  YAML::Node out(YAML::NodeType::Map);
+  if (node_ && node_.IsMap()) {
+    for (auto it = node_.begin(); it != node_.end(); ++it)
+      if (it->first.IsScalar() && std::find(names.begin(), names.end(), it->first.Scalar()) != names.end())
+        out.force_insert(it->first, it->second);
+  }
+  known_.insert(known_.end(), names.begin(), names.end());  // known: a typo of one gets a suggestion
+  return YamlSection(out, path_, origins_);
 }
 
 SourceMark YamlSection::mark_of(const std::string& key) const {

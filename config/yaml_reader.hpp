@@ -39,6 +39,14 @@ class YamlSection {
 
   // Throws ConfigError for the first unread key.
   void finish() const;
+  // The keys not read so far, as a mapping of their own (each key and value
+  // keeps its mark), now counted as read: a section whose other keys another
+  // reader declares (model.drafter: the drafter kind's params).
+  YAML::Node take_unread();
+  // The keys among `names` as a section of their own (errors still name this
+  // section's path and lines), each marked read here: one reader's share of
+  // a section others read too.
+  YamlSection only(const std::vector<std::string>& names);
 
   // An error at `key` (or at this section when key is empty).
   ConfigError error(const std::string& key, const std::string& message) const;

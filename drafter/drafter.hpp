@@ -43,7 +43,7 @@ struct DrafterSpec {
   // p - sliding_window < c < anchor (add_sliding_window); its block whole.
   std::vector<std::string> layer_types;
   int64_t sliding_window = 0;  // > 0 exactly when some layer slides
-  // The drafter kind (drafter/kind.hpp: the drafter node's `head:`) and
+  // The drafter kind (drafter/kind.hpp: model.drafter.kind) and
   // the fields its params give, under the names its config.json carries.
   std::string kind = "dflash";
   nlohmann::json kind_fields = nlohmann::json::object();

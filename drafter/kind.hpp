@@ -1,9 +1,9 @@
-// Drafter kinds: what a drafter adds to the shared DFlash backbone (the
-// drafter node's `head:`), each declared once, in its own folder under
+// Drafter kinds: what a drafter adds to the shared DFlash backbone
+// (model.drafter.kind), each declared once, in its own folder under
 // drafter/kinds/, and registered by name as a node kind is. A kind says
 // everything the rest of dflow asks about it, so nothing outside its folder
 // names it or its params:
-// - its params (read from the drafter node's `params:` beside `head:`, each
+// - its params (keys of model.drafter beside `kind:`, each
 //   with its type, default, allowed values, one line of help, whether a
 //   resume must keep it) and the fields they give the drafter's shape
 //   (DrafterSpec::kind_fields, which its config.json carries);
@@ -218,7 +218,7 @@ class DrafterKind {
   // (TrainedSlots::teacher) whatever the loss: the feature source must give it.
   virtual bool needs_teacher(const nlohmann::json& /*params*/) const { return false; }
 
-  // Params, beside `head: <name>` in the drafter node's params.
+  // Params, beside `kind: <name>` in model.drafter (nodes/drafter_kind_choice.hpp reads them).
   // Each declared key as the node catalog lists it (config::KeyDoc).
   virtual std::vector<config::KeyDoc> params() const { return {}; }
   // Reads the kind's own keys (the section holds only those) with their

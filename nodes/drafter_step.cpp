@@ -1,6 +1,7 @@
 // drafter_step: forward and backward of one micro-batch under the DFlash
-// objective, with the drafter kind (`head:`) and the loss (or loss mix) its
-// params choose from their registries (drafter/kind.hpp, drafter/loss.hpp).
+// objective, with the drafter kind model.drafter.kind names (its params are
+// model.drafter's: nodes/drafter_kind_choice.hpp) and the loss (or loss mix)
+// the node's params choose from their registry (drafter/loss.hpp).
 // Fires only with the model token (invariant 1), which carries the
 // trainable state: the drafter is reached through it alone, and it travels on
 // inside the MicroStats. Gradients of sum(w * loss) accumulate in the
@@ -25,6 +26,7 @@
 #include "drafter/kind.hpp"
 #include "drafter/loss.hpp"
 #include "drafter/objective.hpp"
+#include "nodes/drafter_kind_choice.hpp"
 #include "nodes/drafter_memory_fit.hpp"
 #include "nodes/exclude_samples.hpp"
 #include "nodes/messages.hpp"
@@ -37,14 +39,12 @@ namespace dflow::nodes {
 
 namespace {
 
-// params: the objective's position weighting, activation recomputation and
-// the drafter kind (`head:`); the kind's own params and the loss's are
-// declared by the kind (drafter/kind.hpp) and the losses (drafter/loss.hpp).
+// params: the objective's position weighting and activation recomputation;
+// the loss's are declared by the losses (drafter/loss.hpp).
 struct ObjectiveParams {
   std::string objective = "decay";
   double alpha = 0.5;
   bool recompute = false;
-  std::string head = "dflash";
 };
 
 struct LossParams {
@@ -70,10 +70,6 @@ const config::KeySet<ObjectiveParams>& objective_keys() {
     k.add("recompute", [](ObjectiveParams& p) -> auto& { return p.recompute; }, OnResume::may_change,
           "recompute each draft layer's activations in backward: same gradients, activation memory of about one "
           "layer instead of all, a slower backward");
-    k.add("head", [](ObjectiveParams& p) -> auto& { return p.head; }, OnResume::must_match,
-          "the drafter kind: dflash (the backbone alone) or another registered kind, with its own params "
-          "(dflow nodes drafter_step lists them)",
-          [](const std::string& head) { return config::one_of(model::drafter_kind_names())(head); });
     return k;
   }();
   return keys;
@@ -100,27 +96,9 @@ const config::KeySet<LossParams>& loss_keys() {
 // What the params chose.
 struct DrafterChoice {
   ObjectiveParams base;
-  nlohmann::json kind_params = nlohmann::json::object();  // the kind's, resolved
   model::LossMix loss;
   double kl_temperature = 1.0;
-  const model::DrafterKind& kind() const { return model::drafter_kind(base.head); }
 };
-
-// The keys of `params` among `names`, as a section of their own (errors
-// still name pipeline.nodes[i].params.<key> and its line), marked read in
-// `params` so the graph does not refuse them as unknown.
-config::YamlSection only(config::YamlSection& params, const std::vector<std::string>& names) {
-  YAML::Node node(YAML::NodeType::Map);
-  if (params.node() && params.node().IsMap()) {
-    for (auto it = params.node().begin(); it != params.node().end(); ++it) {
-      if (!it->first.IsScalar()) continue;
-      const std::string key = it->first.Scalar();
-      if (std::find(names.begin(), names.end(), key) != names.end()) node.force_insert(it->first, it->second);
-    }
-  }
-  for (const auto& name : names) (void)params.raw(name);  // known: a typo of one gets a suggestion
-  return params.child(node, params.path());
-}
 
 template <class S>
 std::vector<std::string> names_of(const config::KeySet<S>& keys) {
@@ -167,26 +145,28 @@ model::LossMix read_loss(config::YamlSection& params) {
 // graph's description adds the node's name and kind).
 DrafterChoice read_drafter_params(config::YamlSection& params) {
   DrafterChoice c;
-  config::YamlSection base = only(params, names_of(objective_keys()));
+  // The kind and its params moved to model.drafter (one place for the
+  // drafter's config): say where, with the value given.
+  auto value_of = [&](const std::string& key) {
+    const YAML::Node v = params.raw(key);
+    YAML::Emitter out;
+    out << YAML::Flow << v;
+    return std::string(out.c_str());
+  };
+  if (params.has("head"))
+    throw params.error("head", "the drafter kind is model.drafter's now: set model.drafter.kind: " + value_of("head") +
+                                   " (and leave head out of the drafter node's params)");
+  for (const auto& kind : model::drafter_kind_names())
+    for (const auto& p : model::drafter_kind(kind).params())
+      if (params.has(p.name))
+        throw params.error(p.name, p.name + " is a param of drafter kind " + kind +
+                                       ", which model.drafter holds now: set model.drafter.kind: " + kind +
+                                       " and model.drafter." + p.name + ": " + value_of(p.name) +
+                                       " (and leave it out of the drafter node's params)");
+  config::YamlSection base = params.only(names_of(objective_keys()));
   c.base = read_params(objective_keys(), base);
-  const model::DrafterKind& kind = c.kind();
-  std::vector<std::string> own;
-  for (const auto& p : kind.params()) own.push_back(p.name);
-  // Another kind's param under this head: say whose it is (and know them
-  // all, so that a typo of one gets a suggestion).
-  for (const auto& other : model::drafter_kind_names()) {
-    if (other == kind.name()) continue;
-    for (const auto& p : model::drafter_kind(other).params()) {
-      if (params.has(p.name) && std::find(own.begin(), own.end(), p.name) == own.end())
-        throw params.error(p.name, p.name + " is a param of head: " + other + ", and head is " + kind.name() +
-                                       ": set head: " + other + ", or leave " + p.name + " out");
-      (void)params.raw(p.name);
-    }
-  }
-  config::YamlSection kind_section = only(params, own);
-  c.kind_params = kind.read_params(kind_section);
   c.loss = read_loss(params);
-  config::YamlSection loss_section = only(params, names_of(loss_keys()));
+  config::YamlSection loss_section = params.only(names_of(loss_keys()));
   const LossParams loss_params = read_params(loss_keys(), loss_section);
   c.kl_temperature = loss_params.kl_temperature;
   if (loss_section.has("kl_temperature") && !c.loss.uses_temperature()) {
@@ -205,18 +185,14 @@ DrafterChoice read_drafter_params(config::YamlSection& params) {
 }
 
 // What the loss means (loss_terms): the objective's keys, then (unless the
-// drafter is plain DFlash with cross-entropy) the kind, its params, the loss
-// and its temperature.
+// loss is cross-entropy) the loss and its temperature.
 std::vector<std::pair<std::string, std::string>> objective_terms(const DrafterChoice& c) {
   std::vector<std::pair<std::string, std::string>> out;
   out.reserve(8);  // GCC 12 warns wrongly (-Warray-bounds) on growing it from one element
   const ObjectiveParams& p = c.base;
   out.emplace_back("objective", objective_keys().value_text(*objective_keys().find("objective"), p));
   out.emplace_back("alpha", objective_keys().value_text(*objective_keys().find("alpha"), p));
-  if (p.head == "dflash" && c.loss.is("ce")) return out;
-  out.emplace_back("head", p.head);
-  const auto kind_terms = c.kind().resume_terms(c.kind_params);
-  out.insert(out.end(), kind_terms.begin(), kind_terms.end());
+  if (c.loss.is("ce")) return out;
   out.emplace_back("loss", c.loss.text());
   if (c.loss.uses_temperature())
     out.emplace_back("kl_temperature", loss_keys().value_text(*loss_keys().find("kl_temperature"),
@@ -224,11 +200,10 @@ std::vector<std::pair<std::string, std::string>> objective_terms(const DrafterCh
   return out;
 }
 
-// Why the node needs the target's distribution ("" when it does not).
+// Why the node's loss needs the target's distribution ("" when it does not;
+// a kind whose terms read it says so itself: drafter_kind_choice).
 std::string teacher_reason(const DrafterChoice& c) {
   if (c.loss.needs_teacher()) return "trains with loss: " + c.loss.text();
-  if (c.kind().needs_teacher(c.kind_params))
-    return "trains head: " + c.base.head + ", whose loss terms read the target's distribution";
   return "";
 }
 
@@ -241,16 +216,14 @@ model::ObjectiveOptions objective_of(const DrafterChoice& c, model::ObjectiveOpt
   base.recompute_layers = c.base.recompute;
   base.loss = c.loss;
   base.kl_temperature = c.kl_temperature;
-  base.kind_options = c.kind_params;
   return base;
 }
 
-// What a resume must keep: the objective's, the kind's and the loss's
-// must_match keys, each left out at its default (nodes/node_params.hpp), the
-// temperature only where the loss uses it.
+// What a resume must keep: the objective's and the loss's must_match keys,
+// each left out at its default (nodes/node_params.hpp), the temperature only
+// where the loss uses it (the kind's params: nodes/drafter_kind_choice.hpp).
 std::string objective_resume_text(const DrafterChoice& c) {
   auto terms = resume_terms(objective_keys(), c.base);
-  for (auto& term : c.kind().resume_terms(c.kind_params)) terms.push_back(std::move(term));
   if (!(c.loss == model::LossMix{})) terms.emplace_back("loss", c.loss.text());
   if (c.loss.uses_temperature())
     for (auto& term : resume_terms(loss_keys(), LossParams{c.kl_temperature})) terms.push_back(std::move(term));
@@ -258,11 +231,18 @@ std::string objective_resume_text(const DrafterChoice& c) {
 }
 
 // What the loss means: the objective's terms (D-PACE's alpha only under
-// dpace) and, under decay, the position weighting's gamma (resolved).
+// dpace), the drafter kind and its params (but for plain DFlash) and, under
+// decay, the position weighting's gamma (resolved).
 std::map<std::string, std::string> loss_terms(const config::Config& config, const DrafterChoice& c) {
   std::map<std::string, std::string> out;
   for (const auto& [name, value] : objective_terms(c))
     if (name != "alpha" || c.base.objective == "dpace") out["params." + name] = value;
+  const KindConfig kind = read_kind_config(config);
+  if (kind.kind != "dflash") {
+    out["model.drafter.kind"] = kind.kind;
+    for (const auto& [name, value] : model::drafter_kind(kind.kind).resume_terms(kind.params))
+      out["model.drafter." + name] = value;
+  }
   if (c.base.objective == "decay")
     out["train.loss_decay_gamma"] =
         number_text(config.train.loss_decay_gamma > 0.0 ? config.train.loss_decay_gamma
@@ -275,8 +255,11 @@ class DrafterStep final : public graph::FunctionBody {
   DrafterStep(const RunEnvironment& env, std::string name, config::YamlSection& params)
       : run_(env.run), home_(env.home), name_(std::move(name)) {
     const DrafterChoice chosen = read_drafter_params(params);
-    objective_ = objective_of(chosen, run_.objective);
+    objective_ = objective_of(chosen, run_.objective);  // the run's carries the kind's params
     needs_teacher_because_ = teacher_reason(chosen);
+    const auto& kind = run_.config.model.drafter.kind;
+    if (needs_teacher_because_.empty() && model::drafter_kind(kind).needs_teacher(objective_.kind_options))
+      needs_teacher_because_ = "trains model.drafter.kind " + kind + ", whose loss terms read the target's distribution";
     if (needs_teacher_because_.empty() && objective_.expected_acceptance)
       needs_teacher_because_ = "records the expected acceptance (eval.expected_acceptance)";
     needs_teacher_ = !needs_teacher_because_.empty();
@@ -423,13 +406,11 @@ class DrafterStep final : public graph::FunctionBody {
 
 }  // namespace
 
-// The params as `dflow nodes` lists them: the node's own, the loss, then
-// each drafter kind's (when head is that kind) and the losses' temperature,
-// from the registries, so a new kind or loss appears without another edit.
+// The params as `dflow nodes` lists them: the node's own, the loss and the
+// losses' temperature, from the registry, so a new loss appears without
+// another edit (the drafter kind's params are model.drafter's).
 std::vector<config::KeyDoc> drafter_param_docs() {
   std::vector<config::KeyDoc> out = objective_keys().docs();
-  for (auto& d : out)
-    if (d.name == "head") d.allowed = model::drafter_kind_names();
   config::KeyDoc loss;
   loss.name = "loss";
   loss.type = "string, or a mapping of losses to weights";
@@ -446,12 +427,6 @@ std::vector<config::KeyDoc> drafter_param_docs() {
     d.when = temperature_users;
     out.push_back(d);
   }
-  for (const auto& name : model::drafter_kind_names()) {
-    for (auto d : model::drafter_kind(name).params()) {
-      d.when = "head: " + name;
-      out.push_back(d);
-    }
-  }
   return out;
 }
 
@@ -459,8 +434,8 @@ void register_drafter_step(graph::NodeRegistry& registry) {
   graph::NodeSpec spec;
   spec.type = "drafter_step";
   spec.description = "the drafter's forward + backward of one micro-batch; needs the model token; params: "
-                     "objective (decay | dpace), alpha (dpace), recompute (activations in backward), head (the "
-                     "drafter kind, with its own params), loss (a loss or a weighted mix), kl_temperature";
+                     "objective (decay | dpace), alpha (dpace), recompute (activations in backward), loss (a loss or "
+                     "a weighted mix), kl_temperature; the drafter kind and its params are model.drafter's";
   spec.check_params = [](config::YamlSection& params) { read_drafter_params(params); };
   spec.params = drafter_param_docs();
   spec.inputs = {{"batch", "FeatureBatch"}, {"token", "ModelToken"}};
@@ -476,10 +451,7 @@ void register_drafter_step(graph::NodeRegistry& registry) {
   hooks.loss_terms = [](const config::Config& config, config::YamlSection& params) {
     return loss_terms(config, read_drafter_params(params));
   };
-  hooks.drafter_kind = [](config::YamlSection& params) {
-    const DrafterChoice c = read_drafter_params(params);
-    return DrafterKindChoice{c.base.head, c.kind().spec_fields(c.kind_params), objective_of(c)};
-  };
+  hooks.objective = [](config::YamlSection& params) { return objective_of(read_drafter_params(params)); };
   hooks.teacher = [](config::YamlSection& params) -> std::string {
     return teacher_reason(read_drafter_params(params));
   };

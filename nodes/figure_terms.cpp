@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "nodes/drafter_kind_choice.hpp"
 #include "nodes/node_kind.hpp"
 
 namespace dflow::nodes {
@@ -24,7 +25,8 @@ report::FigureTerms figure_terms(const report::RunConfig& run_config, const grap
   try {
     std::ifstream in(run_config.file);
     const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    const config::Config config = config::load_config_text(text, run_config.file.string());
+    config::Config config = config::load_config_text(text, run_config.file.string());
+    (void)move_node_kind_params(config, kinds);  // a run of an earlier dflow: its kind on the drafter node
     for (const auto& node : config.pipeline.nodes) {
       if (!kinds.find(node.type)) {
         out.unknown = "its node '" + node.name + "' has the type '" + node.type + "', which this dflow does not know";

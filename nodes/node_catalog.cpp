@@ -44,7 +44,7 @@ std::vector<Probe> probes(const std::vector<config::KeyDoc>& params) {
 }
 
 // The first probe's answer that says something, after the setting that gave
-// it (" when head: x: answer"; ": runs the target in-process" with the
+// it (" when loss: kl: answer"; ": runs the target in-process" with the
 // defaults); where other values of the same param answer too, all of them,
 // with the answer only if theirs is the same (" when loss: js, kl or tv");
 // nullopt when none does.
@@ -54,7 +54,7 @@ std::optional<std::string> first_answer(const std::vector<Probe>& tried,
     try {
       return ask(probe.params);
     } catch (const std::exception&) {
-      return "";  // a setting that does not stand alone (a drafter kind's param without its head:)
+      return "";  // a setting that does not stand alone (a param that needs another one beside it)
     }
   };
   for (size_t i = 0; i < tried.size(); ++i) {
@@ -78,7 +78,7 @@ std::optional<std::string> first_answer(const std::vector<Probe>& tried,
   return std::nullopt;
 }
 
-// first_answer for each param on its own, joined: " when head: x: ...; or
+// first_answer for each param on its own, joined: " when objective: dpace: ...; or
 // when loss: js or kl" (the defaults' answer alone when they give one).
 std::optional<std::string> answer_per_param(const std::vector<Probe>& tried,
                                             const std::function<std::string(const YAML::Node& params)>& ask) {

@@ -34,14 +34,16 @@ enum class CaptureRole {
   target,  // a feature source whose target the capture runs: target_forward.capture takes its place
 };
 
-// The drafter kind a drafter node's params choose, and its fields
-// (DrafterSpec::kind, kind_fields).
+// The drafter kind model.drafter.kind names, and the fields its params
+// (keys of model.drafter) give the drafter's shape (DrafterSpec::kind,
+// kind_fields): nodes/drafter_kind_choice.hpp reads them.
 struct DrafterKindChoice {
   std::string kind = "dflash";
   nlohmann::json fields = nlohmann::json::object();
-  // What drafter_step trains with (its loss, kind params, recomputation,
-  // position weighting; the run's loss_decay_gamma is not the node's): the
-  // memory fit sizes the step from it, at start and in `dflow init`.
+  // What drafter_step trains with (its loss, recomputation, position
+  // weighting, and the kind's params in kind_options; the run's
+  // loss_decay_gamma is not the node's): the memory fit sizes the step from
+  // it, at start and in `dflow init`.
   model::ObjectiveOptions objective;
 };
 
@@ -83,14 +85,14 @@ struct RunHooks {
   // prepare checks explicit ids against what it has. Throws
   // std::invalid_argument saying what is wrong with the params.
   std::function<std::vector<int64_t>(config::YamlSection& params, int64_t target_layers)> feature_layers = {};
-  // The drafter node: the drafter kind its params choose and the fields
-  // they give the drafter's shape (drafter/kind.hpp), applied before the
-  // drafter is made. Throws std::invalid_argument naming the key and the
-  // value. At most one node of a pipeline has this hook.
-  std::function<DrafterKindChoice(config::YamlSection& params)> drafter_kind = {};
+  // The drafter node: the objective its params choose (loss, position
+  // weighting, recomputation; not the kind's params, which are
+  // model.drafter's). Throws std::invalid_argument or ConfigError naming the
+  // key and the value. At most one node of a pipeline has this hook.
+  std::function<model::ObjectiveOptions(config::YamlSection& params)> objective = {};
   // Why the node needs the target's last hidden state with every batch
-  // ("trains with loss: kl", from what its loss and drafter kind say they
-  // need; "" when it does not): RunContext::teacher_because.
+  // ("trains with loss: kl", from what its loss says it needs; "" when it
+  // does not; a kind that reads it says so itself): RunContext::teacher_because.
   std::function<std::string(config::YamlSection& params)> teacher = {};
   // A node that makes FeatureBatches and sets their teacher_hidden whenever
   // the run needs the teacher (RunContext::needs_teacher). A run that needs it

@@ -86,12 +86,14 @@ void check_teacher_sources(const config::Config& config, const graph::NodeRegist
     const RunHooks* hooks = run_hooks(kinds, n.type);
     if (!spec || (hooks && hooks->gives_teacher) || !makes_features(*spec)) continue;
     const bool by_key = because.rfind("eval.expected_acceptance", 0) == 0;
+    const bool by_kind = because.rfind("model.drafter.kind", 0) == 0;
     throw ConfigError(n.mark, "pipeline.nodes[" + std::to_string(i) + "]",
                       "node '" + n.name + "' (" + n.type + ") makes the drafter's features but cannot give the "
                       "target's last hidden state, and " + because +
-                          (by_key ? ": use " + teacher_kinds(kinds) + ", or eval.expected_acceptance: false"
-                                  : " (that loss reads the target's own distribution): use " + teacher_kinds(kinds) +
-                                        ", or loss: ce"));
+                          (by_key    ? ": use " + teacher_kinds(kinds) + ", or eval.expected_acceptance: false"
+                           : by_kind ? ": use " + teacher_kinds(kinds) + ", or another model.drafter.kind"
+                                     : " (that loss reads the target's own distribution): use " + teacher_kinds(kinds) +
+                                           ", or loss: ce"));
   }
 }
 
@@ -119,6 +121,7 @@ std::optional<WholeTargetNeed> whole_target_need(const config::Config& config, c
 // `dflow train` refuses it, naming the node, and before anything loads.
 config::Config described(config::Config config, const graph::NodeRegistry& kinds) {
   (void)graph::describe(config.pipeline, kinds);
+  (void)read_kind_config(config);  // model.drafter's kind and its params, before anything loads
   return config;
 }
 
@@ -137,43 +140,14 @@ nlohmann::json resolved_kind_fields(const DrafterKindChoice& kind, const model::
   try {
     nlohmann::json fields =
         model::drafter_kind(kind.kind).resolve_fields(kind.fields, head.lm_head_weight(), saved ? &*saved : nullptr, &why);
-    if (!why.empty()) log::info("model", "drafter head " + kind.kind + ": " + why);
+    if (!why.empty()) log::info("model", "drafter kind " + kind.kind + ": " + why);
     return fields;
   } catch (const std::invalid_argument& e) {
-    throw ConfigError(std::string("the drafter node's head ") + kind.kind + ": " + e.what());
+    throw ConfigError(std::string("model.drafter.kind ") + kind.kind + ": " + e.what());
   }
 }
 
 }  // namespace
-
-DrafterKindChoice drafter_kind_choice(const config::Config& config, const graph::NodeRegistry& kinds,
-                                      std::string* teacher_because) {
-  DrafterKindChoice choice;
-  for (size_t i = 0; i < config.pipeline.nodes.size(); ++i) {
-    const auto& n = config.pipeline.nodes[i];
-    const RunHooks* hooks = run_hooks(kinds, n.type);
-    if (!hooks || (!hooks->drafter_kind && !hooks->teacher)) continue;
-    const std::string key = "pipeline.nodes[" + std::to_string(i) + "].params";
-    try {
-      if (hooks->drafter_kind) {
-        config::YamlSection params(n.params, key, config.pipeline.origins);
-        choice = hooks->drafter_kind(params);
-      }
-      if (hooks->teacher && teacher_because->empty()) {
-        config::YamlSection params(n.params, key, config.pipeline.origins);
-        const std::string why = hooks->teacher(params);
-        if (!why.empty()) *teacher_because = "node '" + n.name + "' (" + n.type + ") " + why;
-      }
-    } catch (const std::invalid_argument& e) {
-      throw ConfigError(n.mark, key, "node '" + n.name + "' (" + n.type + "): " + e.what());
-    }
-  }
-  // The records' expected acceptance reads the target's distribution whatever the loss.
-  choice.objective.expected_acceptance = config.eval.expected_acceptance;
-  if (config.eval.expected_acceptance && teacher_because->empty())
-    *teacher_because = "eval.expected_acceptance records the acceptance under the target's distribution";
-  return choice;
-}
 
 std::string Batching::signature() const {
   const std::string params = policy->params_text(), who = type.empty() ? policy->name() : type;
@@ -261,13 +235,24 @@ std::optional<train::LoadedCheckpoint> open_resume_checkpoint(const config::Conf
   const fs::path checkpoints_dir = fs::path(config.run.out_dir) / "checkpoints";
   auto dir = train::resolve_checkpoint(checkpoints_dir, options.resume);
   auto ckpt = train::read_checkpoint(dir);
-  auto differences = train::incompatible_config_keys(ckpt.config_yaml, config::to_yaml(config));
+  const auto& kinds = options.node_kinds();
+  // A checkpoint of an earlier dflow chose the drafter kind on the drafter
+  // node: read as model.drafter's, as this run gives it.
+  config::Config saved_config = config::load_config_text(ckpt.config_yaml, (dir / "config.yaml").string());
+  (void)move_node_kind_params(saved_config, kinds);
+  auto differences = train::incompatible_config_keys(config::to_yaml(saved_config), config::to_yaml(config));
+  // The drafter kind's params a resume must keep (the kind says which).
+  const KindConfig saved_kind = read_kind_config(saved_config), now_kind = read_kind_config(config);
+  if (saved_kind.kind == now_kind.kind) {
+    const std::string before = kind_resume_text(saved_config, saved_kind), after = kind_resume_text(config, now_kind);
+    if (before != after)
+      differences.push_back("model.drafter (kind " + now_kind.kind + "'s params): " +
+                            (before.empty() ? "(defaults)" : before) + " -> " + (after.empty() ? "(defaults)" : after));
+  }
   // The batching node's policy: another one plans other batches, and the
   // saved cursor would continue a different run. Then each node whose kind
   // says what of it a resume must keep (the objective, the optimizer).
-  const auto& kinds = options.node_kinds();
-  const config::PipelineConfig saved_pipeline =
-      config::load_config_text(ckpt.config_yaml, (dir / "config.yaml").string()).pipeline;
+  const config::PipelineConfig& saved_pipeline = saved_config.pipeline;
   const std::string saved = batching_of(saved_pipeline, kinds).signature();
   const Batching now = batching_of(config.pipeline, kinds);
   if (saved != now.signature())
@@ -346,7 +331,9 @@ void RunContext::load_models(const train::LoadedCheckpoint* resume) {
   const DrafterKindChoice kind = drafter_kind_choice(config, options.node_kinds(), &teacher_because);
   check_teacher_sources(config, options.node_kinds(), teacher_because);
   accept_rate_from_target = kind.objective.needs_teacher();
-  objective.expected_acceptance = kind.objective.expected_acceptance;  // the base every drafter step's objective keeps
+  // The base every drafter step's objective keeps: the kind's params and the records' expected acceptance.
+  objective.kind_options = kind.objective.kind_options;
+  objective.expected_acceptance = kind.objective.expected_acceptance;
   std::string loaded;  // for the log line
   if (need) {
     // Refused before anything large loads, naming who needs the target.

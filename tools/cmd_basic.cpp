@@ -7,6 +7,7 @@
 #include "config/config.hpp"
 #include "config/config_keys.hpp"
 #include "graph/description.hpp"
+#include "nodes/drafter_kind_choice.hpp"
 #include "nodes/registry.hpp"
 #include "tools/cli.hpp"
 
@@ -47,13 +48,15 @@ void add_config_command(CLI::App& app, Common& common, Action& action) {
   sub->callback([&action, &common] {
     action = [&common] {
       if (reference) {
-        std::cout << config::config_reference_markdown();
+        std::cout << config::config_reference_markdown() << nodes::kind_reference_markdown();
         return 0;
       }
       auto config = config::load_config(file, common.overrides);
-      // The pipeline too: node types, their params and the edges, as `dflow
-      // graph` and a run check them, before anything is loaded.
+      // The pipeline too: node types, their params and the edges, and the
+      // drafter kind's params, as `dflow graph` and a run check them, before
+      // anything is loaded.
       (void)graph::describe(config.pipeline, nodes::default_registry());
+      (void)nodes::read_kind_config(config);
       std::cout << config::to_yaml(config);
       return 0;
     };

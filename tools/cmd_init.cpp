@@ -205,12 +205,11 @@ std::string layer_rule(int64_t target_layers, const std::vector<int64_t>& ids) {
   return why;
 }
 
-// The drafter kind (the drafter node's head) of the recommended recipe.
+// The drafter kind (model.drafter.kind) of the recommended recipe.
 std::string recommended_drafter_kind() {
   const YAML::Node recipe = YAML::Load(tools::recommended_recipe_yaml());
-  for (const auto& node : recipe["pipeline"]["nodes"])
-    if (node["type"] && node["type"].as<std::string>() == "drafter_step" && node["params"] && node["params"]["head"])
-      return node["params"]["head"].as<std::string>();
+  if (recipe["model"] && recipe["model"]["drafter"] && recipe["model"]["drafter"]["kind"])
+    return recipe["model"]["drafter"]["kind"].as<std::string>();
   return "dflash";
 }
 
@@ -264,7 +263,7 @@ std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, co
     c.push_back({"pipeline.nodes.optimizer.type", "optimizer_step.muon", std::string("Muon reached tau 8 first: ") + bench});
     c.push_back({"pipeline.nodes.optimizer.params", "{lr: 0.02, weight_decay: 0.01, momentum: 0.95, ns_steps: 5}",
                  "Muon's params of examples/qwen3-8b-2026.yaml"});
-    c.push_back({"pipeline.nodes.drafter.params.head", recommended_drafter_kind(),
+    c.push_back({"model.drafter.kind", recommended_drafter_kind(),
                  std::string("the drafter kind ") + tools::kRecommendedRecipe + " trains, the most tau: " + bench});
   }
   if (!o.cache.empty()) {

@@ -26,6 +26,7 @@
 #include "config/config.hpp"
 #include "config/errors.hpp"
 #include "graph/description.hpp"
+#include "nodes/drafter_kind_choice.hpp"
 #include "nodes/registry.hpp"
 #include "tools/cli.hpp"
 #include "tools/exec_self.hpp"
@@ -208,6 +209,7 @@ void add_launch_command(CLI::App& app, Common& common, Action& action) {
     action = [&common] {
       auto config = config::load_config(file, common.overrides);  // errors here, once, not N times
       (void)graph::describe(config.pipeline, nodes::default_registry());  // node params before any model loads
+      (void)nodes::read_kind_config(config);                              // and the drafter kind's
       std::vector<std::string> args{run, file};
       for (const auto& o : common.overrides) args.insert(args.end(), {"--set", o});
       if (!common.log_level.empty()) args.insert(args.end(), {"--log-level", common.log_level});

@@ -7,6 +7,8 @@
 
 #include "config/config.hpp"
 #include "config/errors.hpp"
+#include "nodes/drafter_kind_choice.hpp"
+#include "nodes/registry.hpp"
 #include "tools/cli.hpp"
 #include "tools/thread_option.hpp"
 #include "train/checkpoint.hpp"
@@ -40,6 +42,8 @@ void add_replay_command(CLI::App& app, Common& common, Action& action) {
                         ? config::load_config_text(train::read_checkpoint(dir).config_yaml,
                                                    (dir / "config.yaml").string(), common.overrides)
                         : config::load_config(config_file, common.overrides);
+      // A checkpoint of an earlier dflow: its drafter kind on the drafter node.
+      if (config_file.empty()) (void)nodes::move_node_kind_params(config, nodes::default_registry());
       auto report = train::replay_samples(config, dir, samples);
       if (json_stdout) std::cout << report.to_json().dump(2) << std::endl;
       else std::cout << report.table() << std::flush;

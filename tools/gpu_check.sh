@@ -421,7 +421,7 @@ PYEOF
       esac
       [ "$mode" = online ] || engine_sets+=(--set pipeline.nodes.target.type=features.engine
                                            --set pipeline.nodes.target.replicas=2)
-      case "$mode" in online|engine|fp8) ;; *) engine_sets+=(--set pipeline.nodes.drafter.params.head="$mode"
+      case "$mode" in online|engine|fp8) ;; *) engine_sets+=(--set model.drafter.kind="$mode"
                                                             --set run.max_steps=6) ;; esac
       nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 200 >"$RESULTS/gpu-mem-$mode.txt" &
       local sampler=$!
@@ -449,7 +449,7 @@ steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "step
 print(f"{sum(r['real_tokens'] for r in steps) / sum(r['time']['step_s'] for r in steps):.0f} tok/s, loss {steps[-1]['loss']:.3f}")
 PYEOF
 )
-        row "qwen3-8b drafter head: $kind, from engine files" "ok" "$figures; $(grep -h "^$kind peak" "$RESULTS/engine.log" | tr '\n' ' ')"
+        row "qwen3-8b drafter kind: $kind, from engine files" "ok" "$figures; $(grep -h "^$kind peak" "$RESULTS/engine.log" | tr '\n' ' ')"
       done
     else
       fail "qwen3-8b from engine files" "$(tail -n3 "$RESULTS/engine.log" 2>/dev/null | tr '\n' ' ' | cut -c1-300)"

@@ -38,20 +38,21 @@ fi
 # The base config names runs/tau-bench; another OUT_DIR is set here.
 paths=(--set model.target.path="$OUT/text/target" --set data.train=["$OUT/data"]
        --set eval.prompts="$OUT/text/heldout.jsonl" --set run.max_steps="$STEPS")
-# Each kind's params beyond the defaults, for this target (hidden 128, vocabulary 258).
+# Each kind's params beyond the defaults, for this target (hidden 128, vocabulary 258),
+# as model.drafter overrides (a variant's KEY=VALUE pairs are separated by spaces).
 kind_params() {
   case "$1" in
-    dspark) echo ", markov_rank: 32" ;;
-    xpress) echo ", xpress_rank: 32" ;;   # the refiner's vocabulary factors, at DSpark's rank
-    dspine) echo ", transfer_rank: 64, message_size: 64" ;;  # the codes' rank within the hidden size 128
+    dspark) echo " model.drafter.markov_rank=32" ;;
+    xpress) echo " model.drafter.xpress_rank=32" ;;   # the refiner's vocabulary factors, at DSpark's rank
+    dspine) echo " model.drafter.transfer_rank=64 model.drafter.message_size=64" ;;  # the codes' rank within the hidden size 128
     *) echo "" ;;
   esac
 }
 for kind in $KINDS; do
   extra=$(kind_params "$kind")
   "$BIN" sweep bench/tau_bench.yaml --out "$OUT/sweep-$kind" "${paths[@]}" --seeds "$SEEDS" --parallel "$PARALLEL" \
-    --variant "$kind-ce: pipeline.nodes.drafter.params={head: $kind, loss: ce$extra}" \
-    --variant "$kind-kl: pipeline.nodes.drafter.params={head: $kind, loss: kl$extra}"
+    --variant "$kind-ce: model.drafter.kind=$kind$extra pipeline.nodes.drafter.params={loss: ce}" \
+    --variant "$kind-kl: model.drafter.kind=$kind$extra pipeline.nodes.drafter.params={loss: kl}"
 done
 
 echo

@@ -311,7 +311,8 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir) {
 
 std::vector<std::string> incompatible_config_keys(const std::string& saved_yaml, const std::string& current_yaml) {
   // Every declared key must match unless its declaration says a resume may
-  // change it (config/config_keys.cpp). A key the saved config lacks (written
+  // change it (config/config_keys.cpp); the drafter kind's own params are
+  // the run's to compare. A key the saved config lacks (written
   // by an older dflow) counts as its default. The pipeline's batching node is
   // compared on its own (nodes/run_context.cpp); faults are drills.
   const auto& keys = config::config_keys();
@@ -327,6 +328,9 @@ std::vector<std::string> incompatible_config_keys(const std::string& saved_yaml,
   for (const auto& path : paths) {
     if (path.rfind("pipeline.", 0) == 0 || path == "faults") continue;
     const auto* decl = keys.find(path);
+    // The drafter kind's params: the kind says which a resume must keep
+    // (nodes/drafter_kind_choice.hpp's kind_resume_text, compared by the run).
+    if (!decl && path.rfind("model.drafter.", 0) == 0) continue;
     if (decl && decl->on_resume == config::OnResume::may_change) continue;
     auto value_in = [&](std::map<std::string, std::string>& flat) {
       if (flat.count(path)) return flat[path];

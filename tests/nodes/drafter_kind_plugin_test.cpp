@@ -1,7 +1,7 @@
 // A drafter kind defined entirely in this file, registered here and nowhere
 // else: a learned unigram bias on the draft logits (a trainable [V, 1]
 // table, features of ones) with an L2 term on it. It trains through the
-// drafter node (`head: unigram_bias`, its own param refused naming the key),
+// drafter (`model.drafter.kind: unigram_bias`, its own param refused naming the key),
 // its term and series reach the step records, its checkpoint loads back as
 // this kind, it drafts through `dflow eval`'s code path (lossless greedy),
 // and its export names it, with the default layout refused as its kind says.
@@ -12,6 +12,7 @@
 #include "drafter/kind.hpp"
 #include "drafter/kind_params.hpp"
 #include "drafter/drafter_export_speculators.hpp"
+#include "drafter_params.hpp"
 #include "error_of.hpp"
 #include "formats/safetensors.hpp"
 #include "nodes/trainer.hpp"
@@ -105,28 +106,23 @@ void register_once() {
     model::register_drafter_kind(std::make_shared<UnigramKind>());
 }
 
-config::Config with_drafter(config::Config config, const std::string& params) {
-  for (auto& n : config.pipeline.nodes)
-    if (n.name == "drafter") n.params.reset(YAML::Load(params));
-  return config;
-}
 
 }  // namespace
 
 TEST_CASE("DrafterKinds.Plugin.a_kind_defined_in_a_test_trains_drafts_and_exports") {
   register_once();
   const auto dir = testing::fresh_dir("kind-plugin");
-  const auto config = with_drafter(
+  const auto config = testing::with_kind(
       testing::small_run_config(dir, {"run.max_steps=3", "eval.every_steps=0", "checkpoint.every_steps=3",
                                       // feature layers a speculators server can name (not the target's last)
                                       "model.drafter.num_target_features=3", "model.drafter.target_layer_ids=[0, 1, 2]"}),
-      "{head: unigram_bias, l2: 0.25}");
+      "{kind: unigram_bias, l2: 0.25}");
 
   // Its param is refused naming the key, as the built-in kinds' are.
   const std::string bad = testing::error_of([&] {
-    nodes::run_training(with_drafter(config, "{head: unigram_bias, l2: 0}"), {});
+    nodes::run_training(testing::with_kind(config, "{kind: unigram_bias, l2: 0}"), {});
   });
-  CHECK_MESSAGE(bad.find("params.l2") != std::string::npos, bad);
+  CHECK_MESSAGE(bad.find("model.drafter.l2") != std::string::npos, bad);
   CHECK_MESSAGE(bad.find("must be > 0") != std::string::npos, bad);
 
   nodes::run_training(config, {});

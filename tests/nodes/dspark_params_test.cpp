@@ -1,4 +1,5 @@
-// The drafter node's DSpark heads and distillation params: each bad value is
+// DSpark's heads (model.drafter.kind: dspark and its params) and the drafter
+// node's distillation params: each bad value is
 // refused naming the key and the value; a resume that changes the heads or
 // the loss is refused like any decisive key, and one that keeps them loads
 // the heads' parameters; a kl run gets the target's last hidden state online
@@ -8,14 +9,17 @@
 
 #include <fstream>
 #include <functional>
+#include <sstream>
 
 #include "error_of.hpp"
 #include "config/errors.hpp"
+#include "data/checksum.hpp"
 #include "data/feature_cache.hpp"
 #include "nodes/cache_fill.hpp"
 #include "nodes/node_kind.hpp"
 #include "nodes/registry.hpp"
 #include "nodes/trainer.hpp"
+#include "train/checkpoint.hpp"
 #include "drafter_params.hpp"
 #include "train_fixture.hpp"
 
@@ -24,6 +28,7 @@ using testing::check_refusals;
 using testing::fresh_dir;
 using testing::RefusalCase;
 using testing::with_drafter;
+using testing::with_kind;
 using testing::small_run_config;
 using testing::step_records;
 using testing::stopped_after;
@@ -105,19 +110,30 @@ TEST_CASE("DSpark.Teacher.kl_refuses_a_feature_source_that_cannot_give_the_last_
 TEST_CASE("DSpark.Params.bad_values_are_refused_naming_the_key_and_the_value") {
   const auto dir = fresh_dir("dspark-bad");
   const std::vector<RefusalCase> cases{
-      {"{head: dspark, markov_rank: 0}", {"params.markov_rank", "must be >= 1", "got 0", "(node 'drafter', drafter_step)"}},
-      {"{head: dspark, markov_head: lstm}", {"params.markov_head", "'lstm' is not one of: vanilla, gated, rnn"}},
-      {"{head: dspark, confidence_alpha: 0}", {"params.confidence_alpha", "a confidence head without its loss weight", "got 0"}},
-      {"{head: dspark, confidence_alpha: -1}", {"params.confidence_alpha", "got -1"}},
-      {"{head: dspark, confidence_head: false, confidence_alpha: 0.5}", {"params.confidence_alpha", "confidence_head is false"}},
-      {"{head: dspark, confidence_head: false, confidence_with_markov: true}",
-       {"params.confidence_with_markov", "confidence_with_markov true", "confidence_head is false"}},
-      {"{head: dspark, confidence_head: false, confidence_detach: true}",
-       {"params.confidence_detach", "confidence_detach true", "confidence_head is false"}},
-      {"{head: dspark, markov_rank: 1000000000}",
-       {"params.markov_rank", "must be at most 4096", "got 1000000000", "(node 'drafter', drafter_step)"}},
-      {"{markov_rank: 64}", {"params.markov_rank", "(node 'drafter', drafter_step)", "head is dflash", "set head: dspark"}},
-      {"{head: dspark2}", {"params.head", "'dspark2' is not one of: dflash, dflash2, dspark, dspine"}},
+      {"{}", {"model.drafter.markov_rank", "must be >= 1", "got 0"}, "{kind: dspark, markov_rank: 0}"},
+      {"{}", {"model.drafter.markov_head", "'lstm' is not one of: vanilla, gated, rnn"}, "{kind: dspark, markov_head: lstm}"},
+      {"{}", {"model.drafter.confidence_alpha", "a confidence head without its loss weight", "got 0"},
+       "{kind: dspark, confidence_alpha: 0}"},
+      {"{}", {"model.drafter.confidence_alpha", "got -1"}, "{kind: dspark, confidence_alpha: -1}"},
+      {"{}", {"model.drafter.confidence_alpha", "confidence_head is false"},
+       "{kind: dspark, confidence_head: false, confidence_alpha: 0.5}"},
+      {"{}", {"model.drafter.confidence_with_markov", "confidence_with_markov true", "confidence_head is false"},
+       "{kind: dspark, confidence_head: false, confidence_with_markov: true}"},
+      {"{}", {"model.drafter.confidence_detach", "confidence_detach true", "confidence_head is false"},
+       "{kind: dspark, confidence_head: false, confidence_detach: true}"},
+      {"{}", {"model.drafter.markov_rank", "must be at most 4096", "got 1000000000"},
+       "{kind: dspark, markov_rank: 1000000000}"},
+      {"{}", {"model.drafter.markov_rank", "is a param of kind dspark", "model.drafter.kind is dflash",
+              "set model.drafter.kind: dspark"},
+       "{markov_rank: 64}"},
+      {"{}", {"model.drafter.kind", "'dspark2' is not one of: dflash, dflash2, dspark, dspine"}, "{kind: dspark2}"},
+      {"{}", {"model.drafter.markov_rnak", "did you mean 'model.drafter.markov_rank'"}, "{kind: dspark, markov_rnak: 8}"},
+      {"{}", {"model.drafter.num_layer", "did you mean 'model.drafter.num_layers'"}, "{num_layer: 2}"},
+      // The spelling of an earlier dflow, on the drafter node: refused, naming the new keys and values.
+      {"{head: dspark}", {"params.head", "set model.drafter.kind: dspark", "(node 'drafter', drafter_step)"}},
+      {"{markov_rank: 16, loss: kl}",
+       {"params.markov_rank", "a param of drafter kind dspark", "set model.drafter.kind: dspark and "
+                                                                 "model.drafter.markov_rank: 16"}},
       {"{loss: kld}", {"params.loss", "'kld' is not one of: ce, js, kl, lk_hybrid, neg_log_acceptance, reverse_kl, tv"}},
       {"{loss: kl, kl_temperature: 0}", {"params.kl_temperature", "must be >= 0.1", "got 0"}},
       {"{loss: kl, kl_temperature: 1.0e-300}", {"params.kl_temperature", "must be >= 0.1", "got 1e-300"}},
@@ -129,28 +145,81 @@ TEST_CASE("DSpark.Params.bad_values_are_refused_naming_the_key_and_the_value") {
 
 TEST_CASE("DSpark.Params.a_resume_keeps_the_heads_and_the_loss") {
   const auto split = fresh_dir("dspark-resume");
-  const std::string dspark = "{head: dspark, markov_rank: 16, loss: kl}";
-  nodes::run_training(stopped_after(with_drafter(small_run_config(split, kShort), dspark), 2), {});
+  const std::string dspark = "{kind: dspark, markov_rank: 16}";
+  nodes::run_training(stopped_after(with_kind(with_drafter(small_run_config(split, kShort), "{loss: kl}"), dspark), 2),
+                      {});
   nodes::RunOptions resume;
   resume.resume = "latest";
   // The keys at their defaults are left out (markov_head, the confidence head's, kl_temperature).
-  const std::string saved = "drafter_step {head: dspark, markov_rank: 16, loss: kl}";
-  for (const std::string& changed : {std::string("{}"), std::string("{head: dspark, markov_rank: 32, loss: kl}"),
-                                     std::string("{head: dspark, markov_rank: 16}")}) {
-    CAPTURE(changed);
-    const std::string e = error_of(
-        [&] { nodes::run_training(stopped_after(with_drafter(small_run_config(split, kShort), changed), 4), resume); });
-    CHECK_MESSAGE(e.find("pipeline.nodes.drafter: " + saved + " -> drafter_step") != std::string::npos, e);
+  struct Change {
+    std::string drafter, node, says;
+  };
+  for (const auto& c : {Change{"{kind: dflash}", "{loss: kl}", "model.drafter.kind: dspark -> dflash"},
+                        Change{"{kind: dspark, markov_rank: 32}", "{loss: kl}",
+                               "model.drafter (kind dspark's params): {markov_rank: 16} -> {markov_rank: 32}"},
+                        Change{dspark, "{}", "pipeline.nodes.drafter: drafter_step {loss: kl} -> drafter_step"}}) {
+    CAPTURE(c.drafter);
+    CAPTURE(c.node);
+    const std::string e = error_of([&] {
+      nodes::run_training(stopped_after(with_kind(with_drafter(small_run_config(split, kShort), c.node), c.drafter), 4),
+                          resume);
+    });
+    CHECK_MESSAGE(e.find(c.says) != std::string::npos, e);
   }
   // The same params (markov_rank's default spelled out or not): the
   // checkpoint's heads load and training goes on.
-  nodes::run_training(stopped_after(with_drafter(small_run_config(split, kShort), dspark), 4), resume);
+  nodes::run_training(
+      stopped_after(with_kind(with_drafter(small_run_config(split, kShort), "{loss: kl}"), dspark), 4),
+      resume);
   const auto records = step_records(split);
   REQUIRE(records.size() == 4);
   for (const auto& r : records) {
     CHECK(r.contains("confidence_loss"));
     CHECK(r["confidence_per_position"].size() == r["accuracy_per_position"].size());
   }
+}
+
+// A checkpoint written by a dflow that chose the kind on the drafter node
+// (`head: dspark` and markov_rank among its params) resumes under
+// model.drafter's keys, and is held to them as a new one is.
+TEST_CASE("DSpark.Params.a_checkpoint_with_the_kind_on_the_drafter_node_resumes_under_model_drafter") {
+  const auto dir = fresh_dir("dspark-old-spelling");
+  const std::string dspark = "{kind: dspark, markov_rank: 16}";
+  nodes::run_training(stopped_after(with_kind(with_drafter(small_run_config(dir, kShort), "{loss: kl}"), dspark), 2), {});
+  // Its config.yaml as the earlier dflow wrote it, the manifest's checksum with it.
+  const fs::path checkpoint = train::resolve_checkpoint(dir / "checkpoints", "latest");
+  YAML::Node saved = YAML::LoadFile((checkpoint / "config.yaml").string());
+  REQUIRE(saved["model"]["drafter"]["kind"].as<std::string>() == "dspark");
+  REQUIRE(saved["model"]["drafter"]["markov_rank"].as<int>() == 16);
+  saved["model"]["drafter"].remove("kind");
+  saved["model"]["drafter"].remove("markov_rank");
+  for (auto node : saved["pipeline"]["nodes"])
+    if (node["name"].as<std::string>() == "drafter") {
+      node["params"]["head"] = "dspark";
+      node["params"]["markov_rank"] = 16;
+    }
+  YAML::Emitter out;
+  out << saved;
+  const std::string text = std::string(out.c_str()) + "\n";
+  std::ofstream(checkpoint / "config.yaml", std::ios::trunc) << text;
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(checkpoint / "manifest.json"));
+  std::ostringstream hash;
+  hash << std::hex << data::xxhash64(text.data(), text.size());
+  manifest["files"]["config.yaml"] = {{"bytes", text.size()}, {"xxhash64", hash.str()}};
+  std::ofstream(checkpoint / "manifest.json", std::ios::trunc) << manifest.dump(2);
+
+  nodes::RunOptions resume;
+  resume.resume = "latest";
+  const std::string e = error_of([&] {
+    nodes::run_training(
+        stopped_after(with_kind(with_drafter(small_run_config(dir, kShort), "{loss: kl}"), "{kind: dspark}"), 4), resume);
+  });
+  CHECK_MESSAGE(e.find("model.drafter (kind dspark's params): {markov_rank: 16} -> (defaults)") != std::string::npos, e);
+  nodes::run_training(stopped_after(with_kind(with_drafter(small_run_config(dir, kShort), "{loss: kl}"), dspark), 4),
+                      resume);
+  const auto records = step_records(dir);
+  REQUIRE(records.size() == 4);
+  for (const auto& r : records) CHECK(r.contains("confidence_loss"));
 }
 
 TEST_CASE("DSpark.Teacher.kl_trains_online_and_from_a_cache_with_the_last_layer_alike") {

@@ -1,4 +1,4 @@
-// The drafter node's `head: dspine`: each bad value of its params is refused
+// model.drafter.kind: dspine: each bad value of its params is refused
 // naming the key and the value; a few online steps on the demo give finite
 // records with its refinement and alignment terms (it reads the target's
 // distribution whatever the loss); a resume that changes one of its params
@@ -18,7 +18,7 @@ using namespace dflow;
 using testing::check_refusals;
 using testing::fresh_dir;
 using testing::RefusalCase;
-using testing::with_drafter;
+using testing::with_kind;
 using testing::small_run_config;
 using testing::step_records;
 using testing::stopped_after;
@@ -29,7 +29,7 @@ using dflow::testing::error_of;
 namespace {
 
 const std::vector<std::string> kShort{"train.epochs=1", "eval.every_steps=0"};
-const std::string kDSpine = "{head: dspine, transfer_rank: 16, message_size: 16, top_k: 8, alignment_warmup_steps: 1}";
+const std::string kDSpine = "{kind: dspine, transfer_rank: 16, message_size: 16, top_k: 8, alignment_warmup_steps: 1}";
 
 // The transfer_rank in a run's latest checkpoint (its drafter's config.json).
 int64_t saved_transfer_rank(const fs::path& out_dir) {
@@ -57,15 +57,16 @@ int64_t head_directions() {
 TEST_CASE("DSpine.Params.bad_values_are_refused_naming_the_key_and_the_value") {
   const auto dir = fresh_dir("dspine-bad");
   const std::vector<RefusalCase> cases{
-      {"{head: dspine, transfer_rank: -1}", {"params.transfer_rank", "must be >= 0", "got -1", "(node 'drafter'"}},
-      {"{head: dspine, ce_weight: 1.5}", {"params.ce_weight", "[0, 1]", "got 1.5"}},
-      {"{head: dspine, alignment_weight: -1}", {"params.alignment_weight", "got -1"}},
-      {"{head: dspine, replacement_layers: -2}", {"params.replacement_layers", "got -2"}},
-      {"{head: dspine, candidate_mass_threshold: 1}", {"params.candidate_mass_threshold", "[0, 1)", "got 1"}},
-      {"{head: dspine, replacement_hold_ratio: 0.5, replacement_end_ratio: 0.4}",
-       {"params.replacement_end_ratio", "replacement_hold_ratio 0.5 must be below replacement_end_ratio 0.4"}},
-      {"{head: dspine, transfer_rank: 100000}", {"transfer_rank 100000 exceeds min(hidden size, vocabulary - 1)"}},
-      {"{message_size: 4}", {"params.message_size", "head is dflash", "set head: dspine"}},
+      {"{}", {"model.drafter.transfer_rank", "must be >= 0", "got -1"}, "{kind: dspine, transfer_rank: -1}"},
+      {"{}", {"model.drafter.ce_weight", "[0, 1]", "got 1.5"}, "{kind: dspine, ce_weight: 1.5}"},
+      {"{}", {"model.drafter.alignment_weight", "got -1"}, "{kind: dspine, alignment_weight: -1}"},
+      {"{}", {"model.drafter.replacement_layers", "got -2"}, "{kind: dspine, replacement_layers: -2}"},
+      {"{}", {"model.drafter.candidate_mass_threshold", "[0, 1)", "got 1"}, "{kind: dspine, candidate_mass_threshold: 1}"},
+      {"{}", {"model.drafter.replacement_end_ratio", "replacement_hold_ratio 0.5 must be below replacement_end_ratio 0.4"}, "{kind: dspine, replacement_hold_ratio: 0.5, replacement_end_ratio: 0.4}"},
+      {"{}", {"transfer_rank 100000 exceeds min(hidden size, vocabulary - 1)"}, "{kind: dspine, transfer_rank: 100000}"},
+      {"{}", {"model.drafter.message_size", "is a param of kind dspine", "model.drafter.kind is dflash", "set model.drafter.kind: dspine"},
+       "{message_size: 4}"},
+      {"{message_size: 4}", {"params.message_size", "set model.drafter.kind: dspine and model.drafter.message_size: 4"}},
   };
   check_refusals(dir, cases);
   fs::remove_all(dir);
@@ -73,16 +74,16 @@ TEST_CASE("DSpine.Params.bad_values_are_refused_naming_the_key_and_the_value") {
 
 TEST_CASE("DSpine.Train.a_few_online_steps_give_finite_records_with_its_terms_and_a_resume_keeps_its_params") {
   const auto dir = fresh_dir("dspine-train");
-  nodes::run_training(stopped_after(with_drafter(small_run_config(dir, kShort), kDSpine), 2), {});
+  nodes::run_training(stopped_after(with_kind(small_run_config(dir, kShort), kDSpine), 2), {});
   nodes::RunOptions resume;
   resume.resume = "latest";
-  const std::string changed = "{head: dspine, transfer_rank: 16, message_size: 16, top_k: 4, alignment_warmup_steps: 1}";
+  const std::string changed = "{kind: dspine, transfer_rank: 16, message_size: 16, top_k: 4, alignment_warmup_steps: 1}";
   const std::string e = error_of(
-      [&] { nodes::run_training(stopped_after(with_drafter(small_run_config(dir, kShort), changed), 4), resume); });
-  CHECK_MESSAGE(e.find("pipeline.nodes.drafter: ") != std::string::npos, e);
+      [&] { nodes::run_training(stopped_after(with_kind(small_run_config(dir, kShort), changed), 4), resume); });
+  CHECK_MESSAGE(e.find("model.drafter (kind dspine's params): ") != std::string::npos, e);
   CHECK_MESSAGE(e.find("top_k: 8") != std::string::npos, e);
   CHECK_MESSAGE(e.find("top_k: 4") != std::string::npos, e);
-  nodes::run_training(stopped_after(with_drafter(small_run_config(dir, kShort), kDSpine), 4), resume);
+  nodes::run_training(stopped_after(with_kind(small_run_config(dir, kShort), kDSpine), 4), resume);
   const auto steps = step_records(dir);
   REQUIRE(steps.size() == 4);
   for (const auto& s : steps) {
@@ -112,20 +113,20 @@ TEST_CASE("DSpine.Params.left_out_transfer_rank_is_what_the_target's_head_gives_
   REQUIRE(directions >= 1);
   REQUIRE(directions < 64);
   const auto dir = fresh_dir("dspine-default-rank");
-  const std::string params = "{head: dspine, message_size: 16, top_k: 8, alignment_warmup_steps: 1}";
-  nodes::run_training(stopped_after(with_drafter(small_run_config(dir, kShort), params), 2), {});
+  const std::string params = "{kind: dspine, message_size: 16, top_k: 8, alignment_warmup_steps: 1}";
+  nodes::run_training(stopped_after(with_kind(small_run_config(dir, kShort), params), 2), {});
   CHECK(saved_transfer_rank(dir) == directions);
   nodes::RunOptions resume;
   resume.resume = "latest";
-  nodes::run_training(stopped_after(with_drafter(small_run_config(dir, kShort), params), 4), resume);
+  nodes::run_training(stopped_after(with_kind(small_run_config(dir, kShort), params), 4), resume);
   CHECK(saved_transfer_rank(dir) == directions);
   const auto steps = step_records(dir);
   REQUIRE(steps.size() == 4);
   for (const auto& s : steps) CHECK(std::isfinite(s["loss"].get<double>()));
   // One more than the head has keeps its refusal, naming how many it has.
   const std::string e = error_of([&] {
-    nodes::run_training(with_drafter(small_run_config(fresh_dir("dspine-rank-too-large"), {"run.max_steps=1", "eval.every_steps=0"}),
-                                     "{head: dspine, transfer_rank: " + std::to_string(directions + 1) + "}"),
+    nodes::run_training(with_kind(small_run_config(fresh_dir("dspine-rank-too-large"), {"run.max_steps=1", "eval.every_steps=0"}),
+                                     "{kind: dspine, transfer_rank: " + std::to_string(directions + 1) + "}"),
                         {});
   });
   CHECK_MESSAGE(e.find("the target's LM head has " + std::to_string(directions) +

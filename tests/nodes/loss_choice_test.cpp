@@ -10,6 +10,7 @@
 #include <string>
 
 #include "drafter/kind.hpp"
+#include "drafter_params.hpp"
 #include "error_of.hpp"
 #include "nodes/trainer.hpp"
 #include "train_fixture.hpp"
@@ -21,15 +22,11 @@ using testing::small_run_config;
 using testing::step_records;
 using testing::stopped_after;
 
+using testing::with_drafter;
+
 namespace {
 
 const std::vector<std::string> kShort{"train.epochs=1", "eval.every_steps=0"};
-
-config::Config with_drafter(config::Config config, const std::string& params) {
-  for (auto& n : config.pipeline.nodes)
-    if (n.name == "drafter") n.params.reset(YAML::Load(params));
-  return config;
-}
 
 }  // namespace
 
@@ -89,7 +86,7 @@ TEST_CASE("Losses.Train.tv_and_a_mix_train_and_their_resume_names_the_loss") {
 TEST_CASE("Losses.Records.no_expected_tau_without_the_target_distribution") {
   const auto dir = fresh_dir("loss-no-expected");
   nodes::run_training(
-      with_drafter(small_run_config(dir, {"run.max_steps=2", "eval.every_steps=0"}), "{head: dspark, markov_rank: 8}"),
+      testing::with_kind(small_run_config(dir, {"run.max_steps=2", "eval.every_steps=0"}), "{kind: dspark, markov_rank: 8}"),
       {});
   const auto records = step_records(dir);
   REQUIRE(records.size() == 2);
@@ -106,10 +103,10 @@ TEST_CASE("Losses.Records.no_expected_tau_without_the_target_distribution") {
 // hidden state is refused naming the key.
 TEST_CASE("Losses.Records.expected_acceptance_under_ce_records_tau_and_trains_the_same") {
   const auto plain_dir = fresh_dir("loss-ce-plain"), expected_dir = fresh_dir("loss-ce-expected");
-  const std::string dspark = "{head: dspark, markov_rank: 8}";
+  const std::string dspark = "{kind: dspark, markov_rank: 8}";
   nodes::run_training(
-      with_drafter(small_run_config(plain_dir, {"run.max_steps=3", "eval.every_steps=0"}), dspark), {});
-  nodes::run_training(with_drafter(small_run_config(expected_dir, {"run.max_steps=3", "eval.every_steps=0",
+      testing::with_kind(small_run_config(plain_dir, {"run.max_steps=3", "eval.every_steps=0"}), dspark), {});
+  nodes::run_training(testing::with_kind(small_run_config(expected_dir, {"run.max_steps=3", "eval.every_steps=0",
                                                                    "eval.expected_acceptance=true"}),
                                    dspark),
                       {});
@@ -148,8 +145,8 @@ TEST_CASE("Losses.Train.lk_hybrid_trains_every_kind") {
       CAPTURE(loss);
       const auto dir = fresh_dir("lk-" + kind);
       nodes::run_training(
-          with_drafter(small_run_config(dir, {"run.max_steps=2", "eval.every_steps=0"}),
-                       "{head: " + kind + ", loss: " + loss + "}"),
+          testing::with_kind(with_drafter(small_run_config(dir, {"run.max_steps=2", "eval.every_steps=0"}), "{loss: " + loss + "}"),
+                    "{kind: " + kind + "}"),
           {});
       const auto records = step_records(dir);
       REQUIRE(records.size() == 2);

@@ -42,7 +42,7 @@ constexpr double kOverCount = 3.5;
 
 // Each kind at its defaults, but where they exceed the tiny target (hidden 64).
 const std::map<std::string, std::vector<std::string>> kFitting = {
-    {"dspine", {"pipeline.nodes.drafter.params.transfer_rank=16", "pipeline.nodes.drafter.params.message_size=16"}}};
+    {"dspine", {"model.drafter.transfer_rank=16", "model.drafter.message_size=16"}}};
 
 struct Case {
   std::string kind, loss;
@@ -50,7 +50,7 @@ struct Case {
 };
 
 config::Config case_config(const Case& c, const fs::path& dir, const fs::path& engine_dir) {
-  std::vector<std::string> o{"pipeline.nodes.drafter.params.head=" + c.kind,
+  std::vector<std::string> o{"model.drafter.kind=" + c.kind,
                              "pipeline.nodes.drafter.params.loss=" + c.loss,
                              "run.max_steps=10",
                              "train.anchors_per_sequence=8",

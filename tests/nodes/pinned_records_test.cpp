@@ -26,13 +26,14 @@ namespace {
 
 struct PinnedRun {
   std::string name;
-  std::string drafter_params;
+  std::string drafter_params;           // the drafter node's
+  std::vector<std::string> model_keys;  // model.drafter's kind and its params, as --set gives them
 };
 
 const std::vector<PinnedRun>& pinned_runs() {
   static const std::vector<PinnedRun> runs{
       {"dflash", "{}"},
-      {"dspark", "{head: dspark, markov_rank: 16}"},
+      {"dspark", "{}", {"model.drafter.kind=dspark", "model.drafter.markov_rank=16"}},
       {"kl", "{loss: kl}"},
   };
   return runs;
@@ -48,7 +49,9 @@ const std::vector<std::string>& pinned_fields() {
 
 nlohmann::json run_records(const PinnedRun& run) {
   const auto dir = testing::fresh_dir("pinned-" + run.name);
-  auto config = testing::small_run_config(dir, {"run.max_steps=6", "eval.every_steps=0", "run.seed=11"});
+  std::vector<std::string> overrides{"run.max_steps=6", "eval.every_steps=0", "run.seed=11"};
+  overrides.insert(overrides.end(), run.model_keys.begin(), run.model_keys.end());
+  auto config = testing::small_run_config(dir, overrides);
   for (auto& n : config.pipeline.nodes)
     if (n.name == "drafter") n.params.reset(YAML::Load(run.drafter_params));
   nodes::run_training(config, {});

@@ -1,4 +1,4 @@
-// The drafter node's `head: xpress`: each bad value of its params is
+// model.drafter.kind: xpress: each bad value of its params is
 // refused naming the key and the value; a short online run chosen by
 // `--set` trains (the loss falls) with records carrying its terms (loss =
 // main + consistency_weight x consistency + base_anchor_weight x
@@ -20,6 +20,7 @@ using testing::check_refusals;
 using testing::fresh_dir;
 using testing::RefusalCase;
 using testing::with_drafter;
+using testing::with_kind;
 using testing::small_run_config;
 using testing::step_records;
 using testing::stopped_after;
@@ -40,13 +41,16 @@ double mean_of(const std::vector<nlohmann::json>& records, size_t begin, size_t 
 TEST_CASE("XPress.Params.bad_values_are_refused_naming_the_key_and_the_value") {
   const auto dir = fresh_dir("xpress-bad");
   const std::vector<RefusalCase> cases{
-      {"{head: xpress, xpress_rank: 0}", {"params.xpress_rank", "must be >= 1", "got 0", "(node 'drafter'"}},
-      {"{head: xpress, xpress_mlp_ratio: -1}", {"params.xpress_mlp_ratio", "got -1"}},
-      {"{head: xpress, num_jacobi_passes: -2}", {"params.num_jacobi_passes", "must be >= 0", "got -2"}},
-      {"{head: xpress, consistency_weight: -0.5}", {"params.consistency_weight", "got -0.5"}},
-      {"{head: xpress, consistency_passes: -1}", {"params.consistency_passes", "got -1"}},
-      {"{head: xpress, base_anchor_weight: -2}", {"params.base_anchor_weight", "must be a finite number >= 0", "got -2"}},
-      {"{xpress_rank: 64}", {"params.xpress_rank", "head is dflash", "set head: xpress"}},
+      {"{}", {"model.drafter.xpress_rank", "must be >= 1", "got 0"}, "{kind: xpress, xpress_rank: 0}"},
+      {"{}", {"model.drafter.xpress_mlp_ratio", "got -1"}, "{kind: xpress, xpress_mlp_ratio: -1}"},
+      {"{}", {"model.drafter.num_jacobi_passes", "must be >= 0", "got -2"}, "{kind: xpress, num_jacobi_passes: -2}"},
+      {"{}", {"model.drafter.consistency_weight", "got -0.5"}, "{kind: xpress, consistency_weight: -0.5}"},
+      {"{}", {"model.drafter.consistency_passes", "got -1"}, "{kind: xpress, consistency_passes: -1}"},
+      {"{}", {"model.drafter.base_anchor_weight", "must be a finite number >= 0", "got -2"}, "{kind: xpress, base_anchor_weight: -2}"},
+      {"{}", {"model.drafter.xpress_rank", "is a param of kind xpress", "model.drafter.kind is dflash", "set model.drafter.kind: xpress"},
+       "{xpress_rank: 64}"},
+      {"{xpress_rank: 64}",
+       {"params.xpress_rank", "set model.drafter.kind: xpress and model.drafter.xpress_rank: 64"}},
   };
   check_refusals(dir, cases);
   fs::remove_all(dir);
@@ -54,8 +58,8 @@ TEST_CASE("XPress.Params.bad_values_are_refused_naming_the_key_and_the_value") {
 
 TEST_CASE("XPress.Train.a_short_run_chosen_by_set_learns_with_its_terms_in_the_records") {
   const auto dir = fresh_dir("xpress-train");
-  nodes::run_training(small_run_config(dir, {"run.max_steps=12", "pipeline.nodes.drafter.params.head=xpress",
-                                             "pipeline.nodes.drafter.params.xpress_rank=32"}),
+  nodes::run_training(small_run_config(dir, {"run.max_steps=12", "model.drafter.kind=xpress",
+                                             "model.drafter.xpress_rank=32"}),
                       {});
   const auto steps = step_records(dir);
   REQUIRE(steps.size() == 12);
@@ -84,9 +88,11 @@ TEST_CASE("XPress.Train.a_short_run_chosen_by_set_learns_with_its_terms_in_the_r
 TEST_CASE("XPress.Train.loss_kl_trains_it_against_the_targets_distribution_on_packed_rows") {
   // Packed rows: slot 0's previous token stays within the anchor's sample.
   const auto dir = fresh_dir("xpress-kl");
-  const auto config = with_drafter(
-      testing::with_pad(small_run_config(dir, {"run.max_steps=2", "eval.every_steps=0"}), "pad_bucket.pack"),
-      "{head: xpress, xpress_rank: 16, consistency_passes: 2, loss: kl}");
+  const auto config = with_kind(
+      with_drafter(
+          testing::with_pad(small_run_config(dir, {"run.max_steps=2", "eval.every_steps=0"}), "pad_bucket.pack"),
+          "{loss: kl}"),
+      "{kind: xpress, xpress_rank: 16, consistency_passes: 2}");
   nodes::run_training(config, {});
   const auto steps = step_records(dir);
   REQUIRE(steps.size() == 2);
@@ -101,23 +107,23 @@ TEST_CASE("XPress.Train.loss_kl_trains_it_against_the_targets_distribution_on_pa
 TEST_CASE("XPress.Params.a_resume_keeps_the_refiner_and_its_terms") {
   const auto dir = fresh_dir("xpress-resume");
   const std::vector<std::string> short_run{"eval.every_steps=0"};
-  const std::string xpress = "{head: xpress, xpress_rank: 16, consistency_passes: 1}";
-  nodes::run_training(stopped_after(with_drafter(small_run_config(dir, short_run), xpress), 2), {});
+  const std::string xpress = "{kind: xpress, xpress_rank: 16, consistency_passes: 1}";
+  nodes::run_training(stopped_after(with_kind(small_run_config(dir, short_run), xpress), 2), {});
   nodes::RunOptions resume;
   resume.resume = "latest";
-  for (const std::string& changed : {std::string("{head: xpress, xpress_rank: 32, consistency_passes: 1}"),
-                                     std::string("{head: xpress, xpress_rank: 16, consistency_passes: 2}"),
-                                     std::string("{head: xpress, xpress_rank: 16, consistency_passes: 1, "
+  for (const std::string& changed : {std::string("{kind: xpress, xpress_rank: 32, consistency_passes: 1}"),
+                                     std::string("{kind: xpress, xpress_rank: 16, consistency_passes: 2}"),
+                                     std::string("{kind: xpress, xpress_rank: 16, consistency_passes: 1, "
                                                  "base_anchor_full_weight: true}")}) {
     CAPTURE(changed);
     const std::string e = error_of(
-        [&] { nodes::run_training(stopped_after(with_drafter(small_run_config(dir, short_run), changed), 4), resume); });
-    CHECK_MESSAGE(e.find("pipeline.nodes.drafter: ") != std::string::npos, e);
-    // The params at their defaults are left out of the signature.
-    CHECK_MESSAGE(e.find("drafter_step {head: xpress, xpress_rank: 16, consistency_passes: 1} -> ") != std::string::npos,
+        [&] { nodes::run_training(stopped_after(with_kind(small_run_config(dir, short_run), changed), 4), resume); });
+    // The params at their defaults are left out of what a resume must keep.
+    CHECK_MESSAGE(e.find("model.drafter (kind xpress's params): {xpress_rank: 16, consistency_passes: 1} -> ") !=
+                      std::string::npos,
                   e);
   }
-  nodes::run_training(stopped_after(with_drafter(small_run_config(dir, short_run), xpress), 4), resume);
+  nodes::run_training(stopped_after(with_kind(small_run_config(dir, short_run), xpress), 4), resume);
   const auto records = step_records(dir);
   REQUIRE(records.size() == 4);
   for (const auto& r : records) CHECK(r.contains("consistency_loss"));

@@ -12,6 +12,7 @@
 #include <thread>
 #include <yaml-cpp/yaml.h>
 
+#include "../nodes/drafter_params.hpp"
 #include "../nodes/train_fixture.hpp"
 #include "run_command.hpp"
 #include "train/checkpoint.hpp"
@@ -61,13 +62,12 @@ fs::path write_dpace_config(const fs::path& dir, std::vector<std::string> overri
   return write_run_config(dir, config);
 }
 
-// The same with the drafter node's head DSpine, its transfer_rank left to
+// The same with the drafter kind DSpine, its transfer_rank left to
 // the target, and the info log (the line saying what it chose).
 fs::path write_dspine_config(const fs::path& dir, std::vector<std::string> overrides, const std::string& extra_yaml) {
   overrides.push_back("run.log_level=info");
   auto config = run_config(dir, std::move(overrides));
-  for (auto& n : config.pipeline.nodes)
-    if (n.name == "drafter") n.params.reset(YAML::Load("{head: dspine, message_size: 16, top_k: 8, alignment_warmup_steps: 1}"));
+  config = testing::with_kind(config, "{kind: dspine, message_size: 16, top_k: 8, alignment_warmup_steps: 1}");
   return write_run_config(dir, config, extra_yaml);
 }
 
@@ -179,7 +179,7 @@ TEST_CASE("Dist.Launch.every_rank_trains_with_rank_0s_fixed_tensors") {
   REQUIRE(a.size() == 4);
   check_same_steps(a, b, 0.0);
   // Each rank says what it chose for the rank left to the target, and why.
-  CHECK(o1.output.find("drafter head dspine: transfer_rank ") != std::string::npos);
+  CHECK(o1.output.find("drafter kind dspine: transfer_rank ") != std::string::npos);
   CHECK(o1.output.find("(left to the target): the target's LM head has ") != std::string::npos);
 }
 

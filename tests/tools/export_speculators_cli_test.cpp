@@ -104,7 +104,8 @@ TEST_CASE("Cli.Export.speculators_format_writes_dspark_for_a_drafter_with_heads"
   const auto dir = testing::fresh_dir("export-spec-dspark");
   const auto target = testing::assets_dir() / "target";
   auto layers = kServableLayers;
-  layers.push_back("pipeline.nodes.drafter.params={head: dspark, markov_rank: 8, markov_head: gated}");
+  for (const std::string key : {"kind=dspark", "markov_rank=8", "markov_head=gated"})
+    layers.push_back("model.drafter." + key);
   const auto run = trained_run(dir, target, layers);
   auto o = run_dflow("export " + run.string() + " --out " + (dir / "spec").string() + " --format speculators");
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
@@ -138,7 +139,8 @@ TEST_CASE("Cli.Export.default_format_refuses_a_drafter_with_dspark_heads") {
   const auto dir = testing::fresh_dir("export-dflash-dspark");
   const auto target = testing::assets_dir() / "target";
   auto layers = kServableLayers;
-  layers.push_back("pipeline.nodes.drafter.params={head: dspark, markov_rank: 8, markov_head: gated}");
+  for (const std::string key : {"kind=dspark", "markov_rank=8", "markov_head=gated"})
+    layers.push_back("model.drafter." + key);
   const auto run = trained_run(dir, target, layers);
   for (const std::string format : {"", " --format dflash"}) {
     CAPTURE(format);

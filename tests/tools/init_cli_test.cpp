@@ -232,9 +232,10 @@ TEST_CASE("Cli.Init.a_recipe_that_does_not_fit_the_device_recomputes_then_takes_
   auto tight = run_dflow("init " + dir.string() + " --memory-gib 0.15");
   INFO(tight.output);
   REQUIRE(tight.exit_code == 0);
-  CHECK(has(tight.output, "; recompute: true, as without it the largest micro-batch does not fit the memory (the fit "
-                          "above)\n"
-                          "    - {name: drafter, type: drafter_step, params: {head: dspark, recompute: true}}"));
+  CHECK(has(tight.output, "    # recompute: true, as without it the largest micro-batch does not fit the memory (the "
+                          "fit above)\n"
+                          "    - {name: drafter, type: drafter_step, params: {recompute: true}}"));
+  CHECK(has(tight.output, "kind: dspark"));
   CHECK(has(tight.output, "  # the most anchors that fit with recomputation\n  anchors_per_sequence: "));
   CHECK(!has(tight.output, "anchors_per_sequence: 512\n"));
   // The target's forward runs beside the drafter: its memory is taken first.

@@ -45,7 +45,7 @@ TEST_CASE("Cli.Export.every_kind_trained_on_the_demo_exports_in_a_format_that_se
     // The demo's own layers: the fixture's [1, 1, 1] left out again.
     auto config = testing::small_run_config(
         dir / "run", {"model.drafter.target_layer_ids=[]", "run.max_steps=3", "eval.every_steps=0",
-                      "pipeline.nodes.drafter.params={head: " + kind + "}"});
+                      "model.drafter.kind=" + kind});
     REQUIRE(config.model.drafter.target_layer_ids.empty());
     std::ofstream(dir / "run.yaml") << config::to_yaml(config);
     auto o = run_dflow("train " + (dir / "run.yaml").string());

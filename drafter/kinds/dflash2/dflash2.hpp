@@ -4,7 +4,7 @@
 // kernel of each group of channels drawn from the slot's own hidden
 // state), and a bilinear candidate selector that reranks the LM head's
 // top-k at each slot from the token before it. The drafter node's
-// `head: dflash2`; its kind (kind.cpp) registers both; this header is what
+// `model.drafter.kind: dflash2`; its kind (kind.cpp) registers both; this header is what
 // its files and its tests share.
 //
 // Blocks are DFlash's (speculators' sample_from_anchor = false): slot 0

@@ -1,7 +1,7 @@
 // DSpark (arXiv 2607.05147; vllm-project/speculators `models/dspark`): the
 // DFlash backbone with a Markov head (a low-rank logit bias from the
 // previous token) and a confidence head (each slot's acceptance), the
-// drafter node's `head: dspark`. Its kind (kind.cpp) registers both; this
+// `model.drafter.kind: dspark`. Its kind (kind.cpp) registers both; this
 // header is what its files and its tests share.
 //
 // Semantics: dflow's blocks are DFlash's (speculators' sample_from_anchor =

@@ -1,5 +1,5 @@
 #pragma once
-// The bound dflow takes for DSpark's Markov head: the drafter node's params
+// The bound dflow takes for DSpark's Markov head: model.drafter's params
 // refuse a value outside it naming the bound, and the model holds to the
 // same (a drafter's config.json).
 #include <cstdint>

@@ -9,7 +9,7 @@
 // readout. The loss adds a refinement of the backbone's top-k candidates
 // from the true predecessor and an alignment of each layer's readout with
 // the label's code; drafting chains the refinement over the top-k from the
-// bonus token on. The drafter node's `head: dspine`; kind.cpp registers it;
+// bonus token on. `model.drafter.kind: dspine`; kind.cpp registers it;
 // this header is what its files and its tests share.
 #pragma once
 

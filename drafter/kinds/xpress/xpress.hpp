@@ -6,7 +6,7 @@
 // consistency rounds, each fed the argmax of the round before (the first
 // the backbone's own), and holds the backbone's logits to the target (the
 // base anchor term); drafting resolves a block in a few parallel Jacobi
-// passes. The drafter node's `head: xpress`; its kind (kind.cpp) registers
+// passes. `model.drafter.kind: xpress`; its kind (kind.cpp) registers
 // the refiner; this header is what its files and its tests share.
 //
 // Blocks are DFlash's (speculators' sample_from_anchor = false): slot 0
