@@ -3,6 +3,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "drafter/activation_probe.hpp"
 #include "drafter/kind.hpp"
 
 #include <functional>
@@ -87,11 +88,27 @@ torch::Tensor DraftLayerImpl::forward(const torch::Tensor& hidden, const Context
   auto through_kind = [&](DraftSublayer which, const torch::Tensor& x, const Sublayer& run) {
     return kind != nullptr ? kind->sublayer(index, which, x, run) : run(x);
   };
-  const torch::Tensor after_attention =
-      hidden + through_kind(DraftSublayer::attention, input_layernorm(hidden),
-                            [&](const torch::Tensor& x) { return self_attn(x, context_kv, draft_rotary, plan); });
-  return after_attention + through_kind(DraftSublayer::mlp, post_attention_layernorm(after_attention),
-                                        [&](const torch::Tensor& x) { return mlp(x); });
+  ActivationProbe* probe = ActivationProbe::current();
+  const std::string at = probe != nullptr ? "layers." + std::to_string(index) + "." : std::string();
+  const torch::Tensor attention =
+      through_kind(DraftSublayer::attention, input_layernorm(hidden),
+                   [&](const torch::Tensor& x) { return self_attn(x, context_kv, draft_rotary, plan); });
+  const torch::Tensor after_attention = hidden + attention;
+  const torch::Tensor mlp_out = through_kind(DraftSublayer::mlp, post_attention_layernorm(after_attention),
+                                             [&](const torch::Tensor& x) {
+                                               if (probe != nullptr)  // the gated product, recomputed to be seen
+                                                 probe->record(at + "mlp (act(gate_proj) * up_proj)",
+                                                               torch::silu(mlp->gate_proj(x)) * mlp->up_proj(x));
+                                               return mlp(x);
+                                             });
+  const torch::Tensor out = after_attention + mlp_out;
+  if (probe != nullptr) {
+    probe->record(at + "self_attn (output)", attention);
+    probe->record(at + "residual after self_attn", after_attention);
+    probe->record(at + "mlp (output)", mlp_out);
+    probe->record(at + "residual after mlp", out);
+  }
+  return out;
 }
 
 DFlashDrafterImpl::DFlashDrafterImpl(DrafterSpec spec, uint64_t init_seed) : spec_(std::move(spec)) {
@@ -127,7 +144,14 @@ torch::Tensor DFlashDrafterImpl::project_features(const torch::Tensor& context_f
                                 "] (" + std::to_string(spec_.num_features()) + " target layers x hidden " +
                                 std::to_string(spec_.hidden_size) + "), got " + c10::str(context_features.sizes()));
   }
-  return hidden_norm(fc(context_features.to(fc->weight.scalar_type())));  // [B, S, H]
+  if (ActivationProbe::current() == nullptr)
+    return hidden_norm(fc(context_features.to(fc->weight.scalar_type())));  // [B, S, H]
+  probe_activation("the target's features (fc's input)", context_features);
+  const torch::Tensor projected = fc(context_features.to(fc->weight.scalar_type()));
+  probe_activation("fc (output)", projected);
+  const torch::Tensor normed = hidden_norm(projected);
+  probe_activation("hidden_norm (output)", normed);
+  return normed;
 }
 
 std::vector<ContextKV> DFlashDrafterImpl::context_kv(const torch::Tensor& context, int64_t first_position) {
@@ -209,7 +233,10 @@ torch::Tensor DFlashDrafterImpl::forward_with_context_kv(const std::vector<Conte
     hidden = layers->ptr<DraftLayerImpl>(i)->forward(hidden, context_kv_per_layer[i], draft_rotary, plan);
     hidden = kind_modules_->after_layer(static_cast<int64_t>(i), hidden);
   }
-  return norm(hidden);
+  probe_activation("block embeddings (layer 0's input)", block_embeddings);
+  const torch::Tensor out = norm(hidden);
+  probe_activation("norm (output)", out);
+  return out;
 }
 
 }  // namespace dflow::model

@@ -9,6 +9,7 @@
 #include "config/config.hpp"
 #include "config/errors.hpp"
 #include "data/feature_cache.hpp"
+#include "drafter/activation_probe.hpp"
 #include "drafter/kind.hpp"
 #include "drafter/drafter.hpp"
 #include "drafter/drafter_export_speculators.hpp"
@@ -189,22 +190,91 @@ void record_trained_against(const std::optional<train::TrainedAgainst>& record, 
 // float16's largest finite value: a weight beyond it is inf once cast.
 constexpr double kFloat16Max = 65504.0;
 
-// Casts the drafter for export; float16 is refused, naming the tensor, when
-// a weight lies beyond its range (a drafter served with inf weights drafts
-// nothing a target accepts).
+// A weight beyond float16's range is refused, naming the tensor (a drafter
+// served with inf weights drafts nothing a target accepts).
+void check_float16_weights(model::DFlashDrafterImpl& drafter) {
+  torch::NoGradGuard no_grad;
+  for (const auto& item : drafter.named_parameters(/*recurse=*/true)) {
+    const double most = item.value().abs().max().item<double>();
+    if (!(most <= kFloat16Max))
+      throw ConfigError("export --dtype float16: tensor '" + item.key() + "' holds " + c10::str(most) +
+                        ", beyond float16's range (+-65504): served in float16 it would be inf; export in "
+                        "bfloat16 or float32");
+  }
+}
+
+// Casts the drafter for export (as-trained: left as it is).
 void cast_for_export(model::DFlashDrafterImpl& drafter, const std::string& dtype) {
   if (dtype == "as-trained") return;
-  if (dtype == "float16") {
-    torch::NoGradGuard no_grad;
-    for (const auto& item : drafter.named_parameters(/*recurse=*/true)) {
-      const double most = item.value().abs().max().item<double>();
-      if (!(most <= kFloat16Max))
-        throw ConfigError("export --dtype float16: tensor '" + item.key() + "' holds " + c10::str(most) +
-                          ", beyond float16's range (+-65504): served in float16 it would be inf; export in "
-                          "bfloat16 or float32");
-    }
-  }
   drafter.to(dtype == "float16" ? torch::kFloat16 : dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
+}
+
+// The run config beside a checkpoint's drafter (step-N/drafter); null for an
+// exported drafter, which records no run.
+std::optional<config::Config> run_config_of(const fs::path& drafter) {
+  const auto file = drafter.parent_path() / "config.yaml";
+  if (drafter.filename() != "drafter" || !fs::exists(file)) return std::nullopt;
+  std::ifstream in(file);
+  const std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return config::load_config_text(yaml, file.string());
+}
+
+// Prompts drafted to find the activations' range (of the file's first), and
+// the new tokens each: enough cycles to reach every slot and layer.
+constexpr int64_t kRangePrompts = 8;
+constexpr int64_t kRangeNewTokens = 32;
+
+// float16 serves a drafter whose activations, not only its weights, stay
+// within +-65504 (an activation beyond it is inf and the draft is lost):
+// the drafter (float32 here) drafts the held-out prompts against the target
+// under an ActivationProbe, and any point beyond the range is refused,
+// naming it. The prompts are --prompts, else the run's eval.prompts; the
+// target --target, else the run's model.target.path.
+void check_float16_activations(model::DFlashDrafterImpl& drafter, const fs::path& drafter_path,
+                               const std::optional<train::TrainedAgainst>& record, const std::string& prompts_arg,
+                               const std::string& target_arg, bool allow_other_target) {
+  const auto run = run_config_of(drafter_path);
+  const fs::path prompts = !prompts_arg.empty() ? fs::path(prompts_arg)
+                           : run ? fs::path(run->eval.prompts)
+                                 : fs::path();
+  const fs::path target_dir = !target_arg.empty() ? fs::path(target_arg)
+                              : run ? fs::path(run->model.target.path)
+                                    : fs::path();
+  auto missing = [&](const std::string& what) {
+    return ConfigError("export --dtype float16 checks the drafter's activations over held-out prompts, and " + what +
+                       ": give --prompts FILE and --target DIR (the target it drafts for), or export in bfloat16");
+  };
+  if (prompts.empty() || !fs::is_regular_file(prompts))
+    throw missing(prompts.empty() ? "'" + drafter_path.string() + "' records no run whose eval.prompts to use"
+                                  : "the prompts '" + prompts.string() + "' are not a file");
+  if (target_dir.empty() || !fs::is_directory(target_dir))
+    throw missing(target_dir.empty() ? "'" + drafter_path.string() + "' records no run whose target to use"
+                                     : "the target '" + target_dir.string() + "' is not a directory");
+  check_trained_against(record, drafter_path, target_dir, allow_other_target, "export");
+  const auto prompt_ids = train::read_prompts(prompts);
+  auto target = model::TargetModel::load(target_dir, torch::kCPU, torch::kFloat32,
+                                         target_load_options(config::TargetConfig{}.mxfp4_experts));
+  train::EvalOptions options;
+  options.max_prompts = kRangePrompts;
+  options.max_new_tokens = kRangeNewTokens;
+  options.compare_with_target = false;
+  model::ActivationProbe probe;
+  (void)train::evaluate_drafter(drafter, target, prompt_ids, options);
+  std::string worst;
+  double most = -1;
+  for (const auto& [name, value] : probe.maxima())
+    if (value > most) {
+      most = value;
+      worst = name;
+    }
+  const int64_t drafted = std::min<int64_t>(kRangePrompts, static_cast<int64_t>(prompt_ids.size()));
+  const std::string over = std::to_string(drafted) + " held-out prompt(s) of " + prompts.string();
+  if (!(most <= kFloat16Max))
+    throw ConfigError("export --dtype float16: activation '" + worst + "' reaches " + c10::str(most) + " over " +
+                      over + ", beyond float16's range (+-65504): served in float16 it would be inf; export in "
+                      "bfloat16 or float32");
+  std::cout << "float16: the drafter's activations over " << over << " peak at " << most << " (" << worst
+            << "), within float16's range\n";
 }
 
 }  // namespace
@@ -227,21 +297,28 @@ void add_export_command(CLI::App& app, Action& action) {
                   "model.target.path)");
   sub->add_option("--target", target,
                   "speculators: a local copy of the target to read config.json and the head tensors from (default: "
-                  "--verifier when it is a directory)");
-  static std::string export_dtype = "as-trained";
+                  "--verifier when it is a directory); --dtype float16: the target the drafter drafts for while its "
+                  "activations are checked (default: the run's model.target.path)");
+  static std::string export_dtype = "as-trained", range_prompts;
   sub->add_option("--dtype", export_dtype,
                   "the weights' dtype: as-trained (model.drafter.dtype), bfloat16, float32, or float16 (refused "
-                  "when a weight lies beyond float16's range)")
+                  "when a weight, or an activation while drafting the held-out prompts, lies beyond float16's "
+                  "range)")
       ->check(CLI::IsMember({"as-trained", "bfloat16", "float32", "float16"}))
       ->capture_default_str();
+  sub->add_option("--prompts", range_prompts,
+                  "--dtype float16: JSONL of held-out prompts whose drafting must keep every activation within "
+                  "float16's range (the first 8; default: the run's eval.prompts)");
   static bool allow_other_target = false;
   sub->add_flag("--allow-other-target", allow_other_target,
                 "speculators: name a verifier other than the target the drafter was trained against (refused "
                 "otherwise, when --target or --verifier is a local directory)");
   sub->callback([&action] {
-    if (format != "speculators" && !(verifier.empty() && target.empty())) {
-      throw CLI::ValidationError("--verifier/--target", "need --format speculators");
-    }
+    if (format != "speculators" && !verifier.empty()) throw CLI::ValidationError("--verifier", "needs --format speculators");
+    if (format != "speculators" && export_dtype != "float16" && !target.empty())
+      throw CLI::ValidationError("--target", "needs --format speculators or --dtype float16");
+    if (export_dtype != "float16" && !range_prompts.empty())
+      throw CLI::ValidationError("--prompts", "needs --dtype float16");
     action = [] {
       const fs::path dir = drafter_dir(checkpoint);
       auto draft = model::load_pretrained(dir);  // verifies names and shapes
@@ -252,8 +329,13 @@ void add_export_command(CLI::App& app, Action& action) {
       // refusal of the option: exit 2) before anything is written.
       if (const std::string why = kind.refuses_format(format, draft->spec().kind_fields); !why.empty())
         throw ConfigError("export: the drafter in '" + dir.string() + "' " + why);
-      cast_for_export(*draft, export_dtype);
       const auto record = train::read_trained_against(dir);
+      if (export_dtype == "float16") {
+        check_float16_weights(*draft);
+        cast_for_export(*draft, "float32");  // the true activations, which float16 would turn to inf
+        check_float16_activations(*draft, dir, record, range_prompts, target, allow_other_target);
+      }
+      cast_for_export(*draft, export_dtype);
       if (format == "speculators") {
         const auto found = find_verifier(dir, verifier, target);
         check_trained_against(record, dir, found.local_dir, allow_other_target, "export");

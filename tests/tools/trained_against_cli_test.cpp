@@ -4,7 +4,7 @@
 // --target` and a resume compare it with the target they are given and
 // refuse another one (a quantized or re-typed copy of the same model is
 // allowed and named). `dflow export --dtype float16` is refused for a weight
-// float16 cannot hold.
+// or an activation over the held-out prompts float16 cannot hold.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -53,6 +53,15 @@ fs::path target_copy(const fs::path& from, const fs::path& to,
 }
 
 nlohmann::json read_json(const fs::path& file) { return nlohmann::json::parse(std::ifstream(file)); }
+
+// The demo trained one step by `dflow train` into root/run; its config.
+config::Config one_step_run(const fs::path& root) {
+  auto config = testing::small_run_config(root / "run", {"run.max_steps=1", "eval.every_steps=0"});
+  std::ofstream(root / "run.yaml") << config::to_yaml(config);
+  const auto o = run_dflow("train " + (root / "run.yaml").string());
+  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+  return config;
+}
 
 }  // namespace
 
@@ -186,12 +195,8 @@ TEST_CASE("Cli.TrainedAgainst.the_record_follows_the_drafter_and_another_target_
 
 TEST_CASE("Cli.Export.float16_is_refused_for_a_weight_beyond_its_range") {
   const auto root = testing::fresh_dir("export-fp16");
-  auto config = testing::small_run_config(root / "run", {"run.max_steps=1", "eval.every_steps=0"});
-  std::ofstream(root / "run.yaml") << config::to_yaml(config);
-  auto o = run_dflow("train " + (root / "run.yaml").string());
-  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
-
-  o = run_dflow("export " + (root / "run").string() + " --dtype float16 --out " + (root / "fp16").string());
+  (void)one_step_run(root);
+  auto o = run_dflow("export " + (root / "run").string() + " --dtype float16 --out " + (root / "fp16").string());
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
   CHECK(read_json(root / "fp16" / "config.json")["torch_dtype"] == "float16");
   CHECK(model::SafetensorsFile(root / "fp16" / "model.safetensors").entry("fc.weight").dtype_name == "F16");
@@ -218,5 +223,50 @@ TEST_CASE("Cli.Export.float16_is_refused_for_a_weight_beyond_its_range") {
   o = run_dflow("export " + big.string() + " --dtype bfloat16 --out " + (root / "bf16").string());
   CHECK_MESSAGE(o.exit_code == 0, o.output);
   CHECK(read_json(root / "bf16" / "config.json")["torch_dtype"] == "bfloat16");
+  fs::remove_all(root);
+}
+
+// Weights float16 holds, activations it does not: the export drafts the
+// held-out prompts against the target first (the run's eval.prompts and
+// model.target.path, or --prompts and --target) and refuses the point that
+// overflows, writing nothing.
+TEST_CASE("Cli.Export.float16_is_refused_for_an_activation_beyond_its_range_over_the_held_out_prompts") {
+  const auto root = testing::fresh_dir("export-fp16-activations");
+  const auto config = one_step_run(root);
+  auto o = run_dflow("export " + (root / "run").string() + " --dtype float16 --out " + (root / "fp16").string());
+  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+  CHECK_MESSAGE(has(o.output, "float16: the drafter's activations over 8 held-out prompt(s) of " + config.eval.prompts +
+                                  " peak at "),
+                o.output);  // the file's first 8
+  CHECK_MESSAGE(has(o.output, "within float16's range"), o.output);
+
+  // Layer 0's MLP weights at 50, each far inside float16: its gated product
+  // is silu(~50 * sum|x|) * ~50 * sum|x|, past 65504.
+  o = run_dflow("export " + (root / "run").string() + " --out " + (root / "kept").string());
+  REQUIRE_MESSAGE(o.exit_code == 0, o.output);
+  const auto hot = root / "hot";
+  fs::copy(root / "kept", hot);
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (const auto& [name, t] : model::load_checkpoint_dir(hot)) {
+    torch::Tensor copy = t.clone();
+    if (name == "layers.0.mlp.gate_proj.weight" || name == "layers.0.mlp.up_proj.weight") copy.fill_(50.0);
+    tensors.emplace_back(name, copy);
+  }
+  model::write_safetensors(hot / "model.safetensors", tensors, {{"format", "pt"}});
+  // An exported drafter records no run: the prompts and the target are asked for.
+  o = run_dflow("export " + hot.string() + " --dtype float16 --out " + (root / "refused").string());
+  CHECK_MESSAGE(o.exit_code == 2, o.output);
+  CHECK_MESSAGE(has(o.output, "records no run whose eval.prompts to use: give --prompts FILE and --target DIR"),
+                o.output);
+  o = run_dflow("export " + hot.string() + " --dtype float16 --prompts " + config.eval.prompts + " --target " +
+                config.model.target.path + " --out " + (root / "refused").string());
+  CHECK_MESSAGE(o.exit_code == 2, o.output);
+  CHECK_MESSAGE(has(o.output, "activation 'layers.0.mlp (act(gate_proj) * up_proj)' reaches "), o.output);
+  CHECK_MESSAGE(has(o.output, "beyond float16's range (+-65504)"), o.output);
+  CHECK_FALSE(fs::exists(root / "refused"));
+  // --prompts belongs to the float16 check alone.
+  o = run_dflow("export " + hot.string() + " --prompts " + config.eval.prompts + " --out " + (root / "bf16").string());
+  CHECK_MESSAGE(o.exit_code != 0, o.output);
+  CHECK_MESSAGE(has(o.output, "--prompts: needs --dtype float16"), o.output);
   fs::remove_all(root);
 }
