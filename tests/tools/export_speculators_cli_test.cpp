@@ -163,7 +163,12 @@ TEST_CASE("Cli.Export.speculators_format_refuses_what_it_cannot_name") {
   // The verifier flags belong to the speculators format.
   auto o = run_dflow("export " + run.string() + " --out " + (dir / "x").string() + " --verifier " + target.string());
   CHECK(o.exit_code == 2);
-  CHECK_MESSAGE(o.output.find("need --format speculators") != std::string::npos, o.output);
+  CHECK_MESSAGE(o.output.find("--verifier: needs --format speculators") != std::string::npos, o.output);
+  // --target also serves --dtype float16's activation check, and nothing else.
+  o = run_dflow("export " + run.string() + " --out " + (dir / "x").string() + " --target " + target.string());
+  CHECK(o.exit_code == 2);
+  CHECK_MESSAGE(o.output.find("--target: needs --format speculators or --dtype float16") != std::string::npos,
+                o.output);
   // A Hub id alone cannot be read.
   o = run_dflow(spec + " --verifier org/published-target");
   CHECK(o.exit_code == 1);
