@@ -21,12 +21,12 @@
 
 namespace {
 
-using dflow::model::AnchorBatch;
-using dflow::model::AnchorSamplingOptions;
-using dflow::model::DFlashDrafter;
-using dflow::model::DrafterOptions;
-using dflow::model::HFConfig;
-using dflow::model::ObjectiveOptions;
+using dflow::drafter::AnchorBatch;
+using dflow::drafter::AnchorSamplingOptions;
+using dflow::drafter::DFlashDrafter;
+using dflow::drafter::DrafterOptions;
+using dflow::target::HFConfig;
+using dflow::drafter::ObjectiveOptions;
 
 struct BenchOptions {
   int64_t threads = 2;
@@ -79,7 +79,7 @@ int run_child(const BenchOptions& options, int64_t anchors_per_sequence) {
   drafter_options.num_layers = 1;
   drafter_options.block_size = 16;
   drafter_options.num_target_features = 3;
-  DFlashDrafter drafter(dflow::model::make_drafter_spec(target, drafter_options), 0);
+  DFlashDrafter drafter(dflow::drafter::make_drafter_spec(target, drafter_options), 0);
   torch::optim::AdamW optimizer(drafter->parameters(), torch::optim::AdamWOptions(6e-4).weight_decay(0.0));
 
   const int64_t length = options.seq_len_tokens, hidden = target.hidden_size;
@@ -98,10 +98,10 @@ int run_child(const BenchOptions& options, int64_t anchors_per_sequence) {
 
   auto step = [&](int64_t index) {
     sampling.batch_index = index;
-    const AnchorBatch anchors = dflow::model::sample_anchors(loss_mask, lengths, sampling);
+    const AnchorBatch anchors = dflow::drafter::sample_anchors(loss_mask, lengths, sampling);
     optimizer.zero_grad();
-    dflow::model::ObjectiveOutput out =
-        dflow::model::dflash_loss(*drafter, embedding, lm_head, features, input_ids, loss_mask, lengths, anchors, objective);
+    dflow::drafter::ObjectiveOutput out = dflow::drafter::dflash_loss(*drafter, embedding, lm_head, features, input_ids,
+                                                                      loss_mask, lengths, anchors, objective);
     out.loss.backward();
     optimizer.step();
     return anchors.num_anchors();

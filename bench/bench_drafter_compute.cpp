@@ -41,7 +41,8 @@
 
 namespace {
 
-using namespace dflow::model;
+using namespace dflow::target;
+using namespace dflow::drafter;
 
 struct Options {
   torch::Device device{torch::kCPU};

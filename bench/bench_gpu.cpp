@@ -80,7 +80,7 @@ bool report(const std::string& name, double error, double tolerance) {
   return ok;
 }
 
-torch::Tensor flat_grads(model::DFlashDrafterImpl& drafter) {
+torch::Tensor flat_grads(dflow::drafter::DFlashDrafterImpl& drafter) {
   std::vector<torch::Tensor> parts;
   for (const auto& p : drafter.parameters())
     parts.push_back(p.grad().defined() ? p.grad().to(torch::kCPU, torch::kFloat64).flatten()
@@ -93,14 +93,16 @@ struct DrafterRun {
   torch::Tensor grads;
 };
 
-DrafterRun drafter_pass(const model::DrafterSpec& spec, torch::Device device, torch::Dtype dtype,
-                        const model::TargetModel& target, const torch::Tensor& features, const torch::Tensor& ids,
-                        const torch::Tensor& loss_mask, const torch::Tensor& lengths, const model::AnchorBatch& anchors) {
-  model::DFlashDrafter drafter(spec, 7);
+DrafterRun drafter_pass(const dflow::drafter::DrafterSpec& spec, torch::Device device, torch::Dtype dtype,
+                        const dflow::target::TargetModel& target, const torch::Tensor& features,
+                        const torch::Tensor& ids, const torch::Tensor& loss_mask, const torch::Tensor& lengths,
+                        const dflow::drafter::AnchorBatch& anchors) {
+  dflow::drafter::DFlashDrafter drafter(spec, 7);
   drafter->to(device, dtype);
   const auto embedding = target.embedding_weight().to(device, dtype), head = target.lm_head_weight().to(device, dtype);
-  model::ObjectiveOptions objective;
-  auto out = model::dflash_loss(*drafter, embedding, head, features.to(device), ids, loss_mask, lengths, anchors, objective);
+  dflow::drafter::ObjectiveOptions objective;
+  auto out = dflow::drafter::dflash_loss(*drafter, embedding, head, features.to(device), ids, loss_mask, lengths,
+                                         anchors, objective);
   out.loss.backward();
   return {out.loss.item<double>(), flat_grads(*drafter)};
 }
@@ -109,29 +111,29 @@ bool parity(const Args& a) {
   const torch::Device cuda("cuda:0");
   torch::manual_seed(0);
   bool ok = true;
-  const auto reference = model::TargetModel::load(a.target, torch::kCPU, torch::kFloat32);
+  const auto reference = dflow::target::TargetModel::load(a.target, torch::kCPU, torch::kFloat32);
   const auto& config = reference.config();
-  const auto layer_ids = model::distinct_feature_layer_ids(config.num_hidden_layers, 3);
+  const auto layer_ids = dflow::target::distinct_feature_layer_ids(config.num_hidden_layers, 3);
   const torch::Tensor ids = torch::randint(0, config.vocab_size - 2, {2, 96}, torch::kInt64);
   const auto ref = reference.forward(ids, layer_ids, /*want_logits=*/true);
   const torch::Tensor ref_features = torch::cat(ref.hidden_states, -1);
   torch::Tensor loss_mask = torch::ones({2, 96}, torch::kInt64);
   loss_mask.narrow(1, 0, 24).zero_();
   const torch::Tensor lengths = torch::full({2}, 96, torch::kInt64);
-  model::AnchorSamplingOptions sampling;
+  dflow::drafter::AnchorSamplingOptions sampling;
   sampling.anchors_per_sequence = 8;
-  const auto anchors = model::sample_anchors(loss_mask, lengths, sampling);
-  model::DrafterOptions drafter_options;
+  const auto anchors = dflow::drafter::sample_anchors(loss_mask, lengths, sampling);
+  dflow::drafter::DrafterOptions drafter_options;
   drafter_options.num_layers = 2;
   drafter_options.target_layer_ids = layer_ids;
-  const auto spec = model::make_drafter_spec(config, drafter_options);
+  const auto spec = dflow::drafter::make_drafter_spec(config, drafter_options);
   const DrafterRun cpu_run = drafter_pass(spec, torch::kCPU, torch::kFloat32, reference, ref_features, ids, loss_mask,
                                           lengths, anchors);
 
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     const std::string tag = dtype == torch::kFloat32 ? "fp32" : "bf16";
     const double tolerance = dtype == torch::kFloat32 ? kFp32Tolerance : kBf16Tolerance;
-    const auto gpu = model::TargetModel::load(a.target, cuda, dtype);
+    const auto gpu = dflow::target::TargetModel::load(a.target, cuda, dtype);
     const auto got = gpu.forward(ids.to(cuda), layer_ids, true);
     ok &= report("target_logits_" + tag, max_relative(ref.logits, got.logits), tolerance);
     ok &= report("target_features_" + tag, max_relative(ref_features, torch::cat(got.hidden_states, -1)), tolerance);
@@ -143,13 +145,13 @@ bool parity(const Args& a) {
   }
   // Both rows packed into one in bf16: flash attention's variable-length
   // kernel where this GPU runs it, else the per-document path (and a warning).
-  const auto gpu = model::TargetModel::load(a.target, cuda, torch::kBFloat16);
+  const auto gpu = dflow::target::TargetModel::load(a.target, cuda, torch::kBFloat16);
   const int64_t rows = ids.size(0), length = ids.size(1);
-  const model::PackedDocuments packed{torch::arange(length, torch::kInt64).repeat({rows}).unsqueeze(0),
+  const dflow::target::PackedDocuments packed{torch::arange(length, torch::kInt64).repeat({rows}).unsqueeze(0),
                                       torch::arange(rows, torch::kInt64).repeat_interleave(length).unsqueeze(0)};
   const torch::Tensor packed_features =
       gpu.context_features(ids.reshape({1, rows * length}).to(cuda), packed, layer_ids).view({rows, length, -1});
-  const bool varlen = model::use_varlen_attention(cuda, torch::kBFloat16, config.head_dim);
+  const bool varlen = dflow::target::use_varlen_attention(cuda, torch::kBFloat16, config.head_dim);
   std::printf("packed rows in bf16 on cuda:0: %s\n",
               varlen ? "flash attention's variable-length kernel" : "the per-document path (the kernel cannot run here)");
   ok &= report(std::string("packed_target_features_bf16_") + (varlen ? "varlen" : "per_document"),
@@ -212,7 +214,7 @@ double current_gpu_gib() {
 
 // Model FLOPs of one drafter step (forward + backward; a matmul's backward
 // costs twice its forward, the frozen LM head's only the input gradient).
-double drafter_step_flops(const model::DrafterSpec& s, int64_t batch, int64_t seq, int64_t anchors_total,
+double drafter_step_flops(const dflow::drafter::DrafterSpec& s, int64_t batch, int64_t seq, int64_t anchors_total,
                           int64_t predicted_rows) {
   const double h = s.hidden_size, q_width = s.num_attention_heads * s.head_dim, kv_width = s.num_key_value_heads * s.head_dim;
   const double draft = static_cast<double>(anchors_total * s.block_size), context = static_cast<double>(batch * seq);
@@ -230,16 +232,16 @@ bool throughput(const Args& a) {
   const torch::Device cuda("cuda:0");
   torch::manual_seed(0);
   const auto started = std::chrono::steady_clock::now();
-  const auto target = model::TargetModel::load(a.target, cuda, torch::kBFloat16);
+  const auto target = dflow::target::TargetModel::load(a.target, cuda, torch::kBFloat16);
   const auto& c = target.config();
   std::printf("[bench_gpu] target %s: %lld layers, hidden %lld, vocab %lld, loaded in %.1f s\n", a.target.c_str(),
               (long long)c.num_hidden_layers, (long long)c.hidden_size, (long long)c.vocab_size,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  model::DrafterOptions drafter_options;
+  dflow::drafter::DrafterOptions drafter_options;
   drafter_options.num_layers = a.layers;
   drafter_options.block_size = 16;
-  drafter_options.target_layer_ids = model::feature_layer_ids(c.num_hidden_layers, 5);
-  const auto spec = model::make_drafter_spec(c, drafter_options);
+  drafter_options.target_layer_ids = dflow::target::feature_layer_ids(c.num_hidden_layers, 5);
+  const auto spec = dflow::drafter::make_drafter_spec(c, drafter_options);
   const auto ids = torch::randint(0, c.vocab_size - 300, {a.batch, a.seq}, torch::kInt64);
   torch::Tensor loss_mask = torch::ones({a.batch, a.seq}, torch::kInt64);
   loss_mask.narrow(1, 0, a.seq / 4).zero_();
@@ -268,34 +270,34 @@ bool throughput(const Args& a) {
   features = target.context_features(ids_gpu, spec.target_layer_ids);
   synchronize(cuda);
   const double measured = peak_gpu_gib(/*reset=*/false) - held;
-  model::TargetForwardShape shape;
+  dflow::target::TargetForwardShape shape;
   shape.rows = a.batch;
   shape.length = a.seq;
   shape.element_bytes = 2;
   shape.features = static_cast<int64_t>(spec.target_layer_ids.size());
   shape.cuda = true;
-  const double modelled = model::estimate_target_forward(c, shape).total_bytes() / double(1 << 30);
+  const double modelled = dflow::target::estimate_target_forward(c, shape).total_bytes() / double(1 << 30);
   const bool bounded = measured <= modelled;
   std::printf("RESULT target_forward_memory %s %.2f GiB measured, %.2f GiB modelled (%.2fx; target/target_memory.hpp)\n",
               bounded ? "pass" : "fail", measured, modelled, modelled / measured);
 
-  model::DFlashDrafter drafter(spec, 0);
+  dflow::drafter::DFlashDrafter drafter(spec, 0);
   drafter->to(cuda, torch::kBFloat16);
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& item : drafter->named_parameters(true)) named.emplace_back(item.key(), item.value());
   train::AdamW optimizer(named, {});
-  model::AnchorSamplingOptions sampling;
+  dflow::drafter::AnchorSamplingOptions sampling;
   sampling.anchors_per_sequence = a.anchors;
-  model::ObjectiveOptions objective;
+  dflow::drafter::ObjectiveOptions objective;
   int64_t anchors_total = 0, predicted_rows = 0, index = 0;
   bool finite = true;
   peak_gpu_gib(/*reset=*/true);
   const double step_s = time_s(
       [&] {
         sampling.batch_index = index++;
-        const auto anchors = model::sample_anchors(loss_mask, lengths, sampling);
-        auto out = model::dflash_loss(*drafter, target.embedding_weight(), target.lm_head_weight(), features, ids,
-                                      loss_mask, lengths, anchors, objective);
+        const auto anchors = dflow::drafter::sample_anchors(loss_mask, lengths, sampling);
+        auto out = dflow::drafter::dflash_loss(*drafter, target.embedding_weight(), target.lm_head_weight(), features,
+                                               ids, loss_mask, lengths, anchors, objective);
         out.loss_sum.backward();
         optimizer.scale_grads(1.0 / out.weight_sum);
         optimizer.clip_grad_norm(1.0, optimizer.grad_norm());

@@ -25,7 +25,7 @@
 
 namespace {
 
-using namespace dflow::model;
+using namespace dflow::target;
 
 struct Options {
   torch::Dtype dtype = torch::kFloat32;

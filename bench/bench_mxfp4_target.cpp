@@ -21,7 +21,7 @@
 
 namespace {
 
-using namespace dflow::model;
+using namespace dflow::target;
 
 struct Options {
   std::string target, mode = "resident";

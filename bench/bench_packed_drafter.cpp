@@ -40,7 +40,8 @@
 
 namespace {
 
-using namespace dflow::model;
+using namespace dflow::target;
+using namespace dflow::drafter;
 
 struct Options {
   int rounds = 3, threads = 1;

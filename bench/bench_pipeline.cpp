@@ -48,12 +48,12 @@ double bare_loop_tokens_per_s(const nodes::RunContext& run, nodes::TrainableStat
       torch::NoGradGuard no_grad;
       features = target.context_features(ids, run.feature_layer_ids);
     }
-    model::AnchorSamplingOptions anchor_options;
+    dflow::drafter::AnchorSamplingOptions anchor_options;
     anchor_options.anchors_per_sequence = run.config.train.anchors_per_sequence;
     anchor_options.seed = run.config.run.seed;
     anchor_options.batch_index = batch.index_in_epoch;
-    auto anchors = model::sample_anchors(mask, lengths, anchor_options);
-    auto out = model::dflash_loss(*state.drafter, embedding, lm_head, features, ids, mask, lengths, anchors,
+    auto anchors = dflow::drafter::sample_anchors(mask, lengths, anchor_options);
+    auto out = dflow::drafter::dflash_loss(*state.drafter, embedding, lm_head, features, ids, mask, lengths, anchors,
                                   run.objective);
     if (out.weight_sum > 0) (out.loss * out.weight_sum).backward();
     weight_sum += out.weight_sum;

@@ -42,7 +42,9 @@
 
 namespace {
 
-using namespace dflow::model;
+using namespace dflow::formats;
+using namespace dflow::target;
+using namespace dflow::drafter;
 namespace fs = std::filesystem;
 
 struct Options {

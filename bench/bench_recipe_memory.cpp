@@ -71,11 +71,11 @@ int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
     const auto config = config::load_config(o.config, {});
-    const model::HFConfig target = o.target_config.empty()
-                                       ? model::tiny_target_config(model::preset_target_options(o.preset))
-                                       : model::load_hf_config(o.target_config);
+    const dflow::target::HFConfig target =
+        o.target_config.empty() ? dflow::target::tiny_target_config(dflow::target::preset_target_options(o.preset))
+                                : dflow::target::load_hf_config(o.target_config);
     const std::string target_name = o.target_config.empty() ? "the " + o.preset + " preset's" : o.target_config + "'s";
-    model::DrafterOptions options;
+    dflow::drafter::DrafterOptions options;
     options.num_layers = config.model.drafter.num_layers;
     options.block_size = config.model.drafter.block_size;
     options.num_target_features = config.model.drafter.num_target_features;
@@ -90,19 +90,19 @@ int main(int argc, char** argv) {
     const nodes::DrafterKindChoice choice = nodes::drafter_kind_choice(config, nodes::default_registry(), &teacher);
     options.kind = choice.kind;
     options.kind_fields = choice.fields;
-    const model::DrafterSpec spec = model::make_drafter_spec(target, options);
+    const dflow::drafter::DrafterSpec spec = dflow::drafter::make_drafter_spec(target, options);
     const torch::Dtype dtype = train::parse_dtype(config.model.drafter.dtype);
     const torch::Dtype target_dtype = train::parse_dtype(config.model.target.dtype);
-    const model::ObjectiveOptions& objective = choice.objective;
+    const dflow::drafter::ObjectiveOptions& objective = choice.objective;
     const int64_t anchors = config.train.anchors_per_sequence;
 
     const auto target_element = static_cast<int64_t>(c10::elementSize(target_dtype));
-    const auto target_bytes = static_cast<double>(model::target_resident_bytes(target, target_element, false));
+    const auto target_bytes = static_cast<double>(dflow::target::target_resident_bytes(target, target_element, false));
     // The drafter reads the target's embedding and LM head in place when both
     // sit on one device in one dtype (the recipe's); otherwise it holds a copy.
     const bool shared = config.devices.target.size() == 1 && config.devices.target.front() == config.devices.drafter &&
                         target_dtype == dtype;
-    const model::DrafterMemoryEstimate fixed = model::estimate_drafter_memory(
+    const dflow::drafter::DrafterMemoryEstimate fixed = dflow::drafter::estimate_drafter_memory(
         spec, nodes::micro_batch_shape(spec, config.data, config.data.max_length, anchors, dtype, objective, false));
     const double resident = target_bytes + fixed.parameter_bytes + (shared ? 0 : fixed.frozen_bytes);
     const double trainable = fixed.parameter_bytes / (2.0 * static_cast<double>(c10::elementSize(dtype)) + 8 +
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     for (const int64_t length : nodes::checked_lengths(config.data))
       for (const bool recompute : {false, true}) {
         const auto shape = nodes::micro_batch_shape(spec, config.data, length, anchors, dtype, objective, recompute);
-        const model::DrafterMemoryEstimate e = model::estimate_drafter_memory(spec, shape);
+        const dflow::drafter::DrafterMemoryEstimate e = dflow::drafter::estimate_drafter_memory(spec, shape);
         const double activations = e.per_anchor_bytes * static_cast<double>(e.anchors);
         std::printf("| %lld x %lld tokens | %lld (%lld a row) | %s | %.1f | %s | %s | %s |\n",
                     static_cast<long long>(shape.rows), static_cast<long long>(length),

@@ -49,13 +49,13 @@ int main(int argc, char** argv) {
   double load_s = 0;
   std::map<std::string, long long> memory;  // read while what was loaded is still held
   if (mode == "whole") {
-    const auto target = dflow::model::TargetModel::load(dir, torch::kCPU, dtype);
+    const auto target = dflow::target::TargetModel::load(dir, torch::kCPU, dtype);
     load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     head_bytes = target.head().bytes();
     checksum = target.context_features(ids, {target.num_layers() - 1}).to(torch::kFloat32).sum().item<double>();
     memory = memory_status();
   } else {
-    const auto head = dflow::model::TargetHead::load(dir, torch::kCPU, dtype);
+    const auto head = dflow::target::TargetHead::load(dir, torch::kCPU, dtype);
     load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     head_bytes = head.bytes();
     const auto hidden = head.embedding_weight().index_select(0, ids.flatten());

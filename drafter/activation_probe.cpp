@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 thread_local ActivationProbe* g_current = nullptr;
@@ -25,4 +25,4 @@ void ActivationProbe::record(const std::string& name, const torch::Tensor& x) {
   if (!inserted && most > it->second) it->second = most;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

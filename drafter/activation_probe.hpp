@@ -11,7 +11,7 @@
 #include <map>
 #include <string>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 class ActivationProbe {
  public:
@@ -37,4 +37,4 @@ inline void probe_activation(const char* name, const torch::Tensor& x) {
   if (auto* probe = ActivationProbe::current()) probe->record(name, x);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -96,4 +96,4 @@ AnchorBatch anchor_batch(const std::vector<std::vector<int64_t>>& rows) {
   return anchors;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

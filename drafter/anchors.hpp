@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 struct AnchorBatch {
   torch::Tensor anchor_positions;  // [B, N] int64, CPU; sorted among kept blocks; 0 in padding blocks
@@ -67,4 +67,4 @@ class AnchorRng {
   uint64_t state_;
 };
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

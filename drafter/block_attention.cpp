@@ -8,7 +8,7 @@
 #include "drafter/block_plan.hpp"
 #include "target/layers.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 int64_t blocks_per_chunk_for_budget(int64_t batch_size, int64_t num_heads, int64_t context_length, int64_t block_size,
                                     int64_t max_scores_per_chunk) {
@@ -276,7 +276,7 @@ torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft
       const torch::Tensor group_k = torch::cat({batched(all_ck[g], context), batched(all_dk[g], queries)}, 2);
       const torch::Tensor group_v = torch::cat({batched(all_cv[g], context), batched(all_dv[g], queries)}, 2);
       const torch::Tensor attended =
-          grouped_attention(group_q, group_k, group_v, sliding ? group.sliding_visible : group.visible,
+          target::grouped_attention(group_q, group_k, group_v, sliding ? group.sliding_visible : group.visible,
                             /*causal=*/false)
               .masked_fill(group.row_has_keys.logical_not(), 0.0);  // [G, H, Q, D]
       rows.push_back(attended.transpose(1, 2).reshape({count * queries, heads, head_dim}));
@@ -294,11 +294,11 @@ torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft
         {context_k.narrow(2, context_first, context_length), draft_k.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
     const torch::Tensor chunk_v = torch::cat(
         {context_v.narrow(2, context_first, context_length), draft_v.narrow(2, chunk.first_query, chunk.num_queries)}, 2);
-    const torch::Tensor attended =
-        grouped_attention(chunk_q, chunk_k, chunk_v, sliding ? chunk.sliding_visible : chunk.visible, /*causal=*/false);
+    const torch::Tensor attended = target::grouped_attention(
+        chunk_q, chunk_k, chunk_v, sliding ? chunk.sliding_visible : chunk.visible, /*causal=*/false);
     outputs.push_back(attended.masked_fill(chunk.row_has_keys.logical_not(), 0.0));  // [B, H, Q, D]
   }
   return outputs.size() == 1 ? outputs.front() : torch::cat(outputs, 2);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 struct BlockAttentionChunk {
   int64_t first_query = 0;     // first draft slot of the chunk (block-aligned)
@@ -120,4 +120,4 @@ torch::Tensor block_attention(const torch::Tensor& q, const torch::Tensor& draft
                               const torch::Tensor& context_k, const torch::Tensor& context_v,
                               const BlockAttentionPlan& plan, int64_t sliding_window = 0);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 std::vector<BlockRun> fixed_runs(int64_t num_blocks, int64_t blocks_per_chunk) {
   if (blocks_per_chunk <= 0) blocks_per_chunk = std::max<int64_t>(1, num_blocks);
@@ -87,4 +87,4 @@ std::vector<std::vector<size_t>> group_chunks(std::span<const ChunkExtent> chunk
   return groups;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 // A run of consecutive blocks that attends as one chunk.
 struct BlockRun {
@@ -59,4 +59,4 @@ ChunkExtent chunk_extent(const BlockRun& run, std::span<const int64_t> anchors, 
 std::vector<std::vector<size_t>> group_chunks(std::span<const ChunkExtent> chunks, int64_t max_scores_per_group,
                                               double min_group_fill);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

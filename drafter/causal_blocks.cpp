@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -24,4 +24,4 @@ void make_blocks_causal(BlockAttentionPlan& plan) {
   for (BlockAttentionGroup& group : plan.groups) keep_earlier_slots(group.visible);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -7,9 +7,9 @@
 
 #include "drafter/block_attention.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 // Throws std::logic_error for a plan that already has sliding masks.
 void make_blocks_causal(BlockAttentionPlan& plan);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -231,4 +231,4 @@ ChunkedCrossEntropyResult chunked_linear_cross_entropy(const torch::Tensor& hidd
   return {r.weighted_loss_sum, r.predictions, r.row_weighted_loss, r.row_weights};
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -11,7 +11,7 @@
 
 #include "drafter/loss.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 struct ChunkedCrossEntropyResult {
   torch::Tensor weighted_ce_sum;  // scalar, differentiable w.r.t. hidden: sum_i w_i * CE_i
@@ -80,4 +80,4 @@ ChunkedDraftLossResult chunked_draft_loss(const torch::Tensor& hidden, const tor
                                           const torch::Tensor& row_weights, int64_t rows_per_chunk,
                                           const RowReweight& reweight = {});
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <stdexcept>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -111,4 +111,4 @@ int64_t CpuMemoryCounter::current_bytes() const { return current.load(); }
 int64_t CpuMemoryCounter::peak_bytes() const { return peak.load(); }
 void CpuMemoryCounter::reset_peak() { peak = current.load(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -14,7 +14,7 @@ namespace c10 {
 struct Allocator;
 }
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 class CpuMemoryCounter {
  public:
@@ -29,4 +29,4 @@ class CpuMemoryCounter {
   void reset_peak();
 };
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -9,7 +9,7 @@
 #include <functional>
 #include <stdexcept>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -45,19 +45,22 @@ torch::Tensor DraftAttentionImpl::split_heads(const torch::Tensor& x, int64_t he
   return x.view({x.size(0), x.size(1), heads, head_dim_}).transpose(1, 2);
 }
 
-ContextKV DraftAttentionImpl::project_context(const torch::Tensor& context, const RotaryTables& context_rotary) {
+ContextKV DraftAttentionImpl::project_context(const torch::Tensor& context,
+                                              const target::RotaryTables& context_rotary) {
   // The context enters only through k_proj / k_norm / v_proj: no
   // input_layernorm, no queries, no o_proj, no MLP.
   ContextKV kv;
-  kv.keys = apply_rotary(k_norm(split_heads(k_proj(context), num_kv_heads_)), context_rotary);
+  kv.keys = target::apply_rotary(k_norm(split_heads(k_proj(context), num_kv_heads_)), context_rotary);
   kv.values = split_heads(v_proj(context), num_kv_heads_);
   return kv;
 }
 
 torch::Tensor DraftAttentionImpl::forward(const torch::Tensor& x, const ContextKV& context_kv,
-                                          const RotaryTables& draft_rotary, const BlockAttentionPlan& plan) {
-  const torch::Tensor q = apply_rotary(q_norm(split_heads(q_proj(x), num_heads_)), draft_rotary);        // [B, H, Q, D]
-  const torch::Tensor draft_k = apply_rotary(k_norm(split_heads(k_proj(x), num_kv_heads_)), draft_rotary);  // [B, KVH, Q, D]
+                                          const target::RotaryTables& draft_rotary, const BlockAttentionPlan& plan) {
+  const torch::Tensor q =
+      target::apply_rotary(q_norm(split_heads(q_proj(x), num_heads_)), draft_rotary);  // [B, H, Q, D]
+  const torch::Tensor draft_k =
+      target::apply_rotary(k_norm(split_heads(k_proj(x), num_kv_heads_)), draft_rotary);  // [B, KVH, Q, D]
   const torch::Tensor draft_v = split_heads(v_proj(x), num_kv_heads_);
   const torch::Tensor attended =
       block_attention(q, draft_k, draft_v, context_kv.keys, context_kv.values, plan, sliding_window_);
@@ -83,7 +86,7 @@ DraftLayerImpl::DraftLayerImpl(const DrafterSpec& spec, int64_t layer) : index(l
 }
 
 torch::Tensor DraftLayerImpl::forward(const torch::Tensor& hidden, const ContextKV& context_kv,
-                                      const RotaryTables& draft_rotary, const BlockAttentionPlan& plan) {
+                                      const target::RotaryTables& draft_rotary, const BlockAttentionPlan& plan) {
   using Sublayer = std::function<torch::Tensor(const torch::Tensor&)>;
   auto through_kind = [&](DraftSublayer which, const torch::Tensor& x, const Sublayer& run) {
     return kind != nullptr ? kind->sublayer(index, which, x, run) : run(x);
@@ -160,7 +163,8 @@ std::vector<ContextKV> DFlashDrafterImpl::context_kv(const torch::Tensor& contex
 }
 
 std::vector<ContextKV> DFlashDrafterImpl::context_kv(const torch::Tensor& context, const torch::Tensor& positions) {
-  const RotaryTables rotary = rotary_tables(positions.to(context.device(), torch::kInt64), spec_.head_dim, spec_.rope_theta, context.scalar_type());
+  const target::RotaryTables rotary = target::rotary_tables(positions.to(context.device(), torch::kInt64),
+                                                            spec_.head_dim, spec_.rope_theta, context.scalar_type());
   std::vector<ContextKV> per_layer;
   for (size_t i = 0; i < layers->size(); ++i) {
     per_layer.push_back(layers->ptr<DraftLayerImpl>(i)->self_attn->project_context(context, rotary));
@@ -196,11 +200,11 @@ torch::Tensor DFlashDrafterImpl::run_layers(const torch::Tensor& context, const 
     return forward_with_context_kv(context_kv(context, context_positions), block_embeddings, block_positions, plan);
   }
   check_blocks(block_embeddings, block_positions);
-  const RotaryTables context_rotary = rotary_tables(context_positions.to(context.device(), torch::kInt64),
-                                                    spec_.head_dim, spec_.rope_theta, context.scalar_type());
+  const target::RotaryTables context_rotary = target::rotary_tables(
+      context_positions.to(context.device(), torch::kInt64), spec_.head_dim, spec_.rope_theta, context.scalar_type());
   torch::Tensor hidden = block_embeddings.to(fc->weight.scalar_type());  // [B, Q, H]
-  const RotaryTables draft_rotary =
-      rotary_tables(block_positions.to(hidden.device()), spec_.head_dim, spec_.rope_theta, hidden.scalar_type());
+  const target::RotaryTables draft_rotary = target::rotary_tables(block_positions.to(hidden.device()), spec_.head_dim,
+                                                                  spec_.rope_theta, hidden.scalar_type());
   for (size_t i = 0; i < layers->size(); ++i) {
     hidden = recomputed_layer(*layers->ptr<DraftLayerImpl>(i), hidden, context, context_rotary, draft_rotary, plan);
     hidden = kind_modules_->after_layer(static_cast<int64_t>(i), hidden);
@@ -227,8 +231,8 @@ torch::Tensor DFlashDrafterImpl::forward_with_context_kv(const std::vector<Conte
                                 " layers, drafter has " + std::to_string(layers->size()));
   }
   torch::Tensor hidden = block_embeddings.to(fc->weight.scalar_type());  // [B, Q, H]
-  const RotaryTables draft_rotary =
-      rotary_tables(block_positions.to(hidden.device()), spec_.head_dim, spec_.rope_theta, hidden.scalar_type());
+  const target::RotaryTables draft_rotary = target::rotary_tables(block_positions.to(hidden.device()), spec_.head_dim,
+                                                                  spec_.rope_theta, hidden.scalar_type());
   for (size_t i = 0; i < layers->size(); ++i) {
     hidden = layers->ptr<DraftLayerImpl>(i)->forward(hidden, context_kv_per_layer[i], draft_rotary, plan);
     hidden = kind_modules_->after_layer(static_cast<int64_t>(i), hidden);
@@ -239,4 +243,4 @@ torch::Tensor DFlashDrafterImpl::forward_with_context_kv(const std::vector<Conte
   return out;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

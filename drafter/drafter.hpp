@@ -18,7 +18,7 @@
 #include "target/hf_config.hpp"
 #include "target/layers.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 struct DrafterSpec {
   // Width and attention shape, copied from the target config.
@@ -74,12 +74,12 @@ struct DrafterOptions {
 // target without a dense MLP width (intermediate_size 0: a mixture of
 // experts' text config) gives the draft layers 3 x hidden_size unless
 // options.intermediate_size sets it, and logs the choice.
-DrafterSpec make_drafter_spec(const HFConfig& target_config, const DrafterOptions& options);
+DrafterSpec make_drafter_spec(const target::HFConfig& target_config, const DrafterOptions& options);
 
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
-  torch::Tensor forward(const torch::Tensor& x) { return rms_norm(x, weight, eps_); }
+  torch::Tensor forward(const torch::Tensor& x) { return target::rms_norm(x, weight, eps_); }
   torch::Tensor weight;
 
  private:
@@ -98,9 +98,9 @@ class DraftAttentionImpl : public torch::nn::Module {
   // Layer `layer` of the spec: full or sliding attention by its layer type.
   DraftAttentionImpl(const DrafterSpec& spec, int64_t layer);
   // context [B, S, H] at positions 0..S-1 -> that layer's context K/V.
-  ContextKV project_context(const torch::Tensor& context, const RotaryTables& context_rotary);
+  ContextKV project_context(const torch::Tensor& context, const target::RotaryTables& context_rotary);
   // x [B, Q, H] (already input_layernorm'ed) -> [B, Q, H] after o_proj.
-  torch::Tensor forward(const torch::Tensor& x, const ContextKV& context_kv, const RotaryTables& draft_rotary,
+  torch::Tensor forward(const torch::Tensor& x, const ContextKV& context_kv, const target::RotaryTables& draft_rotary,
                         const BlockAttentionPlan& plan);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -126,8 +126,8 @@ class KindModules;
 class DraftLayerImpl : public torch::nn::Module {
  public:
   DraftLayerImpl(const DrafterSpec& spec, int64_t layer);
-  torch::Tensor forward(const torch::Tensor& hidden, const ContextKV& context_kv, const RotaryTables& draft_rotary,
-                        const BlockAttentionPlan& plan);
+  torch::Tensor forward(const torch::Tensor& hidden, const ContextKV& context_kv,
+                        const target::RotaryTables& draft_rotary, const BlockAttentionPlan& plan);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   DraftAttention self_attn{nullptr};
   DraftMLP mlp{nullptr};
@@ -201,7 +201,7 @@ TORCH_MODULE(DFlashDrafter);
 // are those of self_attn->project_context + layer.forward. Without grad
 // mode it is just that forward.
 torch::Tensor recomputed_layer(DraftLayerImpl& layer, const torch::Tensor& hidden, const torch::Tensor& context,
-                               const RotaryTables& context_rotary, const RotaryTables& draft_rotary,
+                               const target::RotaryTables& context_rotary, const target::RotaryTables& draft_rotary,
                                const BlockAttentionPlan& plan);
 
 // Saves model.safetensors (parameters under their public names, in their
@@ -215,4 +215,4 @@ DFlashDrafter load_pretrained(const std::filesystem::path& dir);
 nlohmann::json drafter_config_json(const DrafterSpec& spec, torch::Dtype dtype);
 DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::string& source);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -16,7 +16,7 @@
 #include "formats/safetensors.hpp"
 #include "target/target_head.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -36,7 +36,7 @@ std::runtime_error refusal(const std::string& source, const std::string& what) {
 
 }  // namespace
 
-nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dtype, const HeadConfig& verifier,
+nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dtype, const target::HeadConfig& verifier,
                                        const std::string& verifier_name_or_path) {
   const std::string& source = verifier_name_or_path;
   auto mismatch = [&](const std::string& key, int64_t target_value, int64_t drafter_value) {
@@ -135,7 +135,7 @@ void save_speculators_pretrained(DFlashDrafterImpl& drafter, const SpeculatorsVe
     throw refusal(verifier.local_dir.string(), "has no config.json (pass --target DIR, a local copy of the verifier)");
   }
   const torch::Dtype dtype = drafter.fc->weight.scalar_type();
-  const HeadConfig head_config = load_head_config(verifier.local_dir);
+  const target::HeadConfig head_config = target::load_head_config(verifier.local_dir);
   const nlohmann::json config = speculators_config_json(drafter.spec(), dtype, head_config, verifier.name_or_path);
 
   // DFlashDraftModel's (or the kind's model's) state dict as its
@@ -144,15 +144,15 @@ void save_speculators_pretrained(DFlashDrafterImpl& drafter, const SpeculatorsVe
   // verifier's embedding and LM head (verifier_lm_head and verifier_norm are in its
   // _keys_to_ignore_on_save and reloaded from the verifier; t2d/d2t exist
   // only for a smaller draft vocabulary).
-  const TargetHead head = TargetHead::load(verifier.local_dir, torch::kCPU, dtype);
+  const target::TargetHead head = target::TargetHead::load(verifier.local_dir, torch::kCPU, dtype);
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& item : drafter.named_parameters(/*recurse=*/true)) tensors.emplace_back(item.key(), item.value());
   tensors.emplace_back("embed_tokens.weight", head.embedding_weight());
   tensors.emplace_back("lm_head.weight", head.tied() ? head.lm_head_weight().clone() : head.lm_head_weight());
 
   std::filesystem::create_directories(dir);
-  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
-  write_json_atomically(dir / "config.json", config);
+  formats::write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  formats::write_json_atomically(dir / "config.json", config);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

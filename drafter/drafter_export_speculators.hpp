@@ -5,7 +5,7 @@
 // DFlashDraftModel.save_pretrained writes them; a drafter of another kind
 // in the layout speculators gives that kind (its config class and model,
 // which vLLM serves). dflow's default export stays z-lab's layout
-// (model::save_pretrained), which names no target.
+// (drafter::save_pretrained), which names no target.
 #pragma once
 
 #include <filesystem>
@@ -15,7 +15,7 @@
 #include "drafter/drafter.hpp"
 #include "target/hf_config.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 struct SpeculatorsVerifier {
   std::string name_or_path;         // what the serving engine loads (a Hub id or a path)
@@ -26,7 +26,7 @@ struct SpeculatorsVerifier {
 // naming the key, when the target's config disagrees with the drafter
 // (hidden_size, vocab_size, num_hidden_layers) or when a feature layer is the
 // target's last, which speculators' aux_hidden_state_layer_ids cannot name.
-nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dtype, const HeadConfig& verifier,
+nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dtype, const target::HeadConfig& verifier,
                                        const std::string& verifier_name_or_path);
 
 // Writes config.json and model.safetensors (draft weights plus the target's
@@ -34,4 +34,4 @@ nlohmann::json speculators_config_json(const DrafterSpec& spec, torch::Dtype dty
 void save_speculators_pretrained(DFlashDrafterImpl& drafter, const SpeculatorsVerifier& verifier,
                                  const std::filesystem::path& dir);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

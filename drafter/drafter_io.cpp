@@ -9,21 +9,22 @@
 #include "formats/json_file.hpp"
 #include "formats/safetensors.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 void save_pretrained(DFlashDrafterImpl& drafter, const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& item : drafter.named_parameters(/*recurse=*/true)) tensors.emplace_back(item.key(), item.value());
   for (auto& flag : drafter.kind_modules().saved_flags()) tensors.push_back(std::move(flag));
-  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
-  write_json_atomically(dir / "config.json", drafter_config_json(drafter.spec(), drafter.fc->weight.scalar_type()));
+  formats::write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  formats::write_json_atomically(dir / "config.json",
+                                 drafter_config_json(drafter.spec(), drafter.fc->weight.scalar_type()));
 }
 
 DFlashDrafter load_pretrained(const std::filesystem::path& dir) {
   const auto config_path = dir / "config.json";
-  const DrafterSpec spec = drafter_spec_from_config(read_json_file(config_path), config_path.string());
-  const TensorMap tensors = load_checkpoint_dir(dir);
+  const DrafterSpec spec = drafter_spec_from_config(target::read_json_file(config_path), config_path.string());
+  const formats::TensorMap tensors = formats::load_checkpoint_dir(dir);
   DFlashDrafter drafter(spec, /*init_seed=*/0);
 
   auto error = [&](const std::string& what) {
@@ -62,4 +63,4 @@ DFlashDrafter load_pretrained(const std::filesystem::path& dir) {
   return drafter;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

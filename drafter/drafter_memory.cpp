@@ -4,7 +4,7 @@
 
 #include "drafter/kind.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -146,4 +146,4 @@ int64_t largest_anchors_that_fit(const DrafterSpec& spec, DrafterMemoryShape sha
   return low;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

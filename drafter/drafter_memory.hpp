@@ -16,7 +16,7 @@
 
 #include "drafter/drafter.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 struct DrafterMemoryShape {
   int64_t rows = 1;                  // samples per micro-batch
@@ -59,4 +59,4 @@ double drafter_parameter_count(const DrafterSpec& spec);
 int64_t largest_anchors_that_fit(const DrafterSpec& spec, DrafterMemoryShape shape, double available_bytes,
                                  int64_t up_to);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

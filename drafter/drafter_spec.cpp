@@ -10,7 +10,7 @@
 #include "drafter/kind.hpp"
 #include "target/target.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 std::invalid_argument spec_error(const std::string& what) {
@@ -89,7 +89,7 @@ bool DrafterSpec::any_sliding() const {
   return std::find(layer_types.begin(), layer_types.end(), kSlidingAttention) != layer_types.end();
 }
 
-DrafterSpec make_drafter_spec(const HFConfig& target, const DrafterOptions& options) {
+DrafterSpec make_drafter_spec(const target::HFConfig& target, const DrafterOptions& options) {
   DrafterSpec spec;
   spec.hidden_size = target.hidden_size;
   spec.num_attention_heads = target.num_attention_heads;
@@ -120,8 +120,8 @@ DrafterSpec make_drafter_spec(const HFConfig& target, const DrafterOptions& opti
     spec.target_layer_ids = options.target_layer_ids;
   } else {
     const int64_t features = options.num_target_features > 0 ? options.num_target_features : options.num_layers;
-    spec.target_layer_ids = distinct_feature_layer_ids(target.num_hidden_layers, features);
-    const auto formula = feature_layer_ids(target.num_hidden_layers, features);
+    spec.target_layer_ids = target::distinct_feature_layer_ids(target.num_hidden_layers, features);
+    const auto formula = target::feature_layer_ids(target.num_hidden_layers, features);
     if (spec.target_layer_ids != formula)
       log::info("model", log::str("feature layers: the default formula gives ", ids_text(formula), " for a ",
                                   target.num_hidden_layers, "-layer target, which repeats a layer; using ",
@@ -238,7 +238,7 @@ DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::st
       if (config["architectures"][0].get<std::string>() == drafter_kind(name).architecture())
         as_dflash["architectures"] = nlohmann::json::array({"DFlashDraftModel"});
   }
-  const HFConfig parsed = parse_hf_config(as_dflash, source);
+  const target::HFConfig parsed = target::parse_hf_config(as_dflash, source);
   if (!parsed.is_dflash_drafter) {
     throw std::runtime_error("drafter config '" + source + "': architectures must be [\"DFlashDraftModel\"]");
   }
@@ -267,7 +267,7 @@ DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::st
   if (dflash.contains("target_layer_ids") && dflash["target_layer_ids"].is_array()) {
     spec.target_layer_ids = dflash["target_layer_ids"].get<std::vector<int64_t>>();
   } else {
-    spec.target_layer_ids = feature_layer_ids(spec.num_target_layers, spec.num_layers);  // the public default
+    spec.target_layer_ids = target::feature_layer_ids(spec.num_target_layers, spec.num_layers);  // the public default
   }
   read_attention_layout(config, spec, source);
   std::tie(spec.kind, spec.kind_fields) = drafter_kind_of_config(config, source);
@@ -279,4 +279,4 @@ DrafterSpec drafter_spec_from_config(const nlohmann::json& config, const std::st
   return spec;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -8,7 +8,7 @@
 #include "drafter/kinds/registry.hpp"
 #include "drafter/named_registry.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -66,4 +66,4 @@ BlockDraft KindModules::draft_block(const BlockDraftInputs& in) {
   return out;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

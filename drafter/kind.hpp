@@ -34,7 +34,7 @@
 #include "config/yaml_reader.hpp"
 #include "drafter/chunked_cross_entropy.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 class DFlashDrafterImpl;
 struct DrafterSpec;
@@ -297,4 +297,4 @@ std::vector<std::string> adamw_parameter_fragments();
 // "dflash" when none) and its fields. Throws naming `source`.
 std::pair<std::string, nlohmann::json> drafter_kind_of_config(const nlohmann::json& config, const std::string& source);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -13,7 +13,7 @@
 #include "config/keys.hpp"
 #include "drafter/kind.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 template <class P>
 class KeySetParams {
@@ -72,4 +72,4 @@ class KeySetParams {
   CrossCheck cross_check_;
 };
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -10,7 +10,7 @@
 
 #include "drafter/drafter.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -18,7 +18,7 @@ namespace {
 // autograd node (the plan and tables are gone by the time backward runs).
 struct LayerRerun : torch::CustomClassHolder {
   DraftLayerImpl* layer = nullptr;
-  RotaryTables context_rotary, draft_rotary;
+  target::RotaryTables context_rotary, draft_rotary;
   BlockAttentionPlan plan;
   bool hidden_needs_grad = false, context_needs_grad = false;
 
@@ -70,7 +70,7 @@ class RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
 }  // namespace
 
 torch::Tensor recomputed_layer(DraftLayerImpl& layer, const torch::Tensor& hidden, const torch::Tensor& context,
-                               const RotaryTables& context_rotary, const RotaryTables& draft_rotary,
+                               const target::RotaryTables& context_rotary, const target::RotaryTables& draft_rotary,
                                const BlockAttentionPlan& plan) {
   auto rerun = c10::make_intrusive<LayerRerun>();
   rerun->layer = &layer;
@@ -84,4 +84,4 @@ torch::Tensor recomputed_layer(DraftLayerImpl& layer, const torch::Tensor& hidde
   return RecomputedLayer::apply(rerun, hidden, context, at::TensorList(parameters));
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

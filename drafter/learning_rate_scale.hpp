@@ -9,8 +9,8 @@
 
 #include <string>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 double learning_rate_scale(const std::string& name, const torch::Tensor& param);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -9,7 +9,7 @@
 #include "drafter/losses/registry.hpp"
 #include "drafter/named_registry.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -131,4 +131,4 @@ LossChunkResult mixed_terms(const LossMix& mix, LossChunk& c) {
 
 }  // namespace
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -18,7 +18,7 @@
 #include <vector>
 
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 // The least temperature a loss takes (kl_temperature). Below it both
 // softmaxes are nearly one-hot (a logit gap of 1 becomes e^10 : 1) and a
@@ -100,4 +100,4 @@ struct LossMix {
 // rate from the first term that reads the teacher, else the first.
 LossChunkResult mixed_chunk(const LossMix& mix, LossChunk& c);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

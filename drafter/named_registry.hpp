@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 template <class T>
 class NamedRegistry {
@@ -51,4 +51,4 @@ class NamedRegistry {
   std::map<std::string, std::shared_ptr<const T>> entries_;
 };
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

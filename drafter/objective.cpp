@@ -11,7 +11,7 @@
 #include "target/documents.hpp"
 #include "drafter/kind.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 double default_loss_decay_gamma(int64_t block_size) {
   switch (block_size) {
@@ -27,7 +27,7 @@ double default_loss_decay_gamma(int64_t block_size) {
 DraftBlocks build_draft_blocks(const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                                const torch::Tensor& lengths, const AnchorBatch& anchors, int64_t block_size,
                                int64_t mask_token_id, double loss_decay_gamma, torch::Device device,
-                               const DocumentBounds* bounds) {
+                               const target::DocumentBounds* bounds) {
   const int64_t batch = input_ids.size(0), length = input_ids.size(1), blocks = anchors.blocks_per_sample();
   const auto long_options = torch::TensorOptions().device(device).dtype(torch::kInt64);
   const torch::Tensor ids = input_ids.to(device, torch::kInt64);
@@ -173,7 +173,7 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
                              const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                              const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                              const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
-                             const PackedDocuments* documents, const TeacherStates* teacher,
+                             const target::PackedDocuments* documents, const TeacherStates* teacher,
                              torch::Tensor* block_sums);
 
 // Packed rows: a sample never sees another, so the rows can be laid end to
@@ -186,7 +186,7 @@ ObjectiveOutput packed_rows_end_to_end(DFlashDrafterImpl& drafter, const torch::
                                        const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                                        const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                                        const torch::Tensor& lengths, const AnchorBatch& anchors,
-                                       ObjectiveOptions options, const PackedDocuments& documents,
+                                       ObjectiveOptions options, const target::PackedDocuments& documents,
                                        const TeacherStates* teacher) {
   const int64_t rows = input_ids.size(0), length = input_ids.size(1), tokens = rows * length;
   if (documents.document_ids.sizes() != input_ids.sizes() || documents.position_ids.sizes() != input_ids.sizes() ||
@@ -198,7 +198,7 @@ ObjectiveOutput packed_rows_end_to_end(DFlashDrafterImpl& drafter, const torch::
                                 c10::str(anchors.anchor_positions.sizes()));
   }
   const torch::Tensor row_start = torch::arange(rows, torch::kInt64).mul(length).unsqueeze(1);  // [B, 1]
-  PackedDocuments flat;
+  target::PackedDocuments flat;
   flat.position_ids = documents.position_ids.reshape({1, tokens});
   // Distinct ids across rows, so that neighbouring rows' documents never merge.
   flat.document_ids =
@@ -231,7 +231,7 @@ ObjectiveOutput packed_rows_end_to_end(DFlashDrafterImpl& drafter, const torch::
                                      &block_sums);
   out.real_tokens = lengths.sum().item<int64_t>();
   // Each kept block belongs to the sample its anchor sits in.
-  const torch::Tensor ordinals = sample_ordinals(documents.document_ids, lengths).reshape({tokens});
+  const torch::Tensor ordinals = target::sample_ordinals(documents.document_ids, lengths).reshape({tokens});
   const int64_t samples = ordinals.max().item<int64_t>() + 1;
   torch::Tensor per_sample = torch::zeros({2, std::max<int64_t>(samples, 0)}, torch::kFloat64);
   if (kept_count > 0 && samples > 0) per_sample.index_add_(1, ordinals.index_select(0, kept), block_sums);
@@ -242,7 +242,7 @@ ObjectiveOutput packed_rows_end_to_end(DFlashDrafterImpl& drafter, const torch::
 
 }  // namespace
 
-ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const TargetModel& target,
+ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const target::TargetModel& target,
                             const torch::Tensor& context_features, const torch::Tensor& input_ids,
                             const torch::Tensor& loss_mask, const torch::Tensor& lengths, const AnchorBatch& anchors,
                             const ObjectiveOptions& options) {
@@ -254,7 +254,7 @@ ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& emb
                             const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                             const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                             const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
-                            const PackedDocuments* documents, const TeacherStates* teacher) {
+                            const target::PackedDocuments* documents, const TeacherStates* teacher) {
   check_objective_options(options, teacher);
   if (documents != nullptr && input_ids.dim() == 2) {
     return packed_rows_end_to_end(drafter, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask,
@@ -270,7 +270,7 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
                              const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                              const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                              const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
-                             const PackedDocuments* documents, const TeacherStates* teacher,
+                             const target::PackedDocuments* documents, const TeacherStates* teacher,
                              torch::Tensor* block_sums) {
   const DrafterSpec& spec = drafter.spec();
   check_loss_inputs(spec, embedding_weight, lm_head_weight, context_features, input_ids, loss_mask, lengths, anchors);
@@ -280,7 +280,7 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
   const double gamma = options.weighting == PositionWeighting::DPace ? std::numeric_limits<double>::infinity()
                        : options.loss_decay_gamma > 0.0            ? options.loss_decay_gamma
                                                                    : default_loss_decay_gamma(block_size);
-  std::optional<DocumentBounds> bounds;
+  std::optional<target::DocumentBounds> bounds;
   torch::Tensor context_begin;  // [B, N]: first context position of each block's sample (packed rows)
   if (documents != nullptr) {
     if (documents->document_ids.sizes() != input_ids.sizes() || documents->position_ids.sizes() != input_ids.sizes()) {
@@ -288,7 +288,7 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
                                   c10::str(input_ids.sizes()) + ", got " + c10::str(documents->document_ids.sizes()) +
                                   " and " + c10::str(documents->position_ids.sizes()));
     }
-    bounds = document_bounds(documents->document_ids);
+    bounds = target::document_bounds(documents->document_ids);
     context_begin = bounds->begin.gather(1, anchors.anchor_positions.to(torch::kCPU, torch::kInt64).clamp(0, length - 1));
   }
   const DraftBlocks blocks = build_draft_blocks(input_ids, loss_mask, lengths, anchors, block_size, spec.mask_token_id,
@@ -443,4 +443,4 @@ ObjectiveOutput loss_of_rows(DFlashDrafterImpl& drafter, const torch::Tensor& em
 
 }  // namespace
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -12,7 +12,7 @@
 #include "drafter/loss.hpp"
 #include "target/target.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 // 7 for block 16, 5 for block 10, 4 for block 8 (the paper's values);
 // other block sizes have no published value, so this throws and asks for
@@ -92,7 +92,7 @@ torch::Tensor dpace_position_weights(const torch::Tensor& ce, const torch::Tenso
 DraftBlocks build_draft_blocks(const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                                const torch::Tensor& lengths, const AnchorBatch& anchors, int64_t block_size,
                                int64_t mask_token_id, double loss_decay_gamma, torch::Device device,
-                               const DocumentBounds* bounds = nullptr);
+                               const target::DocumentBounds* bounds = nullptr);
 
 struct ObjectiveOutput {
   // weighted_ce_sum / weight_sum, differentiable; exactly 0 (still
@@ -134,7 +134,7 @@ struct ObjectiveOutput {
 // context_features [B, S, n*H] (the target's fused features), input_ids,
 // loss_mask [B, S], lengths [B]; anchors from sample_anchors. The embedding
 // and LM head are the target's, frozen (never trained here).
-ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const TargetModel& target,
+ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const target::TargetModel& target,
                             const torch::Tensor& context_features, const torch::Tensor& input_ids,
                             const torch::Tensor& loss_mask, const torch::Tensor& lengths, const AnchorBatch& anchors,
                             const ObjectiveOptions& options);
@@ -148,6 +148,6 @@ ObjectiveOutput dflash_loss(DFlashDrafterImpl& drafter, const torch::Tensor& emb
                             const torch::Tensor& lm_head_weight, const torch::Tensor& context_features,
                             const torch::Tensor& input_ids, const torch::Tensor& loss_mask,
                             const torch::Tensor& lengths, const AnchorBatch& anchors, const ObjectiveOptions& options,
-                            const PackedDocuments* documents = nullptr, const TeacherStates* teacher = nullptr);
+                            const target::PackedDocuments* documents = nullptr, const TeacherStates* teacher = nullptr);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

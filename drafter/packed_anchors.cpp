@@ -5,7 +5,7 @@
 #include "drafter/anchors.hpp"
 #include "target/documents.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 AnchorBatch sample_packed_anchors(const torch::Tensor& loss_mask, const torch::Tensor& lengths,
                                   const torch::Tensor& document_ids, const AnchorSamplingOptions& options) {
@@ -20,7 +20,7 @@ AnchorBatch sample_packed_anchors(const torch::Tensor& loss_mask, const torch::T
                                 std::to_string(options.anchors_per_sequence));
   }
   const int64_t rows = loss_mask.size(0);
-  const DocumentBounds bounds = document_bounds(document_ids);
+  const target::DocumentBounds bounds = target::document_bounds(document_ids);
   const torch::Tensor lengths_cpu = lengths.to(torch::kCPU, torch::kInt64);
   const torch::Tensor mask_cpu = loss_mask.to(torch::kCPU);
   std::vector<std::vector<int64_t>> chosen(static_cast<size_t>(rows));
@@ -43,4 +43,4 @@ AnchorBatch sample_packed_anchors(const torch::Tensor& loss_mask, const torch::T
   return anchor_batch(chosen);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -3,7 +3,7 @@
 #include <limits>
 #include <vector>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 BlockDraft draft_by_reranking(const BlockDraftInputs& in, int64_t top_k, torch::Device device,
                               const CandidateScores& scores) {
@@ -35,4 +35,4 @@ BlockDraft draft_by_reranking(const BlockDraftInputs& in, int64_t top_k, torch::
   return out;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -12,7 +12,7 @@
 
 #include "drafter/kind.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 // The k candidates' scores [k] (float32, on `device`) at `slot` (1-based)
 // after `previous`, for `candidates` [k] (int64, on `device`).
@@ -22,4 +22,4 @@ using CandidateScores =
 BlockDraft draft_by_reranking(const BlockDraftInputs& in, int64_t top_k, torch::Device device,
                               const CandidateScores& scores);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

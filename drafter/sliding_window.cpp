@@ -12,7 +12,7 @@
 
 #include "drafter/block_attention.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -124,4 +124,4 @@ void add_sliding_window(BlockAttentionPlan& plan, const torch::Tensor& anchor_po
   plan.sliding_window = sliding_window;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

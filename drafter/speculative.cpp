@@ -9,7 +9,7 @@
 #include "drafter/causal_blocks.hpp"
 #include "drafter/kind.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 void DrafterContextCache::append(DFlashDrafterImpl& drafter, const torch::Tensor& context_features) {
   torch::NoGradGuard no_grad;
@@ -34,8 +34,8 @@ void DrafterContextCache::append(DFlashDrafterImpl& drafter, const torch::Tensor
 namespace {
 
 // Final hidden states of all B slots of one draft pass, [1, B, H] on the drafter's device.
-torch::Tensor draft_block_hidden(DFlashDrafterImpl& drafter, const TargetModel& target, const DrafterContextCache& cache,
-                                 int64_t bonus_token) {
+torch::Tensor draft_block_hidden(DFlashDrafterImpl& drafter, const target::TargetModel& target,
+                                 const DrafterContextCache& cache, int64_t bonus_token) {
   torch::NoGradGuard no_grad;
   const DrafterSpec& spec = drafter.spec();
   if (cache.length() == 0) throw std::invalid_argument("drafter_generate_block: the context cache is empty");
@@ -127,7 +127,7 @@ Verdict verify_sampled(const std::vector<int64_t>& block, const torch::Tensor& d
 
 // One block of drafts: one backbone pass, then the drafter's kind chooses
 // the slots' tokens (the backbone's own way: all in parallel).
-BlockDraft draft_block(DFlashDrafterImpl& drafter, const TargetModel& target, const DrafterContextCache& cache,
+BlockDraft draft_block(DFlashDrafterImpl& drafter, const target::TargetModel& target, const DrafterContextCache& cache,
                        int64_t bonus_token, int64_t previous_token, Sampler* sampler, bool want_logits) {
   torch::NoGradGuard no_grad;
   const int64_t slots = drafter.spec().block_size - 1;
@@ -144,13 +144,13 @@ BlockDraft draft_block(DFlashDrafterImpl& drafter, const TargetModel& target, co
 
 }  // namespace
 
-std::vector<int64_t> drafter_generate_block(DFlashDrafterImpl& drafter, const TargetModel& target,
+std::vector<int64_t> drafter_generate_block(DFlashDrafterImpl& drafter, const target::TargetModel& target,
                                             const DrafterContextCache& cache, int64_t bonus_token,
                                             int64_t previous_token) {
   return draft_block(drafter, target, cache, bonus_token, previous_token, nullptr, false).drafts;
 }
 
-torch::Tensor drafter_block_logits(DFlashDrafterImpl& drafter, const TargetModel& target,
+torch::Tensor drafter_block_logits(DFlashDrafterImpl& drafter, const target::TargetModel& target,
                                    const DrafterContextCache& cache, int64_t bonus_token, int64_t previous_token) {
   return draft_block(drafter, target, cache, bonus_token, previous_token, nullptr, true).logits;
 }
@@ -161,7 +161,7 @@ double SpeculativeResult::mean_acceptance_length() const {
          static_cast<double>(acceptance_lengths.size());
 }
 
-SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetModel& target,
+SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const target::TargetModel& target,
                                        const std::vector<int64_t>& prompt_ids, const SpeculativeOptions& options) {
   torch::NoGradGuard no_grad;
   SpeculativeResult result;
@@ -177,10 +177,10 @@ SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetM
   const int64_t block_size = spec.block_size, prompt_length = static_cast<int64_t>(prompt_ids.size());
   const auto& eos = options.eos_token_ids;
   auto is_eos = [&](int64_t token) { return std::find(eos.begin(), eos.end(), token) != eos.end(); };
-  auto features_of = [](const TargetOutput& out) { return torch::cat(out.hidden_states, -1); };  // [1, T, n*H]
+  auto features_of = [](const target::TargetOutput& out) { return torch::cat(out.hidden_states, -1); };  // [1, T, n*H]
 
-  KVCache target_cache = target.new_cache(1, prompt_length + max_new_tokens + block_size);
-  const TargetOutput prefill = target.forward_cached(
+  target::KVCache target_cache = target.new_cache(1, prompt_length + max_new_tokens + block_size);
+  const target::TargetOutput prefill = target.forward_cached(
       target_cache, torch::tensor(prompt_ids, torch::kInt64).unsqueeze(0), spec.target_layer_ids, true);
   DrafterContextCache draft_cache;
   draft_cache.append(drafter, features_of(prefill));
@@ -204,7 +204,7 @@ SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetM
     block.insert(block.end(), drafted.drafts.begin(), drafted.drafts.end());
 
     // Verify the whole block in one target pass.
-    const TargetOutput verify = target.forward_cached(
+    const target::TargetOutput verify = target.forward_cached(
         target_cache, torch::tensor(block, torch::kInt64).unsqueeze(0), spec.target_layer_ids, true);
     const Verdict verdict = sampling ? verify_sampled(block, draft_probabilities, verify.logits[0], sampler)
                                      : verify_greedy(block, verify.logits[0]);
@@ -234,7 +234,7 @@ SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetM
   return result;
 }
 
-SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetModel& target,
+SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const target::TargetModel& target,
                                        const std::vector<int64_t>& prompt_ids, int64_t max_new_tokens,
                                        const std::vector<int64_t>& eos_token_ids) {
   SpeculativeOptions options;
@@ -243,4 +243,4 @@ SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetM
   return speculative_generate(drafter, target, prompt_ids, options);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

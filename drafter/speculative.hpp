@@ -15,7 +15,7 @@
 #include "drafter/drafter.hpp"
 #include "target/target.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 // The drafter's K/V cache: context entries of committed tokens only (a
 // block's own entries are dropped after each pass).
@@ -36,11 +36,11 @@ class DrafterContextCache {
 // cache.length() .. + B-1, using the spec's mask token (the one trained with).
 // Returns the B-1 argmax drafts for slots 1 .. B-1. previous_token: the
 // committed token before the bonus (-1: none), for a kind that reads it.
-std::vector<int64_t> drafter_generate_block(DFlashDrafterImpl& drafter, const TargetModel& target,
+std::vector<int64_t> drafter_generate_block(DFlashDrafterImpl& drafter, const target::TargetModel& target,
                                             const DrafterContextCache& cache, int64_t bonus_token,
                                             int64_t previous_token = -1);
 // The same pass, returning the logits of slots 1 .. B-1: [B-1, V] on the CPU in float32.
-torch::Tensor drafter_block_logits(DFlashDrafterImpl& drafter, const TargetModel& target,
+torch::Tensor drafter_block_logits(DFlashDrafterImpl& drafter, const target::TargetModel& target,
                                    const DrafterContextCache& cache, int64_t bonus_token,
                                    int64_t previous_token = -1);
 
@@ -66,11 +66,11 @@ struct SpeculativeOptions {
 };
 
 // Speculative decoding of up to max_new_tokens after the prompt.
-SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetModel& target,
+SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const target::TargetModel& target,
                                        const std::vector<int64_t>& prompt_ids, const SpeculativeOptions& options);
 // Greedy.
-SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const TargetModel& target,
+SpeculativeResult speculative_generate(DFlashDrafterImpl& drafter, const target::TargetModel& target,
                                        const std::vector<int64_t>& prompt_ids, int64_t max_new_tokens,
                                        const std::vector<int64_t>& eos_token_ids);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

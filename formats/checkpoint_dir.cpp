@@ -7,7 +7,7 @@
 
 #include "formats/safetensors.hpp"
 
-namespace dflow::model {
+namespace dflow::formats {
 
 namespace {
 
@@ -84,4 +84,4 @@ TensorMap load_checkpoint_dir(const std::filesystem::path& dir, bool with_float8
   return result;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::formats

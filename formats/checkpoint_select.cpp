@@ -18,7 +18,7 @@
 #include "formats/safetensors.hpp"
 #include "formats/safetensors_header.hpp"
 
-namespace dflow::model {
+namespace dflow::formats {
 
 namespace {
 
@@ -141,4 +141,4 @@ TensorMap read_checkpoint_tensors(const fs::path& dir, const std::vector<std::st
   return result;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::formats

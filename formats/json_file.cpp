@@ -3,7 +3,7 @@
 #include <fstream>
 #include <stdexcept>
 
-namespace dflow::model {
+namespace dflow::formats {
 
 void write_json_atomically(const std::filesystem::path& path, const nlohmann::json& json) {
   auto temp_path = path;
@@ -17,4 +17,4 @@ void write_json_atomically(const std::filesystem::path& path, const nlohmann::js
   std::filesystem::rename(temp_path, path);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::formats

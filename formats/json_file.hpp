@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-namespace dflow::model {
+namespace dflow::formats {
 
 // json.dump(2) and a newline; throws naming the file when it cannot be written.
 void write_json_atomically(const std::filesystem::path& path, const nlohmann::json& json);
 
-}  // namespace dflow::model
+}  // namespace dflow::formats

@@ -16,7 +16,7 @@
 
 #include "formats/safetensors_header.hpp"
 
-namespace dflow::model {
+namespace dflow::formats {
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors is little-endian; dflow maps the bytes as they are");
@@ -170,4 +170,4 @@ TensorMap SafetensorsFile::all_tensors(bool with_float8) const {
   return result;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::formats

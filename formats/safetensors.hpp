@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-namespace dflow::model {
+namespace dflow::formats {
 
 using TensorMap = std::map<std::string, torch::Tensor>;
 
@@ -93,4 +93,4 @@ std::map<std::string, std::string> read_checkpoint_index(const std::filesystem::
 // lacks are absent from the result.
 TensorMap read_checkpoint_tensors(const std::filesystem::path& dir, const std::vector<std::string>& names);
 
-}  // namespace dflow::model
+}  // namespace dflow::formats

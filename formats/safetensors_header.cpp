@@ -6,7 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-namespace dflow::model {
+namespace dflow::formats {
 
 namespace {
 
@@ -141,4 +141,4 @@ SafetensorsHeader parse_safetensors_header(const std::filesystem::path& path, co
   return out;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::formats

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dflow::model {
+namespace dflow::formats {
 
 // Bytes of one element of a safetensors dtype ("F32" -> 4, "BOOL" -> 1),
 // or 0 for a dtype dflow does not read.
@@ -54,4 +54,4 @@ std::runtime_error safetensors_dtype_error(const std::filesystem::path& path, co
 SafetensorsHeader parse_safetensors_header(const std::filesystem::path& path, const uint8_t* data,
                                            uint64_t size_bytes);
 
-}  // namespace dflow::model
+}  // namespace dflow::formats

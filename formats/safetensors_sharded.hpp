@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace dflow::model {
+namespace dflow::formats {
 
 // model-0000i-of-0000n.safetensors of at most max_shard_bytes each (whole
 // tensors, in the given order, as save_pretrained groups them; a larger
@@ -43,4 +43,4 @@ class ShardedSafetensorsWriter {
   std::set<std::string> names_;
 };
 
-}  // namespace dflow::model
+}  // namespace dflow::formats

@@ -14,7 +14,7 @@
 #include "formats/safetensors.hpp"
 #include "formats/safetensors_sharded.hpp"
 
-namespace dflow::model {
+namespace dflow::formats {
 
 namespace {
 
@@ -172,4 +172,4 @@ void write_sharded_safetensors(const std::filesystem::path& dir,
   writer.finish();
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::formats

@@ -12,7 +12,7 @@
 #include "formats/safetensors_header.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace dflow::model;
+  using namespace dflow::formats;
   // A heap copy of exactly `size` bytes: reads past the end are ASan reports.
   std::vector<uint8_t> file(data, data + size);
   SafetensorsHeader header;

@@ -35,8 +35,8 @@ config::YamlSection kind_section(const config::Config& config) {
 // Every registered kind's param names, each with the kind that declares it.
 std::vector<std::pair<std::string, std::string>> all_kind_params() {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& name : model::drafter_kind_names())
-    for (const auto& p : model::drafter_kind(name).params()) out.emplace_back(p.name, name);
+  for (const auto& name : drafter::drafter_kind_names())
+    for (const auto& p : drafter::drafter_kind(name).params()) out.emplace_back(p.name, name);
   return out;
 }
 
@@ -45,9 +45,9 @@ std::vector<std::pair<std::string, std::string>> all_kind_params() {
 KindConfig read_kind_config(const config::Config& config) {
   KindConfig out;
   out.kind = config.model.drafter.kind;
-  const model::DrafterKind* kind = model::find_drafter_kind(out.kind);
+  const drafter::DrafterKind* kind = drafter::find_drafter_kind(out.kind);
   if (!kind) {
-    const auto problem = config::one_of(model::drafter_kind_names())(out.kind);
+    const auto problem = config::one_of(drafter::drafter_kind_names())(out.kind);
     throw ConfigError(config.model.drafter.kind_mark, "model.drafter.kind",
                       "unknown drafter kind " + (problem ? *problem : out.kind));
   }
@@ -72,14 +72,14 @@ KindConfig read_kind_config(const config::Config& config) {
 }
 
 std::string kind_resume_text(const config::Config& /*config*/, const KindConfig& kind) {
-  return terms_text(model::drafter_kind(kind.kind).resume_terms(kind.params));
+  return terms_text(drafter::drafter_kind(kind.kind).resume_terms(kind.params));
 }
 
 DrafterKindChoice drafter_kind_choice(const config::Config& config, const graph::NodeRegistry& kinds,
                                       std::string* teacher_because) {
   DrafterKindChoice choice;
   const KindConfig chosen = read_kind_config(config);
-  const model::DrafterKind& kind = model::drafter_kind(chosen.kind);
+  const drafter::DrafterKind& kind = drafter::drafter_kind(chosen.kind);
   choice.kind = chosen.kind;
   try {
     choice.fields = kind.spec_fields(chosen.params);
@@ -153,8 +153,8 @@ std::string move_node_kind_params(config::Config& config, const graph::NodeRegis
 
 std::vector<config::KeyDoc> kind_param_docs() {
   std::vector<config::KeyDoc> out;
-  for (const auto& name : model::drafter_kind_names()) {
-    for (auto d : model::drafter_kind(name).params()) {
+  for (const auto& name : drafter::drafter_kind_names()) {
+    for (auto d : drafter::drafter_kind(name).params()) {
       d.name = "model.drafter." + d.name;
       d.when = "kind: " + name;
       out.push_back(std::move(d));
@@ -169,8 +169,8 @@ std::string kind_reference_markdown() {
       "`model.drafter.kind` chooses the drafter kind; each kind's own params are keys of `model.drafter` beside the "
       "shape keys above (`model.drafter.markov_rank: 32`). A param of another kind than the one chosen is refused, "
       "naming the kind that has it.\n\n";
-  for (const auto& name : model::drafter_kind_names()) {
-    const model::DrafterKind& kind = model::drafter_kind(name);
+  for (const auto& name : drafter::drafter_kind_names()) {
+    const drafter::DrafterKind& kind = drafter::drafter_kind(name);
     out += "- `" + name + "`: " + kind.summary();
     // Its params at their defaults: whether its own terms read the target's distribution.
     config::YamlSection none(YAML::Node(YAML::NodeType::Map), "model.drafter",

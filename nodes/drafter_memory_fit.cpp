@@ -31,20 +31,20 @@ std::string mib(double bytes) {
 }
 
 struct Checker {
-  const model::DrafterSpec& spec;
+  const drafter::DrafterSpec& spec;
   const config::DataConfig& data;
   torch::Dtype dtype;
-  const model::ObjectiveOptions& objective;
+  const drafter::ObjectiveOptions& objective;
 
-  model::DrafterMemoryShape shape(int64_t length, int64_t anchors, bool recompute) const {
+  drafter::DrafterMemoryShape shape(int64_t length, int64_t anchors, bool recompute) const {
     return micro_batch_shape(spec, data, length, anchors, dtype, objective, recompute);
   }
   // The micro-batch of the bucket that needs the most, and its bytes.
-  std::pair<model::DrafterMemoryShape, double> largest(int64_t anchors, bool recompute) const {
-    std::pair<model::DrafterMemoryShape, double> worst{{}, -1};
+  std::pair<drafter::DrafterMemoryShape, double> largest(int64_t anchors, bool recompute) const {
+    std::pair<drafter::DrafterMemoryShape, double> worst{{}, -1};
     for (const int64_t length : checked_lengths(data)) {
       const auto s = shape(length, anchors, recompute);
-      const double bytes = model::estimate_drafter_memory(spec, s).total_bytes();
+      const double bytes = drafter::estimate_drafter_memory(spec, s).total_bytes();
       if (bytes > worst.second) worst = {s, bytes};
     }
     return worst;
@@ -62,10 +62,10 @@ struct Checker {
 
 }  // namespace
 
-model::DrafterMemoryShape micro_batch_shape(const model::DrafterSpec& spec, const config::DataConfig& data,
+drafter::DrafterMemoryShape micro_batch_shape(const drafter::DrafterSpec& spec, const config::DataConfig& data,
                                             int64_t length, int64_t anchors_per_sequence, torch::Dtype dtype,
-                                            const model::ObjectiveOptions& objective, bool recompute) {
-  model::DrafterMemoryShape s;
+                                            const drafter::ObjectiveOptions& objective, bool recompute) {
+  drafter::DrafterMemoryShape s;
   s.rows = std::max<int64_t>(1, data.tokens_per_batch / length);
   s.context_length = length;
   s.anchors_per_sequence = std::min<int64_t>(anchors_per_sequence, std::max<int64_t>(1, length - 1));
@@ -73,12 +73,12 @@ model::DrafterMemoryShape micro_batch_shape(const model::DrafterSpec& spec, cons
   s.recompute_layers = recompute;
   s.max_attention_scores_per_chunk = objective.max_attention_scores_per_chunk;
   s.max_logits_per_chunk = objective.max_logits_per_chunk;
-  model::LossMix main_loss = objective.loss;  // as the objective runs it: with the records' expected acceptance
+  drafter::LossMix main_loss = objective.loss;  // as the objective runs it: with the records' expected acceptance
   main_loss.expected_acceptance = objective.expected_acceptance;
   s.loss_chunk_buffers = main_loss.chunk_buffers(objective.kl_temperature);
   // A kind may read the target's distribution whatever the loss (DSpine),
   // and so do the records' expected acceptance (eval.expected_acceptance).
-  s.teacher = objective.needs_teacher() || model::drafter_kind(spec.kind).needs_teacher(objective.kind_options);
+  s.teacher = objective.needs_teacher() || drafter::drafter_kind(spec.kind).needs_teacher(objective.kind_options);
   s.kind_options = objective.kind_options;
   return s;
 }
@@ -91,24 +91,24 @@ std::vector<int64_t> checked_lengths(const config::DataConfig& data) {
   return lengths;
 }
 
-TargetForwardFit largest_target_forward(const model::HFConfig& target, const config::DataConfig& data,
+TargetForwardFit largest_target_forward(const target::HFConfig& target, const config::DataConfig& data,
                                         int64_t features, int64_t element_bytes, bool cuda) {
   TargetForwardFit largest;
   for (const int64_t length : checked_lengths(data)) {
-    model::TargetForwardShape shape;
+    target::TargetForwardShape shape;
     shape.rows = std::max<int64_t>(1, data.tokens_per_batch / length);
     shape.length = length;
     shape.element_bytes = element_bytes;
     shape.features = features;
     shape.cuda = cuda;
-    const double bytes = model::estimate_target_forward(target, shape).total_bytes();
+    const double bytes = target::estimate_target_forward(target, shape).total_bytes();
     if (bytes > largest.bytes) largest = {bytes, shape.rows, length};
   }
   return largest;
 }
 
 BesideTheStep beside_the_step(const config::Config& config, const graph::NodeRegistry& kinds,
-                              const model::DrafterSpec& spec, torch::Dtype dtype, bool teacher, int rank) {
+                              const drafter::DrafterSpec& spec, torch::Dtype dtype, bool teacher, int rank) {
   BesideTheStep beside;
   const double e = static_cast<double>(c10::elementSize(dtype)), h = static_cast<double>(spec.hidden_size);
   // The sources emit each FeatureBatch on the drafter's device (in its
@@ -124,7 +124,7 @@ BesideTheStep beside_the_step(const config::Config& config, const graph::NodeReg
   const double per_token = (static_cast<double>(spec.num_features()) + (teacher ? 1.0 : 0.0)) * h * e;
   beside.queued_bytes = static_cast<double>(beside.queued_batches) * largest_tokens * per_token;
 
-  const double parameters = model::drafter_parameter_count(spec);
+  const double parameters = drafter::drafter_parameter_count(spec);
   // A node's own copy of the drafter, on rank 0: its weights (and a kind's
   // fixed tensors) in the drafter's dtype, and what drafting a prompt of up
   // to max_length tokens holds: its context features and each layer's K/V.
@@ -136,7 +136,7 @@ BesideTheStep beside_the_step(const config::Config& config, const graph::NodeReg
       const double kv = static_cast<double>(2 * spec.num_key_value_heads * spec.head_dim * spec.num_layers);
       const double context = static_cast<double>(config.data.max_length) * (static_cast<double>(spec.num_features()) * h + kv);
       beside.eval_drafter_bytes +=
-          (parameters + static_cast<double>(model::drafter_kind(spec.kind).frozen_count(spec)) + context) * e;
+          (parameters + static_cast<double>(drafter::drafter_kind(spec.kind).frozen_count(spec)) + context) * e;
     }
   }
   // Rollback's candidate and good snapshots: the parameters in their dtype,
@@ -148,9 +148,9 @@ BesideTheStep beside_the_step(const config::Config& config, const graph::NodeReg
   return beside;
 }
 
-MemoryFit check_memory_fit(const model::DrafterSpec& spec, const config::DataConfig& data, int64_t anchors_per_sequence,
-                           torch::Dtype dtype, const model::ObjectiveOptions& objective, double available_bytes,
-                           const BesideTheStep& beside) {
+MemoryFit check_memory_fit(const drafter::DrafterSpec& spec, const config::DataConfig& data,
+                           int64_t anchors_per_sequence, torch::Dtype dtype, const drafter::ObjectiveOptions& objective,
+                           double available_bytes, const BesideTheStep& beside) {
   const Checker checker{spec, data, dtype, objective};
   const bool recompute = objective.recompute_layers;
   const double available = available_bytes - beside.total_bytes();
@@ -161,9 +161,11 @@ MemoryFit check_memory_fit(const model::DrafterSpec& spec, const config::DataCon
   fit.available_bytes = available;
   fit.fits = fit.needed_bytes <= available;
   fit.per_anchor_bytes =
-      model::estimate_drafter_memory(spec, checker.shape(data.max_length, anchors_per_sequence, false)).per_anchor_bytes;
+      drafter::estimate_drafter_memory(spec, checker.shape(data.max_length, anchors_per_sequence, false))
+          .per_anchor_bytes;
   fit.per_anchor_recomputed_bytes =
-      model::estimate_drafter_memory(spec, checker.shape(data.max_length, anchors_per_sequence, true)).per_anchor_bytes;
+      drafter::estimate_drafter_memory(spec, checker.shape(data.max_length, anchors_per_sequence, true))
+          .per_anchor_bytes;
   fit.largest_fitting_anchors = checker.largest_fitting(recompute, available);
   fit.largest_fitting_anchors_other = checker.largest_fitting(!recompute, available);
   return fit;
@@ -198,7 +200,7 @@ std::string MemoryFit::describe(const std::string& node, const std::string& devi
   return text;
 }
 
-MemoryFit run_memory_fit(const RunContext& run, const model::ObjectiveOptions& objective, double available_bytes) {
+MemoryFit run_memory_fit(const RunContext& run, const drafter::ObjectiveOptions& objective, double available_bytes) {
   BesideTheStep beside = beside_the_step(run.config, run.options.node_kinds(), run.drafter_spec, run.drafter_dtype,
                                          run.needs_teacher(), run.options.rank);
   // Each replica on the drafter's device runs its forward beside the others.
@@ -214,7 +216,7 @@ MemoryFit run_memory_fit(const RunContext& run, const model::ObjectiveOptions& o
                           objective, available_bytes, beside);
 }
 
-void log_memory_fit(const RunContext& run, const model::ObjectiveOptions& objective, const std::string& node) {
+void log_memory_fit(const RunContext& run, const drafter::ObjectiveOptions& objective, const std::string& node) {
   const double available = train::available_memory_bytes(run.drafter_device);
   if (available <= 0) return;
   const MemoryFit fit = run_memory_fit(run, objective, available);

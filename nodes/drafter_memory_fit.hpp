@@ -34,7 +34,7 @@ struct TargetForwardFit {
   double bytes = 0;
   int64_t rows = 0, length = 0;
 };
-TargetForwardFit largest_target_forward(const model::HFConfig& target, const config::DataConfig& data,
+TargetForwardFit largest_target_forward(const target::HFConfig& target, const config::DataConfig& data,
                                         int64_t features, int64_t element_bytes, bool cuda);
 
 // What the run holds on the drafter's device beside drafter_step's own
@@ -58,11 +58,11 @@ struct BesideTheStep {
 // `teacher`: what each FeatureBatch carries; `rank`: copies kept on rank 0
 // only are not this rank's.
 BesideTheStep beside_the_step(const config::Config& config, const graph::NodeRegistry& kinds,
-                              const model::DrafterSpec& spec, torch::Dtype dtype, bool teacher, int rank);
+                              const drafter::DrafterSpec& spec, torch::Dtype dtype, bool teacher, int rank);
 
 struct MemoryFit {
   int64_t max_length = 0;
-  model::DrafterMemoryShape largest_batch;  // the micro-batch that needs the most
+  drafter::DrafterMemoryShape largest_batch;  // the micro-batch that needs the most
   double needed_bytes = 0, available_bytes = 0;
   bool fits = false;
   // At max_length rows: bytes per anchor kept for backward, without and with recomputation.
@@ -77,25 +77,25 @@ struct MemoryFit {
 // length rows, each with min(anchors_per_sequence, length - 1) anchors.
 // The teacher's states and the loss's buffers as the loss and the drafter
 // kind need them (DrafterKind::needs_teacher, loss_memory).
-model::DrafterMemoryShape micro_batch_shape(const model::DrafterSpec& spec, const config::DataConfig& data,
+drafter::DrafterMemoryShape micro_batch_shape(const drafter::DrafterSpec& spec, const config::DataConfig& data,
                                             int64_t length, int64_t anchors_per_sequence, torch::Dtype dtype,
-                                            const model::ObjectiveOptions& objective, bool recompute);
+                                            const drafter::ObjectiveOptions& objective, bool recompute);
 // The lengths checked: each bucket below max_length, and max_length.
 std::vector<int64_t> checked_lengths(const config::DataConfig& data);
 
 // The step's fit in what `beside` leaves of available_bytes.
-MemoryFit check_memory_fit(const model::DrafterSpec& spec, const config::DataConfig& data, int64_t anchors_per_sequence,
-                           torch::Dtype dtype, const model::ObjectiveOptions& objective, double available_bytes,
-                           const BesideTheStep& beside = {});
+MemoryFit check_memory_fit(const drafter::DrafterSpec& spec, const config::DataConfig& data,
+                           int64_t anchors_per_sequence, torch::Dtype dtype, const drafter::ObjectiveOptions& objective,
+                           double available_bytes, const BesideTheStep& beside = {});
 
 // The fit of a run at start (this rank's), as log_memory_fit logs it.
-MemoryFit run_memory_fit(const RunContext& run, const model::ObjectiveOptions& objective, double available_bytes);
+MemoryFit run_memory_fit(const RunContext& run, const drafter::ObjectiveOptions& objective, double available_bytes);
 
 // Logs describe() at start: info when the run fits the drafter device's
 // available memory (train::available_memory_bytes), a warning when not. A
 // target replica on that device is loaded already (its weights are out of
 // the available memory); its forward's working memory is taken from it, as
 // is the rest of BesideTheStep.
-void log_memory_fit(const RunContext& run, const model::ObjectiveOptions& objective, const std::string& node);
+void log_memory_fit(const RunContext& run, const drafter::ObjectiveOptions& objective, const std::string& node);
 
 }  // namespace dflow::nodes

@@ -81,10 +81,10 @@ const config::KeySet<LossParams>& loss_keys() {
     config::KeySet<LossParams> k;
     k.add("kl_temperature", [](LossParams& p) -> auto& { return p.kl_temperature; }, OnResume::must_match,
           "the losses that use a temperature (kl): both distributions at it (1.0; >= " +
-              number_text(model::kMinLossTemperature) + ")",
+              number_text(drafter::kMinLossTemperature) + ")",
           [](const double& t) -> std::optional<std::string> {
-            if (t >= model::kMinLossTemperature && std::isfinite(t)) return std::nullopt;
-            return "must be >= " + number_text(model::kMinLossTemperature) +
+            if (t >= drafter::kMinLossTemperature && std::isfinite(t)) return std::nullopt;
+            return "must be >= " + number_text(drafter::kMinLossTemperature) +
                    " (below it both distributions are nearly one-hot and the loss's gradient grows as 1/T), got " +
                    number_text(t);
           });
@@ -96,7 +96,7 @@ const config::KeySet<LossParams>& loss_keys() {
 // What the params chose.
 struct DrafterChoice {
   ObjectiveParams base;
-  model::LossMix loss;
+  drafter::LossMix loss;
   double kl_temperature = 1.0;
 };
 
@@ -108,20 +108,20 @@ std::vector<std::string> names_of(const config::KeySet<S>& keys) {
 }
 
 // `loss: ce`, `loss: tv`, ..., or a weighted mix `loss: {ce: 0.1, tv: 0.9}`.
-model::LossMix read_loss(config::YamlSection& params) {
-  model::LossMix mix;
+drafter::LossMix read_loss(config::YamlSection& params) {
+  drafter::LossMix mix;
   const YAML::Node node = params.raw("loss");  // known, so a typo of it gets a suggestion
   if (!params.has("loss")) return mix;
-  const auto names = model::draft_loss_names();
+  const auto names = drafter::draft_loss_names();
   auto known = [&](const std::string& name) {
     if (const auto problem = config::one_of(names)(name)) throw params.error("loss", *problem);
   };
   if (node.IsScalar()) {
     known(node.Scalar());
-    return model::LossMix::single(node.Scalar());
+    return drafter::LossMix::single(node.Scalar());
   }
   if (!node.IsMap() || node.size() == 0)
-    throw params.error("loss", "must be a loss (" + model::LossMix{}.text() + ", ...) or a weighted mix such as "
+    throw params.error("loss", "must be a loss (" + drafter::LossMix{}.text() + ", ...) or a weighted mix such as "
                                "{ce: 0.1, tv: 0.9}");
   mix.terms.clear();
   for (auto it = node.begin(); it != node.end(); ++it) {
@@ -156,8 +156,8 @@ DrafterChoice read_drafter_params(config::YamlSection& params) {
   if (params.has("head"))
     throw params.error("head", "the drafter kind is model.drafter's now: set model.drafter.kind: " + value_of("head") +
                                    " (and leave head out of the drafter node's params)");
-  for (const auto& kind : model::drafter_kind_names())
-    for (const auto& p : model::drafter_kind(kind).params())
+  for (const auto& kind : drafter::drafter_kind_names())
+    for (const auto& p : drafter::drafter_kind(kind).params())
       if (params.has(p.name))
         throw params.error(p.name, p.name + " is a param of drafter kind " + kind +
                                        ", which model.drafter holds now: set model.drafter.kind: " + kind +
@@ -171,8 +171,8 @@ DrafterChoice read_drafter_params(config::YamlSection& params) {
   c.kl_temperature = loss_params.kl_temperature;
   if (loss_section.has("kl_temperature") && !c.loss.uses_temperature()) {
     std::string users;
-    for (const auto& name : model::draft_loss_names())
-      if (model::draft_loss(name).uses_temperature()) users += (users.empty() ? "" : " or ") + name;
+    for (const auto& name : drafter::draft_loss_names())
+      if (drafter::draft_loss(name).uses_temperature()) users += (users.empty() ? "" : " or ") + name;
     throw params.error("kl_temperature", "kl_temperature " + number_text(c.kl_temperature) + " needs loss: " + users +
                                              " (loss is " + c.loss.text() + ")");
   }
@@ -208,9 +208,9 @@ std::string teacher_reason(const DrafterChoice& c) {
 }
 
 // The objective the params choose, on the run's (its position weighting's gamma).
-model::ObjectiveOptions objective_of(const DrafterChoice& c, model::ObjectiveOptions base = {}) {
+drafter::ObjectiveOptions objective_of(const DrafterChoice& c, drafter::ObjectiveOptions base = {}) {
   if (c.base.objective == "dpace") {
-    base.weighting = model::PositionWeighting::DPace;
+    base.weighting = drafter::PositionWeighting::DPace;
     base.dpace_alpha = c.base.alpha;
   }
   base.recompute_layers = c.base.recompute;
@@ -224,7 +224,7 @@ model::ObjectiveOptions objective_of(const DrafterChoice& c, model::ObjectiveOpt
 // where the loss uses it (the kind's params: nodes/drafter_kind_choice.hpp).
 std::string objective_resume_text(const DrafterChoice& c) {
   auto terms = resume_terms(objective_keys(), c.base);
-  if (!(c.loss == model::LossMix{})) terms.emplace_back("loss", c.loss.text());
+  if (!(c.loss == drafter::LossMix{})) terms.emplace_back("loss", c.loss.text());
   if (c.loss.uses_temperature())
     for (auto& term : resume_terms(loss_keys(), LossParams{c.kl_temperature})) terms.push_back(std::move(term));
   return terms_text(terms);
@@ -240,13 +240,13 @@ std::map<std::string, std::string> loss_terms(const config::Config& config, cons
   const KindConfig kind = read_kind_config(config);
   if (kind.kind != "dflash") {
     out["model.drafter.kind"] = kind.kind;
-    for (const auto& [name, value] : model::drafter_kind(kind.kind).resume_terms(kind.params))
+    for (const auto& [name, value] : drafter::drafter_kind(kind.kind).resume_terms(kind.params))
       out["model.drafter." + name] = value;
   }
   if (c.base.objective == "decay")
-    out["train.loss_decay_gamma"] =
-        number_text(config.train.loss_decay_gamma > 0.0 ? config.train.loss_decay_gamma
-                                                        : model::default_loss_decay_gamma(config.model.drafter.block_size));
+    out["train.loss_decay_gamma"] = number_text(
+        config.train.loss_decay_gamma > 0.0 ? config.train.loss_decay_gamma
+                                            : drafter::default_loss_decay_gamma(config.model.drafter.block_size));
   return out;
 }
 
@@ -258,7 +258,7 @@ class DrafterStep final : public graph::FunctionBody {
     objective_ = objective_of(chosen, run_.objective);  // the run's carries the kind's params
     needs_teacher_because_ = teacher_reason(chosen);
     const auto& kind = run_.config.model.drafter.kind;
-    if (needs_teacher_because_.empty() && model::drafter_kind(kind).needs_teacher(objective_.kind_options))
+    if (needs_teacher_because_.empty() && drafter::drafter_kind(kind).needs_teacher(objective_.kind_options))
       needs_teacher_because_ = "trains model.drafter.kind " + kind + ", whose loss terms read the target's distribution";
     if (needs_teacher_because_.empty() && objective_.expected_acceptance)
       needs_teacher_because_ = "records the expected acceptance (eval.expected_acceptance)";
@@ -299,27 +299,27 @@ class DrafterStep final : public graph::FunctionBody {
     // no loss and no gradient; the step's sums get zeros from this micro-batch.
     if (batch.plan.rows() == 0) return s;
 
-    model::AnchorSamplingOptions anchor_options;
+    drafter::AnchorSamplingOptions anchor_options;
     anchor_options.anchors_per_sequence = run_.config.train.anchors_per_sequence;
     anchor_options.seed = run_.config.run.seed;
     anchor_options.epoch = position.epoch;
     anchor_options.batch_index = batch.plan.index_in_epoch;
     // Packed rows: anchors per sample, and each sample's blocks see only that sample.
-    auto anchors = batch.packed()
-                       ? model::sample_packed_anchors(batch.loss_mask, batch.lengths, batch.document_ids, anchor_options)
-                       : model::sample_anchors(batch.loss_mask, batch.lengths, anchor_options);
+    auto anchors = batch.packed() ? drafter::sample_packed_anchors(batch.loss_mask, batch.lengths, batch.document_ids,
+                                                                   anchor_options)
+                                  : drafter::sample_anchors(batch.loss_mask, batch.lengths, anchor_options);
 
     const auto device = run_.drafter_device;
-    const model::PackedDocuments documents{batch.packed() ? batch.position_ids.to(device) : torch::Tensor(),
+    const target::PackedDocuments documents{batch.packed() ? batch.position_ids.to(device) : torch::Tensor(),
                                            batch.document_ids};
-    const model::TeacherStates teacher{features.teacher_hidden};
+    const drafter::TeacherStates teacher{features.teacher_hidden};
     // Where the run is, for a kind whose terms follow a schedule, and a seed
     // for this micro-batch's draws (the same on a resume).
-    model::ObjectiveOptions options = objective_;
+    drafter::ObjectiveOptions options = objective_;
     options.step = position.global_step;
     options.total_steps = state.schedule.total_steps;
     options.draw_seed = mix_seed(run_.config.run.seed, position.global_step, batch.plan.index_in_epoch, position.epoch);
-    auto result = model::dflash_loss(*state.drafter, embedding_, lm_head_, features.features,
+    auto result = drafter::dflash_loss(*state.drafter, embedding_, lm_head_, features.features,
                                      batch.input_ids.to(device), batch.loss_mask.to(device), batch.lengths.to(device),
                                      anchors, options, batch.packed() ? &documents : nullptr,
                                      teacher.final_hidden.defined() ? &teacher : nullptr);
@@ -400,7 +400,7 @@ class DrafterStep final : public graph::FunctionBody {
   std::string name_;
   bool needs_teacher_ = false;
   std::string needs_teacher_because_;  // "trains with loss: kl", ...
-  model::ObjectiveOptions objective_;  // the run's, with this node's position weighting
+  drafter::ObjectiveOptions objective_;  // the run's, with this node's position weighting
   torch::Tensor embedding_, lm_head_;
 };
 
@@ -415,13 +415,13 @@ std::vector<config::KeyDoc> drafter_param_docs() {
   loss.name = "loss";
   loss.type = "string, or a mapping of losses to weights";
   loss.default_text = "ce";
-  loss.allowed = model::draft_loss_names();
+  loss.allowed = drafter::draft_loss_names();
   loss.doc = "the objective: a loss, or a weighted mix such as {ce: 0.1, tv: 0.9}";
-  for (const auto& name : loss.allowed) loss.doc += "; " + name + ": " + model::draft_loss(name).summary();
+  for (const auto& name : loss.allowed) loss.doc += "; " + name + ": " + drafter::draft_loss(name).summary();
   out.push_back(loss);
   std::string temperature_users;
-  for (const auto& name : model::draft_loss_names())
-    if (model::draft_loss(name).uses_temperature())
+  for (const auto& name : drafter::draft_loss_names())
+    if (drafter::draft_loss(name).uses_temperature())
       temperature_users += (temperature_users.empty() ? "loss: " : " or ") + name;
   for (auto d : loss_keys().docs()) {
     d.when = temperature_users;

@@ -47,7 +47,7 @@ CapturedSample read_vllm(const CaptureLayout& layout, int64_t sample_id, const t
     sample.taps = fp8.to(torch::kBFloat16) * scales.to(torch::kBFloat16);
     return sample;
   }
-  const auto type = model::safetensors_dtype_to_torch(file.dtype_name);
+  const auto type = formats::safetensors_dtype_to_torch(file.dtype_name);
   sample.dtype = dtype_named(type);
   sample.taps = tensor_over(std::move(file.hidden_bytes), sizes, type);
   return sample;

@@ -47,7 +47,7 @@ class EvalTau final : public graph::FunctionBody {
     // Only rank 0 evaluates: no other rank holds a copy. It drafts in the
     // dtype the drafter trains and exports in (the memory fit counts it so).
     if (run_.options.rank == 0) {
-      drafter_ = model::DFlashDrafter(run_.drafter_spec, 0);
+      drafter_ = drafter::DFlashDrafter(run_.drafter_spec, 0);
       drafter_->to(run_.drafter_device, run_.drafter_dtype);
       drafter_->eval();
       for (auto& p : drafter_->parameters()) p.set_requires_grad(false);
@@ -148,7 +148,7 @@ class EvalTau final : public graph::FunctionBody {
   std::string name_;
   EvalSettings settings_;
   std::vector<std::vector<int64_t>> prompts_;
-  model::DFlashDrafter drafter_{nullptr};
+  drafter::DFlashDrafter drafter_{nullptr};
   train::EvalOptions options_;
   std::optional<train::CheckpointState> baseline_;  // a fresh run's untrained weights
   double best_tau_ = -1.0;

@@ -31,11 +31,11 @@ PaddedBatch collate_padded(const RunContext& run, const data::PlannedBatch& plan
   return padded;
 }
 
-torch::Tensor target_features(const RunContext& run, const model::TargetModel& target, const PaddedBatch& batch) {
+torch::Tensor target_features(const RunContext& run, const target::TargetModel& target, const PaddedBatch& batch) {
   return target_features(run, target, batch, run.needs_teacher());
 }
 
-torch::Tensor target_features(const RunContext& run, const model::TargetModel& target, const PaddedBatch& batch,
+torch::Tensor target_features(const RunContext& run, const target::TargetModel& target, const PaddedBatch& batch,
                               bool last_layer) {
   torch::NoGradGuard no_grad;
   std::vector<int64_t> layers = run.feature_layer_ids;

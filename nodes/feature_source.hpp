@@ -28,8 +28,8 @@ PaddedBatch collate_padded(const RunContext& run, const data::PlannedBatch& plan
 // With `last_layer` (default: run.needs_teacher()) the same forward also
 // gives the target's last hidden state after its final norm (dflow layer
 // N - 1), appended: [B, S, (n+1)*H], as a cache with the last layer stores it.
-torch::Tensor target_features(const RunContext& run, const model::TargetModel& target, const PaddedBatch& batch);
-torch::Tensor target_features(const RunContext& run, const model::TargetModel& target, const PaddedBatch& batch,
+torch::Tensor target_features(const RunContext& run, const target::TargetModel& target, const PaddedBatch& batch);
+torch::Tensor target_features(const RunContext& run, const target::TargetModel& target, const PaddedBatch& batch,
                               bool last_layer);
 // On the drafter's device in its dtype: what the drafter reads.
 torch::Tensor for_drafter(const RunContext& run, const torch::Tensor& features);

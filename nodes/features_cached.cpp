@@ -199,7 +199,7 @@ class FeaturesCached final : public graph::FunctionBody {
   std::string name_;
   int replica_;
   PreparedCache source_;
-  const model::TargetModel* target_ = nullptr;
+  const target::TargetModel* target_ = nullptr;
   std::unique_ptr<data::FeatureCacheWriter> writer_;
   int64_t read_batches_ = 0, computed_batches_ = 0;
 };

@@ -216,7 +216,7 @@ PreparedEngine prepare_engine(const RunContext& run, const config::NodeDecl& nod
     if (!run.target_head->final_norm_weight().defined())
       throw std::logic_error("features.engine: the run needs the teacher but the target's final norm is not loaded");
     const auto& head = run.target_head->config();
-    if (head.norm == model::NormStyle::Unknown)
+    if (head.norm == target::NormStyle::Unknown)
       throw ConfigError(node.mark, key + ".params.engine_layer_ids",
                         "node '" + node.name + "' (features.engine): " + run.teacher_because + ", which applies the "
                         "target's final norm to the engine's last layer, but dflow does not know how " +
@@ -317,7 +317,7 @@ class FeaturesEngine final : public graph::FunctionBody {
     if (last.defined()) {
       // Padding rows stay zero through the norm (0 * rsqrt(eps) = 0).
       const auto normed = source_->last_slot >= 0
-                              ? model::family_rms_norm(head.config(), last.to(head.device()), head.final_norm_weight())
+                              ? target::family_rms_norm(head.config(), last.to(head.device()), head.final_norm_weight())
                               : last;
       teacher = normed.to(run_.drafter_device, run_.drafter_dtype).contiguous();
     }

@@ -44,7 +44,7 @@ struct PaddedBatch {
   std::optional<data::PlannedBatch> collated;
   const data::PlannedBatch& collated_plan() const { return collated ? *collated : plan; }
   bool packed() const { return document_ids.defined(); }
-  model::PackedDocuments documents() const { return {position_ids, document_ids}; }
+  target::PackedDocuments documents() const { return {position_ids, document_ids}; }
 };
 
 // "FeatureBatch": the target's fused context features for one micro-batch.
@@ -53,7 +53,7 @@ struct FeatureBatch {
   torch::Tensor features;  // [B, S, n*H] on the drafter's device
   int worker = 0;          // target replica that computed it
   // [B, S, H] on the drafter's device: the target's last hidden state after
-  // its final norm (model::TeacherStates), set exactly when the run needs it
+  // its final norm (drafter::TeacherStates), set exactly when the run needs it
   // (RunContext::needs_teacher: the kl objective); undefined otherwise.
   torch::Tensor teacher_hidden;
 };

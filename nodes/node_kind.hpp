@@ -44,7 +44,7 @@ struct DrafterKindChoice {
   // weighting, and the kind's params in kind_options; the run's
   // loss_decay_gamma is not the node's): the memory fit sizes the step from
   // it, at start and in `dflow init`.
-  model::ObjectiveOptions objective;
+  drafter::ObjectiveOptions objective;
 };
 
 struct RunHooks {
@@ -89,7 +89,7 @@ struct RunHooks {
   // weighting, recomputation; not the kind's params, which are
   // model.drafter's). Throws std::invalid_argument or ConfigError naming the
   // key and the value. At most one node of a pipeline has this hook.
-  std::function<model::ObjectiveOptions(config::YamlSection& params)> objective = {};
+  std::function<drafter::ObjectiveOptions(config::YamlSection& params)> objective = {};
   // Why the node needs the target's last hidden state with every batch
   // ("trains with loss: kl", from what its loss says it needs; "" when it
   // does not; a kind that reads it says so itself): RunContext::teacher_because.

@@ -34,7 +34,7 @@ inline const RunEnvironment& environment(const graph::NodeContext& context) {
 // The target replica a target-running node's replica `context.replica`
 // computes with; refuses (naming the node) replicas that are not one per
 // devices.target entry.
-inline const model::TargetModel& target_replica(const graph::NodeContext& context) {
+inline const target::TargetModel& target_replica(const graph::NodeContext& context) {
   const auto& run = environment(context).run;
   if (context.replicas != static_cast<int>(run.targets.size()))
     throw ConfigError(context.params.mark_of(""), "pipeline.nodes." + context.name + ".replicas",

@@ -128,18 +128,18 @@ config::Config described(config::Config config, const graph::NodeRegistry& kinds
 // The drafter kind's fields with what it derives from the target chosen,
 // once, here (a resume keeps its checkpoint's choices): the drafter, its
 // checkpoints and its exports all carry the resolved values.
-nlohmann::json resolved_kind_fields(const DrafterKindChoice& kind, const model::TargetHead& head,
+nlohmann::json resolved_kind_fields(const DrafterKindChoice& kind, const target::TargetHead& head,
                                     const train::LoadedCheckpoint* resume) {
   std::optional<nlohmann::json> saved;
   if (resume && resume->drafter_config.is_object()) {
     const auto [saved_kind, fields] =
-        model::drafter_kind_of_config(resume->drafter_config, (resume->dir / "drafter" / "config.json").string());
+        drafter::drafter_kind_of_config(resume->drafter_config, (resume->dir / "drafter" / "config.json").string());
     if (saved_kind == kind.kind) saved = fields;
   }
   std::string why;
   try {
-    nlohmann::json fields =
-        model::drafter_kind(kind.kind).resolve_fields(kind.fields, head.lm_head_weight(), saved ? &*saved : nullptr, &why);
+    nlohmann::json fields = drafter::drafter_kind(kind.kind).resolve_fields(kind.fields, head.lm_head_weight(),
+                                                                            saved ? &*saved : nullptr, &why);
     if (!why.empty()) log::info("model", "drafter kind " + kind.kind + ": " + why);
     return fields;
   } catch (const std::invalid_argument& e) {
@@ -321,7 +321,7 @@ RunContext::RunContext(config::Config cfg, RunOptions opts, const train::LoadedC
 void RunContext::load_models(const train::LoadedCheckpoint* resume) {
   const fs::path target_dir = config.model.target.path;
   const torch::Dtype target_dtype = train::parse_dtype(config.model.target.dtype);
-  const model::TargetLoadOptions target_load_options{model::parse_mxfp4_experts(config.model.target.mxfp4_experts)};
+  const target::TargetLoadOptions target_load_options{target::parse_mxfp4_experts(config.model.target.mxfp4_experts)};
   drafter_device = train::resolve_device(config.devices.drafter, options.local_rank);
   drafter_dtype = train::parse_dtype(config.model.drafter.dtype);
   const auto need = whole_target_need(config, options);
@@ -337,7 +337,7 @@ void RunContext::load_models(const train::LoadedCheckpoint* resume) {
   std::string loaded;  // for the log line
   if (need) {
     // Refused before anything large loads, naming who needs the target.
-    const auto head_config = model::load_head_config(target_dir);
+    const auto head_config = target::load_head_config(target_dir);
     if (!head_config.runnable()) {
       const std::string message = need->who_and_why + ", but " + target_dir.string() + " is " +
                                   head_config.architecture + ", which dflow cannot run: " +
@@ -348,15 +348,15 @@ void RunContext::load_models(const train::LoadedCheckpoint* resume) {
       throw ConfigError(need->node->mark, node_path(config.pipeline, *need->node), message);
     }
     for (const auto& d : config.devices.target)
-      targets.push_back(std::make_unique<model::TargetModel>(
-          model::TargetModel::load(target_dir, train::resolve_device(d, options.local_rank), target_dtype,
+      targets.push_back(std::make_unique<target::TargetModel>(
+          target::TargetModel::load(target_dir, train::resolve_device(d, options.local_rank), target_dtype,
                                    target_load_options)));
-    target_head = std::make_shared<const model::TargetHead>(targets.front()->head());
+    target_head = std::make_shared<const target::TargetHead>(targets.front()->head());
     loaded = log::str("loaded whole on ", targets.size(), " device(s) (", need->who_and_why, ")");
   } else {
     // The features come from elsewhere: the drafter needs only these, on its own device.
-    target_head = std::make_shared<const model::TargetHead>(
-        model::TargetHead::load(target_dir, drafter_device, target_dtype, /*with_final_norm=*/needs_teacher()));
+    target_head = std::make_shared<const target::TargetHead>(
+        target::TargetHead::load(target_dir, drafter_device, target_dtype, /*with_final_norm=*/needs_teacher()));
     loaded = "head only (no node runs the target)";
   }
   target_config = target_head->config();
@@ -364,7 +364,7 @@ void RunContext::load_models(const train::LoadedCheckpoint* resume) {
                      target_head->final_norm_weight().defined() ? " and final norm" : "", " ",
                      data::format_bytes(target_head->bytes()));
 
-  model::DrafterOptions drafter_options;
+  drafter::DrafterOptions drafter_options;
   drafter_options.num_layers = config.model.drafter.num_layers;
   drafter_options.block_size = config.model.drafter.block_size;
   drafter_options.num_target_features = config.model.drafter.num_target_features;
@@ -376,7 +376,7 @@ void RunContext::load_models(const train::LoadedCheckpoint* resume) {
   drafter_options.intermediate_size = config.model.drafter.intermediate_size;
   drafter_options.kind = kind.kind;
   drafter_options.kind_fields = resolved_kind_fields(kind, *target_head, resume);
-  drafter_spec = model::make_drafter_spec(target_config, drafter_options);
+  drafter_spec = drafter::make_drafter_spec(target_config, drafter_options);
   feature_layer_ids = drafter_spec.target_layer_ids;
   trained_against = train::trained_against(target_dir, config.model.target.dtype, config.data.train, feature_layer_ids)
                         .to_json();
@@ -467,8 +467,8 @@ const config::FaultDecl* RunContext::fault(const std::string& kind, const std::s
   return nullptr;
 }
 
-std::vector<model::RecordTerm> RunContext::record_terms() const {
-  return model::drafter_kind(drafter_spec.kind).record_terms(drafter_spec.kind_fields);
+std::vector<drafter::RecordTerm> RunContext::record_terms() const {
+  return drafter::drafter_kind(drafter_spec.kind).record_terms(drafter_spec.kind_fields);
 }
 
 StepTotals RunContext::step_totals_zeros() const {

@@ -115,20 +115,20 @@ class RunContext {
   // One per devices.target entry when some node needs the whole target in
   // process (RunHooks::needs_target); empty when the features come from
   // elsewhere (a cache, a serving engine) and only the head is loaded.
-  std::vector<std::unique_ptr<model::TargetModel>> targets;
+  std::vector<std::unique_ptr<target::TargetModel>> targets;
   // The target's embedding and LM head (always): targets.front()'s own
   // tensors when loaded whole, else read alone from the checkpoint, in
   // model.target.dtype on the drafter's device.
-  std::shared_ptr<const model::TargetHead> target_head;
-  model::HeadConfig target_config;  // config.json's facts (sizes, vocabulary, eos, architecture)
-  model::DrafterSpec drafter_spec;
+  std::shared_ptr<const target::TargetHead> target_head;
+  target::HeadConfig target_config;  // config.json's facts (sizes, vocabulary, eos, architecture)
+  drafter::DrafterSpec drafter_spec;
   std::vector<int64_t> feature_layer_ids;
   // What the drafter is trained against (train/trained_against.hpp): every
   // checkpoint records it, and a resume checks the target against it.
   nlohmann::json trained_against;
   torch::Device drafter_device{torch::kCPU};
   torch::Dtype drafter_dtype = torch::kFloat32;
-  model::ObjectiveOptions objective;
+  drafter::ObjectiveOptions objective;
   // Who needs the target's last hidden state after its final norm with
   // every batch (FeatureBatch::teacher_hidden), and why: "node 'drafter'
   // (drafter_step) trains with loss: kl" (RunHooks::teacher); empty when
@@ -141,7 +141,7 @@ class RunContext {
   // it, sum min(p, q) (else q of the data's token), and implies a tau.
   bool accept_rate_from_target = false;
   // The drafter kind's extra loss terms as the step record names them.
-  std::vector<model::RecordTerm> record_terms() const;
+  std::vector<drafter::RecordTerm> record_terms() const;
   // One micro-batch's (or step's) zero totals, sized for this run.
   StepTotals step_totals_zeros() const;
   int64_t pad_token_id = 0;

@@ -30,7 +30,7 @@ StepRecord make_step_record(const RunContext& run, const StepPosition& p, int64_
                                                                  : 0.0);
   // The drafter kind's extra terms: the loss's parts, each / loss_weight,
   // and their per-slot series.
-  const std::vector<model::RecordTerm> terms = run.record_terms();
+  const std::vector<drafter::RecordTerm> terms = run.record_terms();
   if (!terms.empty()) r.main_loss = s.weight_sum > 0 ? s.main_loss_sum / s.weight_sum : 0.0;
   auto per_slot = [&](const double* sums, size_t size, std::vector<double>& out) {
     for (size_t k = 1; k < s.count_per_position.size() && k < size; ++k)

@@ -20,7 +20,7 @@ struct StepTotals {
   int64_t excluded_samples = 0;               // planned samples dropped because they are quarantined
   std::vector<double> correct_per_position;   // [block_size] per block slot k
   std::vector<double> count_per_position;     // [block_size]
-  // The objective's parts (model::ObjectiveOutput): the main loss alone and
+  // The objective's parts (drafter::ObjectiveOutput): the main loss alone and
   // each of the drafter kind's extra terms, sum(w * .); per slot the
   // analytical acceptance rate and each term series' values (the kind's
   // record_terms that have one, series after series), summed over the

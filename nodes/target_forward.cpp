@@ -17,7 +17,7 @@ namespace {
 
 class TargetForward final : public graph::FunctionBody {
  public:
-  TargetForward(const RunContext& run, std::string name, int replica, const model::TargetModel& target, bool for_cache)
+  TargetForward(const RunContext& run, std::string name, int replica, const target::TargetModel& target, bool for_cache)
       : run_(run), name_(std::move(name)), replica_(replica), target_(target), for_cache_(for_cache) {}
 
   void process(graph::Inputs& in, graph::Emitter& out) override {
@@ -42,7 +42,7 @@ class TargetForward final : public graph::FunctionBody {
   const RunContext& run_;
   std::string name_;
   int replica_;
-  const model::TargetModel& target_;
+  const target::TargetModel& target_;
   bool for_cache_;  // the target's device and dtype, as a cache stores them; else the drafter's
 };
 

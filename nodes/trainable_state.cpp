@@ -23,7 +23,7 @@ int64_t schedule_steps(const RunContext& run, const train::LoadedCheckpoint* res
 
 TrainableState::TrainableState(const RunContext& run, const train::LoadedCheckpoint* resume) : guard(run.config.guard), rollback(run.config.guard) {
   const auto& config = run.config;
-  drafter = model::DFlashDrafter(run.drafter_spec, config.run.seed);
+  drafter = drafter::DFlashDrafter(run.drafter_spec, config.run.seed);
   drafter->to(run.drafter_device, run.drafter_dtype);
   // What the kind derives from the target's LM head (a resume then restores
   // the checkpoint's own, with the trained modules that read them).
@@ -74,7 +74,7 @@ train::CheckpointState TrainableState::snapshot(const RunContext& run) const {
   // Every parameter, the frozen ones a kind derives (DSpine's codes) included.
   for (const auto& item : drafter->named_parameters(true))
     s.drafter_tensors.emplace_back(item.key(), item.value().detach().to(torch::kCPU).clone());
-  s.drafter_config = model::drafter_config_json(drafter->spec(), named.front().second.scalar_type());
+  s.drafter_config = drafter::drafter_config_json(drafter->spec(), named.front().second.scalar_type());
   s.trained_against = run.trained_against;
   for (const auto& [name, t] : optimizer->state_tensors()) s.optimizer_tensors.emplace_back(name, t.to(torch::kCPU).clone());
   s.optimizer_steps = optimizer->steps_taken();

@@ -34,7 +34,7 @@ class TrainableState {
   // A fresh drafter (seeded by run.seed), or the one `resume` holds.
   TrainableState(const RunContext& run, const train::LoadedCheckpoint* resume);
 
-  model::DFlashDrafter drafter{nullptr};   // [drafter device]
+  drafter::DFlashDrafter drafter{nullptr};   // [drafter device]
   std::unique_ptr<train::Optimizer> optimizer;  // the optimizer node's pick (RunContext::make_optimizer)
   train::Schedule schedule;
   train::StabilityGuard guard;

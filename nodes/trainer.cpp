@@ -93,9 +93,10 @@ TrainResult run_training(const config::Config& config, const RunOptions& options
     // by an eigendecomposition) may come out otherwise on other hardware or
     // library builds: the shapes must agree, then every rank takes rank 0's
     // tensors, the fixed ones too, as its checkpoints would give them.
-    dist.require_same(std::hash<std::string>{}(model::drafter_config_json(run.drafter_spec, run.drafter_dtype).dump()),
-                      "the drafter's shape (its config.json, with what its kind chose from the target; set the "
-                      "drafter node's params to choose it)");
+    dist.require_same(
+        std::hash<std::string>{}(drafter::drafter_config_json(run.drafter_spec, run.drafter_dtype).dump()),
+        "the drafter's shape (its config.json, with what its kind chose from the target; set the "
+        "drafter node's params to choose it)");
     dist.broadcast(state->drafter_tensors(), "broadcast of rank 0's drafter (parameters and fixed tensors)");
   }
   StateHome home(std::move(state));

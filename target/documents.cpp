@@ -8,7 +8,7 @@
 #include "target/layers.hpp"
 #include "target/varlen_attention.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace {
 
@@ -126,4 +126,4 @@ torch::Tensor sample_ordinals(const torch::Tensor& document_ids, const torch::Te
   return ordinals;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -11,7 +11,7 @@
 #include <vector>
 
 
-namespace dflow::model {
+namespace dflow::target {
 
 struct PackedDocuments {
   torch::Tensor position_ids;  // [B, S] int64: position within the token's document, from 0
@@ -56,4 +56,4 @@ DocumentBounds document_bounds(const torch::Tensor& document_ids);
 // a row's real length; [B, S] int64 on CPU. lengths [B].
 torch::Tensor sample_ordinals(const torch::Tensor& document_ids, const torch::Tensor& lengths);
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace {
 
@@ -48,14 +48,14 @@ std::vector<int64_t> fp8_block_size(const nlohmann::json& quantization_config, c
   return {b[0].get<int64_t>(), b[1].get<int64_t>()};
 }
 
-int64_t count_fp8_weights(const TensorMap& tensors) {
+int64_t count_fp8_weights(const formats::TensorMap& tensors) {
   int64_t n = 0;
   for (const auto& [name, tensor] : tensors) n += is_float8(tensor);
   return n;
 }
 
-torch::Tensor dequantize_fp8_weight(const TensorMap& tensors, const std::string& name, const std::vector<int64_t>& block,
-                                    const std::filesystem::path& dir) {
+torch::Tensor dequantize_fp8_weight(const formats::TensorMap& tensors, const std::string& name,
+                                    const std::vector<int64_t>& block, const std::filesystem::path& dir) {
   const torch::Tensor& weight = tensors.at(name);
   for (const char* suffix : {"_scale_inv", "_scale"}) {
     const auto scale = tensors.find(name + suffix);
@@ -71,4 +71,4 @@ torch::Tensor dequantize_fp8_weight(const TensorMap& tensors, const std::string&
                            "_scale_inv'): dflow cannot dequantize it");
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -13,7 +13,7 @@
 
 #include "formats/safetensors.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 // quantization_config.weight_block_size as {rows, columns}, or empty when
 // absent (the scale's shape then says: one value, or one per row). Throws
@@ -22,14 +22,14 @@ std::vector<int64_t> fp8_block_size(const nlohmann::json& quantization_config, c
 
 // How many of `tensors` are float8 (read with load_checkpoint_dir(dir,
 // /*with_float8=*/true)).
-int64_t count_fp8_weights(const TensorMap& tensors);
+int64_t count_fp8_weights(const formats::TensorMap& tensors);
 
 // The float8 tensor `name` of `tensors` dequantized to float32 with its scale
 // (`name`_scale_inv, or `name`_scale). Throws naming the directory and the
 // tensor for a float8 weight without a scale, and for a scale whose shape
 // does not tile its weight.
-torch::Tensor dequantize_fp8_weight(const TensorMap& tensors, const std::string& name, const std::vector<int64_t>& block,
-                                    const std::filesystem::path& dir);
+torch::Tensor dequantize_fp8_weight(const formats::TensorMap& tensors, const std::string& name,
+                                    const std::vector<int64_t>& block, const std::filesystem::path& dir);
 
 // Whether `t` is stored in one of torch's float8 dtypes (E4M3, E5M2).
 bool is_float8(const torch::Tensor& t);
@@ -39,4 +39,4 @@ bool is_float8(const torch::Tensor& t);
 // `block` = {rows, cols}; empty: derived from the scale's shape).
 torch::Tensor dequantize_fp8(const torch::Tensor& weight, const torch::Tensor& scale, const std::vector<int64_t>& block);
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace {
 
@@ -151,4 +151,4 @@ torch::Tensor gated_deltanet(const torch::Tensor& x, const LinearAttentionWeight
   return at::linear(normed.reshape({batch, length, c.value_dim()}), w.out_proj);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

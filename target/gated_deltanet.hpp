@@ -14,7 +14,7 @@
 
 #include "target/hf_config.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 struct LinearAttentionWeights {
   torch::Tensor in_proj_qkv;          // [2 Kd + Vd, H]: q, k, v
@@ -60,4 +60,4 @@ torch::Tensor chunked_gated_delta_rule(const torch::Tensor& q, const torch::Tens
 torch::Tensor gated_deltanet(const torch::Tensor& x, const LinearAttentionWeights& weights,
                              const LinearAttentionConfig& config, double eps, LinearAttentionState* state);
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace {
 
@@ -187,4 +187,4 @@ torch::Tensor document_sink_attention(const torch::Tensor& q, const torch::Tenso
   return batch == 1 ? rows.front() : torch::cat(rows, 0);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

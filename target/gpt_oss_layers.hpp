@@ -12,7 +12,7 @@
 #include "target/hf_config.hpp"
 #include "target/layers.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 // The rotary tables `scaling` describes: "default" is rotary_tables itself
 // (unchanged, bit for bit); "yarn" blends the interpolated and extrapolated
@@ -45,4 +45,4 @@ torch::Tensor causal_sink_attention(const torch::Tensor& q, const torch::Tensor&
 torch::Tensor document_sink_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                       const torch::Tensor& sinks, const DocumentAttention& documents, int64_t window);
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <stdexcept>
 
-namespace dflow::model {
+namespace dflow::target {
 
 std::string to_string(ModelFamily family) {
   switch (family) {
@@ -259,4 +259,4 @@ HFConfig load_hf_config(const std::filesystem::path& path) {
   return parse_hf_config(read_json_file(file), file.string());
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace dflow::model {
+namespace dflow::target {
 
 // Qwen3_5 / Qwen3_5Moe: the text model of Qwen3_5ForConditionalGeneration /
 // Qwen3_5MoeForConditionalGeneration (its text_config, its tensors under
@@ -182,4 +182,4 @@ HeadConfig load_head_config(const std::filesystem::path& path);  // a config.jso
 HeadConfig runnable_head_config(const HFConfig& config);
 nlohmann::json read_json_file(const std::filesystem::path& path);
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -10,7 +10,7 @@
 
 #include "target/hf_config.hpp"
 
-namespace dflow::model::config_parse {
+namespace dflow::target::config_parse {
 
 std::runtime_error config_error(const std::string& source, const std::string& what);
 int64_t required_int(const nlohmann::json& json, const std::string& key, const std::string& source);
@@ -36,4 +36,4 @@ void read_qwen3_5_family(const nlohmann::json& text, HFConfig& config, const std
 // GptOssForCausalLM (target/hf_config_gpt_oss.cpp).
 void read_gpt_oss_family(const nlohmann::json& json, HFConfig& config, const std::string& source);
 
-}  // namespace dflow::model::config_parse
+}  // namespace dflow::target::config_parse

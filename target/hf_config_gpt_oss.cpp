@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-namespace dflow::model::config_parse {
+namespace dflow::target::config_parse {
 
 namespace {
 
@@ -213,4 +213,4 @@ void read_gpt_oss_family(const nlohmann::json& json, HFConfig& config, const std
   read_quantization(json, config, source);
 }
 
-}  // namespace dflow::model::config_parse
+}  // namespace dflow::target::config_parse

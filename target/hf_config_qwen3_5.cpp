@@ -7,7 +7,7 @@
 
 #include <string>
 
-namespace dflow::model::config_parse {
+namespace dflow::target::config_parse {
 
 namespace {
 
@@ -111,4 +111,4 @@ void read_qwen3_5_family(const nlohmann::json& text, HFConfig& config, const std
   if (config.family == ModelFamily::Qwen3_5Moe) read_experts(text, config, source);
 }
 
-}  // namespace dflow::model::config_parse
+}  // namespace dflow::target::config_parse

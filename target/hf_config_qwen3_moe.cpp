@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace dflow::model::config_parse {
+namespace dflow::target::config_parse {
 
 namespace {
 
@@ -86,4 +86,4 @@ void read_qwen3_moe_family(const nlohmann::json& json, HFConfig& config, const s
   moe.sparse_layers = read_sparse_layers(json, config.num_hidden_layers, moe.num_experts, source);
 }
 
-}  // namespace dflow::model::config_parse
+}  // namespace dflow::target::config_parse

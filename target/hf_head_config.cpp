@@ -8,7 +8,7 @@
 
 #include "target/hf_config.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace {
 
@@ -172,4 +172,4 @@ HeadConfig load_head_config(const std::filesystem::path& path) {
   return parse_head_config(read_json_file(file), file.string());
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

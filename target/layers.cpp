@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace {
 torch::Dtype compute_dtype_for(torch::Dtype dtype) {
@@ -91,4 +91,4 @@ torch::Tensor swiglu_mlp(const torch::Tensor& x, const torch::Tensor& gate_weigh
   return at::linear(torch::silu(at::linear(x, gate_weight)) * at::linear(x, up_weight), down_weight);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -7,7 +7,7 @@
 
 #include <optional>
 
-namespace dflow::model {
+namespace dflow::target {
 
 // RMSNorm over the last axis. Like HF: normalise in float32 (float64 stays
 // float64), cast back to the input dtype, then scale by `weight`.
@@ -57,4 +57,4 @@ torch::Tensor grouped_attention(const torch::Tensor& q, const torch::Tensor& k, 
 torch::Tensor swiglu_mlp(const torch::Tensor& x, const torch::Tensor& gate_weight, const torch::Tensor& up_weight,
                          const torch::Tensor& down_weight);
 
-}  // namespace dflow::model
+}  // namespace dflow::target

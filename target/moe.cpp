@@ -13,7 +13,7 @@
 #include <string>
 #include <tuple>
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace {
 
@@ -220,4 +220,4 @@ int64_t ExpertWeights::projection_bytes() const {
   return bytes;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-namespace dflow::model {
+namespace dflow::target {
 
 enum class ExpertRouter {
   // Qwen3-MoE: softmax over all experts in float32, then top-k of the
@@ -80,4 +80,4 @@ struct ExpertOptions {
 // x [..., H] -> [..., H], in x's dtype.
 torch::Tensor routed_experts(const torch::Tensor& x, const ExpertWeights& weights, const ExpertOptions& options);
 
-}  // namespace dflow::model
+}  // namespace dflow::target

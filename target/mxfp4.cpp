@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace {
 
@@ -87,4 +87,4 @@ torch::Tensor mxfp4_dequantize(const torch::Tensor& blocks, const torch::Tensor&
 
 int64_t mxfp4_bytes(int64_t rows, int64_t inputs) { return rows * (inputs / 32) * (16 + 1); }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

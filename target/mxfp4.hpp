@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-namespace dflow::model {
+namespace dflow::target {
 
 // blocks [..., G, 16] uint8 and scales [..., G] uint8 -> [..., G * 32] in
 // `dtype` on `device`: value 2i of a block is its byte i's low nibble, 2i + 1
@@ -24,4 +24,4 @@ torch::Tensor mxfp4_dequantize(const torch::Tensor& blocks, const torch::Tensor&
 // values and one of scale (the blocks' and scales' nbytes together).
 int64_t mxfp4_bytes(int64_t rows, int64_t inputs);
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -7,7 +7,7 @@
 #include <optional>
 #include <stdexcept>
 
-namespace dflow::model {
+namespace dflow::target {
 
 torch::Tensor family_rms_norm(const HFConfig& config, const torch::Tensor& x, const torch::Tensor& weight) {
   switch (config.norm) {
@@ -300,4 +300,4 @@ torch::Tensor TargetModel::context_features(const torch::Tensor& input_ids, cons
   return torch::cat(forward(input_ids, layer_ids, /*want_logits=*/false).hidden_states, -1);  // [B, S, n*H]
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

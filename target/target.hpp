@@ -17,7 +17,7 @@
 #include "target/moe.hpp"
 #include "target/target_head.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 // Feature layer ids of the public DFlash code: n == 1 gives [L / 2];
 // otherwise id_i = round(1 + i * (L - 4) / (n - 1)) with Python's
@@ -189,4 +189,4 @@ class TargetModel {
   ExpertOptions expert_options_;  // from config_.moe, set by load()
 };
 
-}  // namespace dflow::model
+}  // namespace dflow::target

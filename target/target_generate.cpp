@@ -6,7 +6,7 @@
 
 #include "target/target.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace {
 
@@ -71,4 +71,4 @@ TargetModel::Generation TargetModel::generate_with_features(const std::vector<in
   return result;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -7,11 +7,11 @@
 
 #include "formats/safetensors.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace {
 
-torch::Tensor checked(const TensorMap& tensors, const std::filesystem::path& dir, const std::string& name,
+torch::Tensor checked(const formats::TensorMap& tensors, const std::filesystem::path& dir, const std::string& name,
                       const std::vector<int64_t>& expected_shape, torch::Device device, torch::Dtype dtype) {
   const auto it = tensors.find(name);
   if (it == tensors.end())
@@ -51,7 +51,7 @@ TargetHead TargetHead::load(const std::filesystem::path& dir, torch::Device devi
     names.push_back(scheme.lm_head);
     if (with_final_norm) names.push_back(scheme.final_norm);
   }
-  const TensorMap tensors = read_checkpoint_tensors(dir, names);
+  const formats::TensorMap tensors = formats::read_checkpoint_tensors(dir, names);
   const auto scheme = std::find_if(naming_schemes().begin(), naming_schemes().end(),
                                    [&](const Names& s) { return tensors.count(s.embedding) > 0; });
   if (scheme == naming_schemes().end()) {
@@ -76,4 +76,4 @@ uint64_t TargetHead::bytes() const {
   return bytes_of(embedding_) + (tied() ? 0 : bytes_of(lm_head_)) + bytes_of(final_norm_);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -15,7 +15,7 @@
 
 #include "target/hf_config.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 class TargetHead {
  public:
@@ -68,4 +68,4 @@ class TargetHead {
   torch::Tensor final_norm_;
 };
 
-}  // namespace dflow::model
+}  // namespace dflow::target

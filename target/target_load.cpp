@@ -9,7 +9,7 @@
 #include "target/target.hpp"
 #include "target/target_load_families.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 std::vector<int64_t> feature_layer_ids(int64_t num_target_layers, int64_t num_features) {
   if (num_target_layers < 1 || num_features < 1) {
@@ -74,7 +74,7 @@ TargetModel TargetModel::load(const std::filesystem::path& dir, torch::Device de
   const nlohmann::json raw_config = read_json_file(dir / "config.json");
   const nlohmann::json quantization = raw_config.value("quantization_config", nlohmann::json());
   const bool fp8 = quantization.is_object() && quantization.value("quant_method", std::string()) == "fp8";
-  TensorMap tensors = load_checkpoint_dir(dir, /*with_float8=*/fp8);
+  formats::TensorMap tensors = formats::load_checkpoint_dir(dir, /*with_float8=*/fp8);
   const int64_t fp8_weights = fp8 ? count_fp8_weights(tensors) : 0;
   WeightSource source(std::move(tensors), dir, device, dtype);
   if (fp8) source.dequantize_fp8(fp8_block_size(quantization, dir));
@@ -151,4 +151,4 @@ TargetHead TargetModel::head() const {
   return TargetHead(runnable_head_config(config_), embed_tokens_, lm_head_, final_norm_);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -16,13 +16,13 @@
 #include "target/moe.hpp"
 #include "formats/safetensors.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 // Tensors by name, each checked for presence and for the shape config.json
 // implies, converted to the target's device and dtype on the way out.
 class WeightSource {
  public:
-  WeightSource(TensorMap tensors, std::filesystem::path dir, torch::Device device, torch::Dtype dtype)
+  WeightSource(formats::TensorMap tensors, std::filesystem::path dir, torch::Device device, torch::Dtype dtype)
       : tensors_(std::move(tensors)), dir_(std::move(dir)), device_(device), dtype_(dtype) {}
 
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
@@ -81,7 +81,7 @@ class WeightSource {
   }
 
  private:
-  TensorMap tensors_;
+  formats::TensorMap tensors_;
   std::filesystem::path dir_;
   torch::Device device_;
   torch::Dtype dtype_;
@@ -105,4 +105,4 @@ void check_layer_kind(const WeightSource& source, const HFConfig& config, int64_
 // The router and activation config.moe describes (default options when dense).
 ExpertOptions expert_options(const HFConfig& config);
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -14,7 +14,7 @@
 #include "target/mxfp4.hpp"
 #include "target/target_load_families.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace {
 
@@ -78,4 +78,4 @@ ExpertWeights load_gpt_oss_experts(const WeightSource& source, const std::string
   return w;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -3,7 +3,7 @@
 
 #include "target/target_load_families.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 ExpertOptions expert_options(const HFConfig& config) {
   ExpertOptions options;
@@ -19,4 +19,4 @@ ExpertOptions expert_options(const HFConfig& config) {
   return options;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

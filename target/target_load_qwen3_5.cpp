@@ -6,7 +6,7 @@
 
 #include "target/target_load_families.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 LinearAttentionWeights load_linear_attention(const WeightSource& source, const std::string& prefix,
                                              const HFConfig& config) {
@@ -38,4 +38,4 @@ void check_layer_kind(const WeightSource& source, const HFConfig& config, int64_
                            "with these weights");
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -9,7 +9,7 @@
 
 #include "target/target_load_families.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 ExpertWeights load_qwen3_moe_experts(const WeightSource& source, const std::string& prefix, const HFConfig& config) {
   const int64_t experts = config.moe.num_experts;
@@ -51,4 +51,4 @@ ExpertWeights load_qwen3_moe_experts(const WeightSource& source, const std::stri
   return w;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -10,7 +10,7 @@
 #include "formats/safetensors.hpp"
 #include "target/gated_deltanet.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace fs = std::filesystem;
 
@@ -57,11 +57,12 @@ int64_t target_resident_bytes(const HFConfig& c, int64_t element_bytes, bool lm_
 bool checkpoint_stores_lm_head(const fs::path& dir) {
   const std::string name = "lm_head.weight";
   const fs::path index = dir / "model.safetensors.index.json";
-  if (fs::exists(index)) return read_checkpoint_index(dir, index).count(name) != 0;
-  if (fs::exists(dir / "model.safetensors")) return SafetensorsFile(dir / "model.safetensors").contains(name);
+  if (fs::exists(index)) return formats::read_checkpoint_index(dir, index).count(name) != 0;
+  if (fs::exists(dir / "model.safetensors")) return formats::SafetensorsFile(dir / "model.safetensors").contains(name);
   if (!fs::is_directory(dir)) return false;
   for (const auto& entry : fs::directory_iterator(dir))
-    if (entry.path().extension() == ".safetensors" && SafetensorsFile(entry.path()).contains(name)) return true;
+    if (entry.path().extension() == ".safetensors" && formats::SafetensorsFile(entry.path()).contains(name))
+      return true;
   return false;
 }
 
@@ -306,4 +307,4 @@ int64_t target_cache_bytes(const HFConfig& c, int64_t element_bytes, int64_t cap
   return bytes;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -14,7 +14,7 @@
 
 #include "target/hf_config.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 // The bytes of the text model's tensors as TargetModel::load keeps them in a
 // dtype of `element_bytes` (2: bfloat16/float16, 4: float32, 8: float64):
@@ -66,4 +66,4 @@ TargetForwardMemory estimate_target_forward(const HFConfig& config, const Target
 // kept for rolling back a rejected draft).
 int64_t target_cache_bytes(const HFConfig& config, int64_t element_bytes, int64_t capacity);
 
-}  // namespace dflow::model
+}  // namespace dflow::target

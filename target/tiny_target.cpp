@@ -9,7 +9,7 @@
 #include "formats/safetensors_sharded.hpp"
 #include "target/tiny_target_parts.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 HFConfig make_tiny_target(const TinyTargetOptions& o) {
   if (o.out_dir.empty()) throw std::invalid_argument("make_tiny_target: out_dir is empty");
@@ -20,7 +20,7 @@ HFConfig make_tiny_target(const TinyTargetOptions& o) {
   torch::NoGradGuard no_grad;
   std::filesystem::create_directories(o.out_dir);
   if (o.max_shard_bytes > 0) {  // written as drawn: the presets' tens of GB never sit in memory at once
-    ShardedSafetensorsWriter writer(o.out_dir, o.max_shard_bytes);
+    formats::ShardedSafetensorsWriter writer(o.out_dir, o.max_shard_bytes);
     const TensorSink add = [&](std::string name, torch::Tensor tensor) { writer.add(std::move(name), std::move(tensor)); };
     if (o.pattern == "echo") {
       for (auto& [name, tensor] : echo_tiny_weights(o, config)) add(name, tensor);
@@ -32,10 +32,10 @@ HFConfig make_tiny_target(const TinyTargetOptions& o) {
     NamedTensorList tensors;
     if (o.pattern == "echo") tensors = echo_tiny_weights(o, config);
     else random_tiny_weights(o, config, [&](std::string name, torch::Tensor t) { tensors.emplace_back(std::move(name), std::move(t)); });
-    write_safetensors(o.out_dir / "model.safetensors", tensors, {{"format", "pt"}});
+    formats::write_safetensors(o.out_dir / "model.safetensors", tensors, {{"format", "pt"}});
   }
-  write_json_atomically(o.out_dir / "config.json", config_json);
+  formats::write_json_atomically(o.out_dir / "config.json", config_json);
   return config;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -17,7 +17,7 @@
 
 #include "target/hf_config.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 struct TinyTargetOptions {
   std::filesystem::path out_dir;
@@ -150,4 +150,4 @@ using TensorSink = std::function<void(std::string name, torch::Tensor tensor)>;
 void random_tiny_weights(const TinyTargetOptions& options, const HFConfig& config, const TensorSink& add);
 NamedTensorList echo_tiny_weights(const TinyTargetOptions& options, const HFConfig& config);
 
-}  // namespace dflow::model
+}  // namespace dflow::target

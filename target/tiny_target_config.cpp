@@ -8,7 +8,7 @@
 
 #include "target/tiny_target_parts.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace tiny {
 
@@ -287,4 +287,4 @@ TinyTargetOptions preset_target_options(const std::string& preset, TinyTargetOpt
   return o;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

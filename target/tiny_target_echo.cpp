@@ -30,7 +30,7 @@
 
 #include "target/tiny_target_parts.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 NamedTensorList echo_tiny_weights(const TinyTargetOptions& o, const HFConfig& /*config*/) {
   const int64_t hidden = o.hidden_size, head_dim = tiny::head_dim_of(o), half = head_dim / 2;
@@ -140,4 +140,4 @@ NamedTensorList echo_tiny_weights(const TinyTargetOptions& o, const HFConfig& /*
   return tensors;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

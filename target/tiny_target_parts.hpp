@@ -16,7 +16,7 @@
 
 #include "target/tiny_target.hpp"
 
-namespace dflow::model::tiny {
+namespace dflow::target::tiny {
 
 int64_t head_dim_of(const TinyTargetOptions& o);
 double rope_theta_of(const TinyTargetOptions& o);
@@ -69,4 +69,4 @@ void add_qwen3_5_layers(const TinyTargetOptions& o, const std::string& prefix, c
 // blocks [E, out, in / 32, 16] and scales [E, out, in / 32], both uint8.
 std::pair<torch::Tensor, torch::Tensor> mxfp4_quantize(const torch::Tensor& weight);
 
-}  // namespace dflow::model::tiny
+}  // namespace dflow::target::tiny

@@ -11,7 +11,7 @@
 
 #include "target/tiny_target_parts.hpp"
 
-namespace dflow::model::tiny {
+namespace dflow::target::tiny {
 
 namespace {
 
@@ -208,4 +208,4 @@ void add_qwen3_5_layers(const TinyTargetOptions& o, const std::string& prefix, c
   }
 }
 
-}  // namespace dflow::model::tiny
+}  // namespace dflow::target::tiny

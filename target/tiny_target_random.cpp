@@ -10,7 +10,7 @@
 
 #include "target/tiny_target_parts.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 namespace tiny {
 
@@ -172,4 +172,4 @@ void random_tiny_weights(const TinyTargetOptions& o, const HFConfig& /*config*/,
   add("lm_head.weight", head);
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

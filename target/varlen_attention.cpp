@@ -6,7 +6,7 @@
 
 #include "config/log.hpp"
 
-namespace dflow::model {
+namespace dflow::target {
 
 std::string try_varlen_kernel(torch::Device device, torch::Dtype dtype, int64_t head_dim) {
   try {
@@ -49,4 +49,4 @@ bool use_varlen_attention(torch::Device device, torch::Dtype dtype, int64_t head
   return decision.use;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::target

@@ -10,7 +10,7 @@
 #include <functional>
 #include <string>
 
-namespace dflow::model {
+namespace dflow::target {
 
 struct VarlenDecision {
   bool use = false;
@@ -30,4 +30,4 @@ VarlenDecision decide_varlen_attention(torch::Device device, torch::Dtype dtype,
 // head_dim; a refusal on CUDA is logged once, with the kernel's reason.
 bool use_varlen_attention(torch::Device device, torch::Dtype dtype, int64_t head_dim);
 
-}  // namespace dflow::model
+}  // namespace dflow::target

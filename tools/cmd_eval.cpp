@@ -132,9 +132,9 @@ void add_eval_command(CLI::App& app, Action& action) {
       const auto record = train::read_trained_against(drafter_path);
       check_trained_against(record, drafter_path, target_dir, allow_other_target, "eval");
       check_prompt_template(record, prompts);
-      auto target = model::TargetModel::load(target_dir, torch::kCPU, torch::kFloat32,
+      auto target = target::TargetModel::load(target_dir, torch::kCPU, torch::kFloat32,
                                              target_load_options(mxfp4_experts));
-      auto draft = model::load_pretrained(drafter_path);
+      auto draft = drafter::load_pretrained(drafter_path);
       draft->to(torch::kFloat32);
       auto report = train::evaluate_drafter(*draft, target, prompt_ids, options);
       std::cout << report.summary() << std::endl;
@@ -151,9 +151,9 @@ namespace {
 // that wrote the checkpoint trained against (its resolved config's
 // model.target.path). Read from --target, else from the verifier itself when
 // it is a local directory.
-model::SpeculatorsVerifier find_verifier(const fs::path& drafter, const std::string& verifier,
+drafter::SpeculatorsVerifier find_verifier(const fs::path& drafter, const std::string& verifier,
                                          const std::string& target) {
-  model::SpeculatorsVerifier found;
+  drafter::SpeculatorsVerifier found;
   found.name_or_path = verifier;
   // A checkpoint's drafter (step-N/drafter) sits beside its run's config;
   // an exported drafter directory records no run.
@@ -182,9 +182,9 @@ model::SpeculatorsVerifier find_verifier(const fs::path& drafter, const std::str
 void record_trained_against(const std::optional<train::TrainedAgainst>& record, const fs::path& out) {
   if (!record) return;
   train::write_trained_against(out, *record);
-  nlohmann::json config = model::read_json_file(out / "config.json");
+  nlohmann::json config = target::read_json_file(out / "config.json");
   config[train::kTrainedAgainstConfigKey] = record->to_json();
-  model::write_json_atomically(out / "config.json", config);
+  formats::write_json_atomically(out / "config.json", config);
 }
 
 // float16's largest finite value: a weight beyond it is inf once cast.
@@ -192,7 +192,7 @@ constexpr double kFloat16Max = 65504.0;
 
 // A weight beyond float16's range is refused, naming the tensor (a drafter
 // served with inf weights drafts nothing a target accepts).
-void check_float16_weights(model::DFlashDrafterImpl& drafter) {
+void check_float16_weights(drafter::DFlashDrafterImpl& drafter) {
   torch::NoGradGuard no_grad;
   for (const auto& item : drafter.named_parameters(/*recurse=*/true)) {
     const double most = item.value().abs().max().item<double>();
@@ -204,7 +204,7 @@ void check_float16_weights(model::DFlashDrafterImpl& drafter) {
 }
 
 // Casts the drafter for export (as-trained: left as it is).
-void cast_for_export(model::DFlashDrafterImpl& drafter, const std::string& dtype) {
+void cast_for_export(drafter::DFlashDrafterImpl& drafter, const std::string& dtype) {
   if (dtype == "as-trained") return;
   drafter.to(dtype == "float16" ? torch::kFloat16 : dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
 }
@@ -230,7 +230,7 @@ constexpr int64_t kRangeNewTokens = 32;
 // under an ActivationProbe, and any point beyond the range is refused,
 // naming it. The prompts are --prompts, else the run's eval.prompts; the
 // target --target, else the run's model.target.path.
-void check_float16_activations(model::DFlashDrafterImpl& drafter, const fs::path& drafter_path,
+void check_float16_activations(drafter::DFlashDrafterImpl& drafter, const fs::path& drafter_path,
                                const std::optional<train::TrainedAgainst>& record, const std::string& prompts_arg,
                                const std::string& target_arg, bool allow_other_target) {
   const auto run = run_config_of(drafter_path);
@@ -252,13 +252,13 @@ void check_float16_activations(model::DFlashDrafterImpl& drafter, const fs::path
                                      : "the target '" + target_dir.string() + "' is not a directory");
   check_trained_against(record, drafter_path, target_dir, allow_other_target, "export");
   const auto prompt_ids = train::read_prompts(prompts);
-  auto target = model::TargetModel::load(target_dir, torch::kCPU, torch::kFloat32,
+  auto target = target::TargetModel::load(target_dir, torch::kCPU, torch::kFloat32,
                                          target_load_options(config::TargetConfig{}.mxfp4_experts));
   train::EvalOptions options;
   options.max_prompts = kRangePrompts;
   options.max_new_tokens = kRangeNewTokens;
   options.compare_with_target = false;
-  model::ActivationProbe probe;
+  drafter::ActivationProbe probe;
   (void)train::evaluate_drafter(drafter, target, prompt_ids, options);
   std::string worst;
   double most = -1;
@@ -321,8 +321,8 @@ void add_export_command(CLI::App& app, Action& action) {
       throw CLI::ValidationError("--prompts", "needs --dtype float16");
     action = [] {
       const fs::path dir = drafter_dir(checkpoint);
-      auto draft = model::load_pretrained(dir);  // verifies names and shapes
-      const model::DrafterKind& kind = model::drafter_kind(draft->spec().kind);
+      auto draft = drafter::load_pretrained(dir);  // verifies names and shapes
+      const drafter::DrafterKind& kind = drafter::drafter_kind(draft->spec().kind);
       // A format that cannot carry what the drafter's kind adds (z-lab's
       // layout has only the backbone: a DFlash server would draft without
       // the rest, accepting less than dflow eval reported) is refused (a
@@ -339,13 +339,13 @@ void add_export_command(CLI::App& app, Action& action) {
       if (format == "speculators") {
         const auto found = find_verifier(dir, verifier, target);
         check_trained_against(record, dir, found.local_dir, allow_other_target, "export");
-        model::save_speculators_pretrained(*draft, found, out);
+        drafter::save_speculators_pretrained(*draft, found, out);
         record_trained_against(record, out);
         std::cout << "exported drafter to " << out << " (speculators format, "
                   << kind.speculators_names().model_type << ", verifier " << found.name_or_path << ")\n";
         return 0;
       }
-      model::save_pretrained(*draft, out);
+      drafter::save_pretrained(*draft, out);
       record_trained_against(record, out);
       std::cout << "exported drafter to " << out << "\n";
       // vLLM's DFlash method collects each target layer once, in layer order
@@ -366,7 +366,7 @@ void add_export_command(CLI::App& app, Action& action) {
 
 namespace {
 
-int regenerate_conversations_impl(const model::TargetModel& target, const std::string& target_dir,
+int regenerate_conversations_impl(const target::TargetModel& target, const std::string& target_dir,
                                   train::ChatRegenerateOptions chat_options) {
   const auto tokenizer = text::Tokenizer::load(target_dir);
   chat_options.progress = &std::cerr;
@@ -476,7 +476,7 @@ void add_regenerate_command(CLI::App& app, Action& action) {
         throw ConfigError(std::string("--device ") + device + ": " + e.what());
       }
       auto target =
-          model::TargetModel::load(target_dir, target_device, target_dtype, target_load_options(mxfp4_experts));
+          target::TargetModel::load(target_dir, target_device, target_dtype, target_load_options(mxfp4_experts));
       if (features.enabled()) {
         try {
           features.layer_ids = train::regenerate_feature_layers(target.config(), num_target_features, target_layer_ids);

@@ -73,7 +73,7 @@ std::string gib(double bytes) {
   return text;
 }
 
-model::HeadConfig read_target(const fs::path& dir) {
+target::HeadConfig read_target(const fs::path& dir) {
   if (!fs::is_directory(dir))
     throw ConfigError("CHECKPOINT_DIR " + dir.string() + (fs::exists(dir) ? " is not a directory" : " does not exist") +
                       ": to write a config for a target, give its Hugging Face checkpoint directory: dflow init "
@@ -82,9 +82,9 @@ model::HeadConfig read_target(const fs::path& dir) {
     throw ConfigError((dir / "config.json").string() +
                       " does not exist: to write a config for a target, give the Hugging Face checkpoint directory "
                       "that holds its config.json: dflow init /models/Qwen3-8B");
-  model::HeadConfig head;
+  target::HeadConfig head;
   try {
-    head = model::load_head_config(dir);
+    head = target::load_head_config(dir);
   } catch (const std::runtime_error& e) {
     throw ConfigError(e.what());  // names the file and the key
   }
@@ -98,7 +98,7 @@ model::HeadConfig read_target(const fs::path& dir) {
 
 // The mask token: the checkpoint's own, else the tokenizer's <|MASK|>, else
 // the first embedding row past the tokenizer's tokens (Qwen3: 151669).
-Choice mask_token(const fs::path& dir, const model::HeadConfig& head) {
+Choice mask_token(const fs::path& dir, const target::HeadConfig& head) {
   const std::string key = "model.drafter.mask_token_id";
   if (head.mask_token_id)
     return {key, std::to_string(*head.mask_token_id), "config.json names it (dflow_mask_token_id or dflash_config)"};
@@ -134,7 +134,7 @@ bool user_sets(const std::vector<std::string>& overrides, const std::string& key
 
 // The drafter's feature layers: the user's --set, else z-lab's rule for the
 // draft layers, one feature each, as make_drafter_spec applies it.
-std::vector<int64_t> feature_layers(const InitOptions& o, const model::HeadConfig& head,
+std::vector<int64_t> feature_layers(const InitOptions& o, const target::HeadConfig& head,
                                     const std::vector<std::string>& overrides) {
   const std::string key = "model.drafter.target_layer_ids";
   if (const std::string set = user_value(overrides, key); !set.empty()) {
@@ -144,7 +144,7 @@ std::vector<int64_t> feature_layers(const InitOptions& o, const model::HeadConfi
       throw ConfigError("--set " + key + "=" + set + ": expected a list of layer ids, such as [1, 9, 17]");
     }
   }
-  return model::distinct_feature_layer_ids(head.num_hidden_layers, o.draft_layers);
+  return target::distinct_feature_layer_ids(head.num_hidden_layers, o.draft_layers);
 }
 
 config::Config resolve(const std::vector<Choice>& choices, const std::vector<std::string>& user) {
@@ -157,9 +157,9 @@ config::Config resolve(const std::vector<Choice>& choices, const std::vector<std
 }
 
 // The drafter as a run would build it from `config` (run_context.cpp's load_models).
-model::DrafterSpec drafter_of(const config::Config& config, const model::HeadConfig& head) {
+drafter::DrafterSpec drafter_of(const config::Config& config, const target::HeadConfig& head) {
   std::string teacher;
-  model::DrafterOptions o;
+  drafter::DrafterOptions o;
   o.num_layers = config.model.drafter.num_layers;
   o.block_size = config.model.drafter.block_size;
   o.num_target_features = config.model.drafter.num_target_features;
@@ -172,7 +172,7 @@ model::DrafterSpec drafter_of(const config::Config& config, const model::HeadCon
   const nodes::DrafterKindChoice kind = nodes::drafter_kind_choice(config, nodes::default_registry(), &teacher);
   o.kind = kind.kind;
   o.kind_fields = kind.fields;
-  return model::make_drafter_spec(head, o);
+  return drafter::make_drafter_spec(head, o);
 }
 
 // Bytes of the safetensors files in `dir` (a multimodal wrapper's include its vision tower).
@@ -196,7 +196,7 @@ Memory device_memory(const InitOptions& o) {
 }
 
 std::string layer_rule(int64_t target_layers, const std::vector<int64_t>& ids) {
-  const auto formula = model::feature_layer_ids(target_layers, static_cast<int64_t>(ids.size()));
+  const auto formula = target::feature_layer_ids(target_layers, static_cast<int64_t>(ids.size()));
   std::string why = "z-lab's rule for " + std::to_string(target_layers) + " target layers and " +
                     std::to_string(ids.size()) + " features (one per draft layer): round(1 + i * (L - 4) / (n - 1))";
   if (formula != ids)
@@ -213,7 +213,7 @@ std::string recommended_drafter_kind() {
   return "dflash";
 }
 
-std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, const model::HeadConfig& head,
+std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, const target::HeadConfig& head,
                                    const std::vector<int64_t>& layer_ids, bool engine) {
   const bool gpu = o.device == "cuda";
   const std::string dtype = gpu ? "bfloat16" : "float32";
@@ -304,7 +304,7 @@ std::vector<Choice> recipe_choices(const InitOptions& o, const fs::path& dir, co
   return c;
 }
 
-std::string describe_target(const model::HeadConfig& h) {
+std::string describe_target(const target::HeadConfig& h) {
   std::ostringstream s;
   s << h.architecture << ", " << h.num_hidden_layers << " layers; the drafter copies its shape: hidden " << h.hidden_size
     << ", " << h.num_attention_heads << " heads (" << h.num_key_value_heads << " key/value), head dim " << h.head_dim
@@ -374,8 +374,8 @@ int run_init(const InitOptions& o, const Common& common) {
   const auto target_element_bytes =
       static_cast<int64_t>(c10::elementSize(train::parse_dtype(config.model.target.dtype)));
   const double target_bytes =
-      target_beside ? static_cast<double>(model::target_resident_bytes(
-                          head, target_element_bytes, model::checkpoint_stores_lm_head(dir),
+      target_beside ? static_cast<double>(target::target_resident_bytes(
+                          head, target_element_bytes, target::checkpoint_stores_lm_head(dir),
                           /*mxfp4_dequantized=*/config.model.target.mxfp4_experts == "dequantize"))
                     : 0;
   const auto dtype = train::parse_dtype(config.model.drafter.dtype);
@@ -385,7 +385,7 @@ int run_init(const InitOptions& o, const Common& common) {
   const auto check = [&] {
     std::string teacher;
     const auto choice = nodes::drafter_kind_choice(config, nodes::default_registry(), &teacher);
-    const model::DrafterSpec spec = drafter_of(config, head);
+    const drafter::DrafterSpec spec = drafter_of(config, head);
     nodes::BesideTheStep beside =
         nodes::beside_the_step(config, nodes::default_registry(), spec, dtype, !teacher.empty(), /*rank=*/0);
     if (target_beside) {

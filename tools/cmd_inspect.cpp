@@ -70,7 +70,7 @@ void add_inspect_command(CLI::App& app, Action& action) {
         const auto record = train::read_trained_against(dir);
         print_trained_against(record ? record->to_json() : nlohmann::json(), dir / train::kTrainedAgainstFile);
         std::map<std::string, torch::Tensor> tensors;
-        for (auto& [name, t] : model::SafetensorsFile(dir / "model.safetensors").all_tensors()) tensors[name] = t;
+        for (auto& [name, t] : formats::SafetensorsFile(dir / "model.safetensors").all_tensors()) tensors[name] = t;
         const int bad = list_tensors("weights", tensors);
         std::cout << (bad ? std::to_string(bad) + " tensor(s) hold NaN or Inf\n" : "all tensors finite\n");
         return bad ? 1 : 0;

@@ -93,7 +93,7 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
                                  "write a target model in Hugging Face layout (Qwen3, Qwen3-MoE, gpt-oss, or the "
                                  "text model of a Qwen3.5/3.6 wrapper, dense or MoE): tiny (tests, demo) or, with "
                                  "--preset, random weights in a real model's shapes");
-  static model::TinyTargetOptions options;
+  static target::TinyTargetOptions options;
   static std::string preset, dtype = "float32";
   static int64_t max_shard_mib = 0;
   sub->add_option("--out", options.out_dir, "output directory")->required();
@@ -102,13 +102,13 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
                       "qwen3-0.6b | qwen3-8b | qwen3-30b-a3b | gpt-oss-20b | qwen3.5-35b-a3b: the real shapes and "
                       "vocabulary (qwen3.5-35b-a3b: its text model), random weights, bfloat16, sharded with "
                       "model.safetensors.index.json")
-          ->check(CLI::IsMember(model::target_presets()));
+          ->check(CLI::IsMember(target::target_presets()));
   for (auto* shape_option :
        {sub->add_option("--arch", options.arch,
                         "qwen3 (Qwen3ForCausalLM) | qwen3_moe (Qwen3MoeForCausalLM) | gpt_oss (GptOssForCausalLM) | "
                         "qwen3_5 (Qwen3_5ForConditionalGeneration) | qwen3_5_moe (Qwen3_5MoeForConditionalGeneration): "
                         "the Qwen3.5 wrappers' text model, no vision tower, random pattern only")
-            ->check(CLI::IsMember(model::tiny_target_architectures()))
+            ->check(CLI::IsMember(target::tiny_target_architectures()))
             ->capture_default_str(),
         sub->add_option("--layers", options.num_layers)->capture_default_str(),
         sub->add_option("--hidden-size", options.hidden_size)->capture_default_str(),
@@ -196,7 +196,7 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
     options.generate_on = device == "cuda" ? torch::Device("cuda:0") : torch::Device(torch::kCPU);
     if (!preset.empty()) {
       const bool mxfp4 = options.mxfp4;  // the one architecture option a preset takes (gpt-oss-20b as published)
-      options = model::preset_target_options(preset, options);
+      options = target::preset_target_options(preset, options);
       options.mxfp4 = mxfp4;
     }
     if (preset_layers > 0) options.num_layers = std::min(options.num_layers, preset_layers);
@@ -204,7 +204,7 @@ void add_make_tiny_target_command(CLI::App& app, Action& action) {
     if (preset.empty() || shard_option->count() > 0) options.max_shard_bytes = max_shard_mib << 20;
     action = [] {
       torch::set_num_threads(threads);
-      auto config = model::make_tiny_target(options);
+      auto config = target::make_tiny_target(options);
       std::cout << "wrote " << options.out_dir.string() << ": " << (config.architectures.empty() ? config.model_type : config.architectures.front()) << ", "
                 << config.num_hidden_layers << " layers, hidden " << config.hidden_size;
       if (config.moe.num_experts > 0)

@@ -18,8 +18,8 @@ inline void add_mxfp4_experts_option(CLI::App& sub, std::string& mode) {
       ->capture_default_str();
 }
 
-inline model::TargetLoadOptions target_load_options(const std::string& mxfp4_experts) {
-  return {model::parse_mxfp4_experts(mxfp4_experts)};
+inline target::TargetLoadOptions target_load_options(const std::string& mxfp4_experts) {
+  return {target::parse_mxfp4_experts(mxfp4_experts)};
 }
 
 }  // namespace dflow::cli

@@ -51,7 +51,7 @@ void AdamW::step(double lr) {
     torch::Tensor weights = s.master.defined() ? s.master : s.param;
     torch::Tensor grad = s.param.grad().to(torch::kFloat32);
     // The drafter kind's factor for this parameter (drafter/learning_rate_scale.hpp).
-    const double slot_lr = lr * model::learning_rate_scale(s.name, s.param);
+    const double slot_lr = lr * drafter::learning_rate_scale(s.name, s.param);
     if (options_.weight_decay > 0) weights.mul_(1.0 - slot_lr * options_.weight_decay);
     s.exp_avg.mul_(options_.beta1).add_(grad, 1.0 - options_.beta1);
     s.exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1.0 - options_.beta2);

@@ -134,10 +134,10 @@ fs::path write_checkpoint_files(const fs::path& checkpoints_dir, const fs::path&
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir / "drafter");
 
-  model::write_safetensors(tmp_dir / "drafter" / "model.safetensors", state.drafter_tensors, {{"format", "pt"}});
+  formats::write_safetensors(tmp_dir / "drafter" / "model.safetensors", state.drafter_tensors, {{"format", "pt"}});
   write_text(tmp_dir / "drafter" / "config.json", state.drafter_config.dump(2));
   if (mid_write) mid_write();
-  model::write_safetensors(tmp_dir / "optimizer.safetensors", state.optimizer_tensors);
+  formats::write_safetensors(tmp_dir / "optimizer.safetensors", state.optimizer_tensors);
   std::vector<std::string> files{"drafter/model.safetensors", "drafter/config.json", "optimizer.safetensors",
                                  "state.json", "config.yaml"};
   if (state.trained_against.is_object()) {
@@ -145,7 +145,7 @@ fs::path write_checkpoint_files(const fs::path& checkpoints_dir, const fs::path&
     files.push_back(std::string("drafter/") + kTrainedAgainstFile);
   }
   if (!state.rollback_tensors.empty()) {
-    model::write_safetensors(tmp_dir / kRollbackFile, state.rollback_tensors);
+    formats::write_safetensors(tmp_dir / kRollbackFile, state.rollback_tensors);
     files.push_back(kRollbackFile);
   }
   nlohmann::json run = state.run_state;
@@ -294,18 +294,19 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir) {
   out.optimizer_steps = out.run_state.at("optimizer_steps").get<int64_t>();
   out.config_yaml = read_file(dir / "config.yaml");
   out.drafter_config = nlohmann::json::parse(read_file(dir / "drafter" / "config.json"));
-  auto clone_all = [](const model::TensorMap& mapped) {
+  auto clone_all = [](const formats::TensorMap& mapped) {
     std::map<std::string, torch::Tensor> owned;
     for (const auto& [k, v] : mapped) owned[k] = v.clone();  // detach from the file mapping
     return owned;
   };
-  out.drafter_tensors = clone_all(model::SafetensorsFile(dir / "drafter" / "model.safetensors").all_tensors());
-  out.optimizer_tensors = clone_all(model::SafetensorsFile(dir / "optimizer.safetensors").all_tensors());
+  out.drafter_tensors = clone_all(formats::SafetensorsFile(dir / "drafter" / "model.safetensors").all_tensors());
+  out.optimizer_tensors = clone_all(formats::SafetensorsFile(dir / "optimizer.safetensors").all_tensors());
   for (const auto& file : manifest.files)
     if (file.name == std::string("drafter/") + kTrainedAgainstFile)
       out.trained_against = nlohmann::json::parse(read_file(dir / file.name));
   for (const auto& file : manifest.files)
-    if (file.name == kRollbackFile) out.rollback_tensors = clone_all(model::SafetensorsFile(dir / kRollbackFile).all_tensors());
+    if (file.name == kRollbackFile)
+      out.rollback_tensors = clone_all(formats::SafetensorsFile(dir / kRollbackFile).all_tensors());
   return out;
 }
 

@@ -44,12 +44,12 @@ void write_heldout_prompts(const fs::path& path, const std::vector<std::vector<i
 
 void make_demo_target(const fs::path& dir, uint64_t seed, const std::string& arch) {
   log::info("demo", log::str("creating a tiny ", arch, " target (echo pattern) in ", dir.string()));
-  model::TinyTargetOptions tiny;
+  target::TinyTargetOptions tiny;
   tiny.out_dir = dir;
   tiny.seed = seed;
   tiny.arch = arch;
   tiny.pattern = "echo";
-  model::make_tiny_target(tiny);
+  target::make_tiny_target(tiny);
 }
 
 void ensure_demo_assets(const config::Config& config, const DemoDataOptions& options) {
@@ -59,7 +59,7 @@ void ensure_demo_assets(const config::Config& config, const DemoDataOptions& opt
   const fs::path heldout = config.eval.prompts;
   const bool need_data = !fs::exists(data_dir), need_heldout = !heldout.empty() && !fs::exists(heldout);
   if (!need_data && !need_heldout) return;
-  auto target = model::TargetModel::load(target_dir);
+  auto target = target::TargetModel::load(target_dir);
   int64_t vocab_limit = target.config().vocab_size - 2;  // keep eos and mask out of prompts
   auto prompts = synthetic_prompts(options.num_prompts, options.min_prompt_tokens, options.max_prompt_tokens,
                                    vocab_limit, config.run.seed);

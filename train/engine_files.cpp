@@ -26,7 +26,7 @@ namespace {
 
 struct HeaderRead {
   EngineFileState state = EngineFileState::missing;
-  model::SafetensorsHeader header;
+  formats::SafetensorsHeader header;
   uint64_t data_end_bytes = 0;  // from the file's start: where the last tensor ends
 };
 
@@ -53,7 +53,7 @@ HeaderRead read_header(const fs::path& path) {
   in.read(reinterpret_cast<char*>(head.data()) + 8, static_cast<std::streamsize>(header_bytes));
   if (!in) return out;
   try {
-    out.header = model::parse_safetensors_header(path, head.data(), std::numeric_limits<uint64_t>::max());
+    out.header = formats::parse_safetensors_header(path, head.data(), std::numeric_limits<uint64_t>::max());
   } catch (const std::runtime_error& e) {
     throw data::DataError(e.what());
   }
@@ -74,11 +74,11 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return text + "]";
 }
 
-using SafetensorsHeaderEntryRef = const model::SafetensorsHeaderEntry*;
+using SafetensorsHeaderEntryRef = const formats::SafetensorsHeaderEntry*;
 
 // hs-connectors' per-token scales of an FP8 file: float32 [L, 1, 1].
 SafetensorsHeaderEntryRef find_scales(const fs::path& path,
-                                      const std::map<std::string, model::SafetensorsHeaderEntry>& entries,
+                                      const std::map<std::string, formats::SafetensorsHeaderEntry>& entries,
                                       int64_t positions) {
   const auto at = entries.find("hidden_states_scales");
   if (at == entries.end())

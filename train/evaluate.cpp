@@ -64,7 +64,7 @@ std::vector<std::vector<int64_t>> read_prompts(const std::filesystem::path& json
   return prompts;
 }
 
-EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::TargetModel& target,
+EvalReport evaluate_drafter(drafter::DFlashDrafterImpl& drafter, const target::TargetModel& target,
                             const std::vector<std::vector<int64_t>>& prompts, const EvalOptions& options) {
   using clock = std::chrono::steady_clock;
   if (options.temperature < 0)
@@ -85,7 +85,7 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
     for (auto* v : {&verified, &predicted, &accepted}) v->assign(static_cast<size_t>(block), 0.0);
   int64_t target_tokens = 0, prompts_with_cycles = 0;
   double target_s = 0, tau_sum = 0;
-  model::SpeculativeOptions spec_options;
+  drafter::SpeculativeOptions spec_options;
   spec_options.max_new_tokens = options.max_new_tokens;
   spec_options.eos_token_ids = target.config().eos_token_ids;
   spec_options.temperature = options.temperature;
@@ -101,7 +101,7 @@ EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::Targ
       target_tokens += static_cast<int64_t>(reference.size());
     }
     auto t1 = clock::now();
-    auto spec = model::speculative_generate(drafter, target, prompt, spec_options);
+    auto spec = drafter::speculative_generate(drafter, target, prompt, spec_options);
     r.speculative_s += std::chrono::duration<double>(clock::now() - t1).count();
     r.generated_tokens += static_cast<int64_t>(spec.tokens.size());
     if (static_cast<int64_t>(r.outputs.size()) < options.keep_outputs) {

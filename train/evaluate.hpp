@@ -69,7 +69,7 @@ struct EvalReport {
 // With `lines`, also each prompt's line number in the file (for errors).
 std::vector<std::vector<int64_t>> read_prompts(const std::filesystem::path& jsonl, std::vector<int64_t>* lines = nullptr);
 
-EvalReport evaluate_drafter(model::DFlashDrafterImpl& drafter, const model::TargetModel& target,
+EvalReport evaluate_drafter(drafter::DFlashDrafterImpl& drafter, const target::TargetModel& target,
                             const std::vector<std::vector<int64_t>>& prompts, const EvalOptions& options);
 
 }  // namespace dflow::train

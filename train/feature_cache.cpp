@@ -63,7 +63,7 @@ std::string weights_fingerprint(const fs::path& target_dir) {
   return hex(h);
 }
 
-data::FeatureCacheManifest feature_manifest_for(const fs::path& target_dir, const model::HFConfig& config,
+data::FeatureCacheManifest feature_manifest_for(const fs::path& target_dir, const target::HFConfig& config,
                                                 torch::Dtype target_dtype, const std::vector<int64_t>& layer_ids) {
   data::FeatureCacheManifest m;
   m.target_config = file_hash(target_dir / "config.json");

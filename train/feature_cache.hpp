@@ -21,7 +21,7 @@ namespace dflow::train {
 // target directory (config.json, the safetensors headers and sampled
 // weight bytes, tokenizer.json) and the layers. Dataset fields are left to
 // the caller.
-data::FeatureCacheManifest feature_manifest_for(const std::filesystem::path& target_dir, const model::HFConfig& config,
+data::FeatureCacheManifest feature_manifest_for(const std::filesystem::path& target_dir, const target::HFConfig& config,
                                                 torch::Dtype target_dtype, const std::vector<int64_t>& layer_ids);
 
 // xxh64 over each *.safetensors file's name, size and header and 16 stripes

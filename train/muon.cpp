@@ -14,7 +14,7 @@ bool is_hidden_matrix(const std::string& name, const torch::Tensor& param) {
   // hidden matrix, DrafterKind::adamw_parameters).
   for (const char* not_hidden : {"embed", "lm_head"})
     if (name.find(not_hidden) != std::string::npos) return false;
-  for (const auto& not_hidden : model::adamw_parameter_fragments())
+  for (const auto& not_hidden : drafter::adamw_parameter_fragments())
     if (name.find(not_hidden) != std::string::npos) return false;
   return param.dim() == 2;
 }
@@ -89,7 +89,7 @@ void Muon::step(double lr) {
         newton_schulz_orthogonalise(options_.nesterov ? grad.lerp(s.momentum, options_.momentum) : s.momentum, options_);
     const double rows = static_cast<double>(s.param.size(0)), cols = static_cast<double>(s.param.size(1));
     // The drafter kind's factor for this parameter (drafter/learning_rate_scale.hpp).
-    const double slot_lr = muon_lr * model::learning_rate_scale(s.name, s.param);
+    const double slot_lr = muon_lr * drafter::learning_rate_scale(s.name, s.param);
     const double adjusted_lr = slot_lr * std::sqrt(std::max(1.0, rows / cols));
     weights.mul_(1.0 - slot_lr * options_.weight_decay);
     weights.add_(update, -adjusted_lr);

@@ -28,7 +28,7 @@ struct MuonOptions {
 
 // The parameters Muon updates: 2-D weights that are not an embedding or an
 // LM head (by name: "embed", "lm_head", and the fragments the drafter kinds
-// name: model::adamw_parameter_fragments).
+// name: drafter::adamw_parameter_fragments).
 bool is_hidden_matrix(const std::string& name, const torch::Tensor& param);
 
 class Muon final : public Optimizer {

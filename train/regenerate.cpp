@@ -15,7 +15,7 @@ namespace dflow::train {
 
 namespace {
 
-bool is_eos(const model::TargetModel& target, int64_t token) {
+bool is_eos(const target::TargetModel& target, int64_t token) {
   const auto& eos = target.config().eos_token_ids;
   return std::find(eos.begin(), eos.end(), token) != eos.end();
 }
@@ -27,7 +27,7 @@ bool is_eos(const model::TargetModel& target, int64_t token) {
 // target's dtype): the states each forward pass computed, plus one more step
 // that feeds the last tokens; row r's positions past P + out[r].size() are
 // the dropped tokens'.
-std::vector<std::vector<int64_t>> greedy_batch(const model::TargetModel& target,
+std::vector<std::vector<int64_t>> greedy_batch(const target::TargetModel& target,
                                                const std::vector<const std::vector<int64_t>*>& prompts,
                                                int64_t max_new_tokens, const std::vector<int64_t>& layer_ids,
                                                torch::Tensor& features) {
@@ -42,7 +42,7 @@ std::vector<std::vector<int64_t>> greedy_batch(const model::TargetModel& target,
   int64_t filled = 0;  // positions of `features` written
   // Each step's states go to the CPU at once (the step syncs for its tokens
   // anyway), leaving the device's memory to the KV cache.
-  auto keep = [&](const model::TargetOutput& step) {
+  auto keep = [&](const target::TargetOutput& step) {
     auto states = torch::cat(step.hidden_states, -1);  // [B, S, n * H]
     if (!features.defined())
       features = torch::empty({rows, prompt_length + max_new_tokens, states.size(2)}, states.options().device(torch::kCPU));
@@ -91,7 +91,7 @@ uint64_t projected_positions(const std::vector<std::vector<int64_t>>& prompts, i
 
 }  // namespace
 
-int64_t regenerate_jsonl(const model::TargetModel& target, const std::vector<std::vector<int64_t>>& prompts,
+int64_t regenerate_jsonl(const target::TargetModel& target, const std::vector<std::vector<int64_t>>& prompts,
                          const RegenerateOptions& options, const std::filesystem::path& out_jsonl) {
   if (out_jsonl.has_parent_path()) std::filesystem::create_directories(out_jsonl.parent_path());
   const auto tmp = out_jsonl.string() + ".tmp";

@@ -24,7 +24,7 @@ struct RegenerateOptions {
 
 // Returns the number of samples written (prompts whose response is empty are
 // skipped: only with max_new_tokens 0, which --features refuses).
-int64_t regenerate_jsonl(const model::TargetModel& target, const std::vector<std::vector<int64_t>>& prompts,
+int64_t regenerate_jsonl(const target::TargetModel& target, const std::vector<std::vector<int64_t>>& prompts,
                          const RegenerateOptions& options, const std::filesystem::path& out_jsonl);
 
 // Seeded synthetic prompts: `count` prompts with lengths drawn from

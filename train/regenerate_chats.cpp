@@ -108,7 +108,7 @@ EarlierLines earlier_lines(const data::FeatureCacheReader& cache, const std::fil
 // The lacking lines' records, from one forward pass over each line: the
 // states at every position of prompt + response, the positions its
 // generation computed.
-void compute_earlier_features(const model::TargetModel& target, FeatureCapture& capture,
+void compute_earlier_features(const target::TargetModel& target, FeatureCapture& capture,
                               const std::filesystem::path& out, const std::vector<int64_t>& lacking) {
   std::ifstream in(out, std::ios::binary);
   std::string line;
@@ -195,7 +195,7 @@ uint64_t projected_positions(const text::Tokenizer& tokenizer, const text::ChatT
 
 }  // namespace
 
-ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const text::Tokenizer& tokenizer,
+ChatRegenerateReport regenerate_chats(const target::TargetModel& target, const text::Tokenizer& tokenizer,
                                       const ChatRegenerateOptions& options) {
   const auto& chat_template = text::chat_template(options.chat_template);
   std::ifstream in(options.chats, std::ios::binary);

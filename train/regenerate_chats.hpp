@@ -49,7 +49,7 @@ struct ChatRegenerateReport {
   int64_t features_written = 0;  // lines of this run with their record (appended, or already there)
 };
 
-ChatRegenerateReport regenerate_chats(const model::TargetModel& target, const text::Tokenizer& tokenizer,
+ChatRegenerateReport regenerate_chats(const target::TargetModel& target, const text::Tokenizer& tokenizer,
                                       const ChatRegenerateOptions& options);
 
 }  // namespace dflow::train

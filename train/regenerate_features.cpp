@@ -11,19 +11,19 @@
 
 namespace dflow::train {
 
-std::vector<int64_t> regenerate_feature_layers(const model::HFConfig& target, int64_t num_target_features,
+std::vector<int64_t> regenerate_feature_layers(const target::HFConfig& target, int64_t num_target_features,
                                                const std::vector<int64_t>& target_layer_ids) {
-  model::DrafterOptions options;
+  drafter::DrafterOptions options;
   options.num_layers = config::DrafterConfig{}.num_layers;  // what num_target_features 0 falls back to in training
   options.num_target_features = num_target_features;
   options.target_layer_ids = target_layer_ids;
   // The layer choice does not depend on the mask token; a target without one
   // (a plain HF checkpoint) can still regenerate.
   options.mask_token_id = 0;
-  return model::make_drafter_spec(target, options).target_layer_ids;
+  return drafter::make_drafter_spec(target, options).target_layer_ids;
 }
 
-FeatureCapture::FeatureCapture(const model::TargetModel& target, FeatureCaptureOptions options)
+FeatureCapture::FeatureCapture(const target::TargetModel& target, FeatureCaptureOptions options)
     : options_(std::move(options)) {
   if (options_.layer_ids.empty()) throw ConfigError("regenerate --features: no feature layer ids");
   auto manifest = feature_manifest_for(options_.target_dir, target.config(), target.dtype(), options_.layer_ids);

@@ -29,17 +29,17 @@ struct FeatureCaptureOptions {
 };
 
 // The layers training reads with these drafter options, chosen as training
-// chooses them (model::make_drafter_spec): explicit ids when given, else
+// chooses them (drafter::make_drafter_spec): explicit ids when given, else
 // `num_target_features` ids by the DFlash formula (0: as many as the
 // config's default number of draft layers).
-std::vector<int64_t> regenerate_feature_layers(const model::HFConfig& target, int64_t num_target_features,
+std::vector<int64_t> regenerate_feature_layers(const target::HFConfig& target, int64_t num_target_features,
                                                const std::vector<int64_t>& target_layer_ids);
 
 // The cache a regenerate run writes: creates or checks its manifest (source
 // "regenerate") and appends records through one writer named "regen".
 class FeatureCapture {
  public:
-  FeatureCapture(const model::TargetModel& target, FeatureCaptureOptions options);
+  FeatureCapture(const target::TargetModel& target, FeatureCaptureOptions options);
 
   const std::vector<int64_t>& layer_ids() const { return options_.layer_ids; }
   uint64_t row_bytes() const { return row_bytes_; }

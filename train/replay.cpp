@@ -24,8 +24,8 @@ namespace {
 struct Replayer {
   const config::Config& config;
   const data::Dataset& dataset;
-  const model::TargetModel& target;
-  model::DFlashDrafter& drafter;
+  const target::TargetModel& target;
+  drafter::DFlashDrafter& drafter;
   torch::Device device;
 
   // The bucket a row of `length` tokens is padded to in training (its own
@@ -60,14 +60,14 @@ struct Replayer {
       features = target.context_features(input_ids.to(target.device()), drafter->spec().target_layer_ids)
                      .to(device, torch::kFloat32);
     }
-    model::AnchorSamplingOptions anchor_options;
+    drafter::AnchorSamplingOptions anchor_options;
     anchor_options.anchors_per_sequence = config.train.anchors_per_sequence;
     anchor_options.seed = config.run.seed;
-    auto anchors = model::sample_anchors(loss_mask, lengths, anchor_options);
-    model::ObjectiveOptions objective;
+    auto anchors = drafter::sample_anchors(loss_mask, lengths, anchor_options);
+    drafter::ObjectiveOptions objective;
     objective.loss_decay_gamma = config.train.loss_decay_gamma;
     drafter->zero_grad();
-    auto result = model::dflash_loss(*drafter, target, features, input_ids.to(device), loss_mask.to(device),
+    auto result = drafter::dflash_loss(*drafter, target, features, input_ids.to(device), loss_mask.to(device),
                                      lengths.to(device), anchors, objective);
     row.loss_weight = result.weight_sum;
     row.anchors = result.num_anchors;
@@ -97,10 +97,10 @@ ReplayReport replay_samples(const config::Config& config, const std::filesystem:
 
   auto ckpt = read_checkpoint(checkpoint_dir);
   const torch::Device device = resolve_device(config.devices.drafter);
-  auto target = model::TargetModel::load(config.model.target.path, device, parse_dtype(config.model.target.dtype),
-                                         {model::parse_mxfp4_experts(config.model.target.mxfp4_experts)});
-  auto spec = model::drafter_spec_from_config(ckpt.drafter_config, (ckpt.dir / "drafter").string());
-  model::DFlashDrafter drafter(spec, config.run.seed);
+  auto target = target::TargetModel::load(config.model.target.path, device, parse_dtype(config.model.target.dtype),
+                                         {target::parse_mxfp4_experts(config.model.target.mxfp4_experts)});
+  auto spec = drafter::drafter_spec_from_config(ckpt.drafter_config, (ckpt.dir / "drafter").string());
+  drafter::DFlashDrafter drafter(spec, config.run.seed);
   {
     torch::NoGradGuard no_grad;
     for (auto& item : drafter->named_parameters(true)) {

@@ -133,7 +133,7 @@ TargetIdentity TargetIdentity::from_json(const nlohmann::json& json, const std::
 TargetIdentity target_identity(const fs::path& target_dir) {
   TargetIdentity t;
   t.path = fs::absolute(target_dir).lexically_normal().string();
-  const nlohmann::json config = model::read_json_file(target_dir / "config.json");
+  const nlohmann::json config = target::read_json_file(target_dir / "config.json");
   t.config = identity_config(config);
   const nlohmann::json* dtype = field(config, "torch_dtype");
   if (!dtype) dtype = field(config, "dtype");
@@ -142,14 +142,14 @@ TargetIdentity target_identity(const fs::path& target_dir) {
   t.weights = weights_fingerprint(target_dir);
 
   std::vector<std::string> names;
-  for (const auto& scheme : model::TargetHead::naming_schemes()) {
+  for (const auto& scheme : target::TargetHead::naming_schemes()) {
     names.push_back(scheme.embedding);
     names.push_back(scheme.lm_head);
   }
   t.embedding = t.lm_head = "absent";
   try {
-    const model::TensorMap tensors = model::read_checkpoint_tensors(target_dir, names);
-    for (const auto& scheme : model::TargetHead::naming_schemes()) {
+    const formats::TensorMap tensors = formats::read_checkpoint_tensors(target_dir, names);
+    for (const auto& scheme : target::TargetHead::naming_schemes()) {
       const auto embedding = tensors.find(scheme.embedding);
       if (embedding == tensors.end()) continue;
       t.embedding = tensor_digest(embedding->second);
@@ -251,7 +251,7 @@ std::optional<TrainedAgainst> read_trained_against(const fs::path& dir) {
 }
 
 void write_trained_against(const fs::path& dir, const TrainedAgainst& record) {
-  model::write_json_atomically(dir / kTrainedAgainstFile, record.to_json());
+  formats::write_json_atomically(dir / kTrainedAgainstFile, record.to_json());
 }
 
 std::string TargetCheck::describe(const std::string& indent) const {

@@ -7,7 +7,7 @@
 
 #include "drafter/kind.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 std::vector<std::shared_ptr<const DrafterKind>> builtin_drafter_kinds();
 
@@ -17,4 +17,4 @@ std::shared_ptr<const DrafterKind> dspark_kind();
 std::shared_ptr<const DrafterKind> xpress_kind();
 std::shared_ptr<const DrafterKind> dspine_kind();
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

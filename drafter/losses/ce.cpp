@@ -1,7 +1,7 @@
 // ce: cross-entropy on the data's token (DFlash 2025).
 #include "drafter/losses/registry.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -30,4 +30,4 @@ class CrossEntropy final : public DraftLoss {
 
 std::shared_ptr<const DraftLoss> ce_loss() { return std::make_shared<CrossEntropy>(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -6,7 +6,7 @@
 
 #include "drafter/losses/registry.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -45,4 +45,4 @@ class JensenShannon final : public DraftLoss {
 
 std::shared_ptr<const DraftLoss> js_loss() { return std::make_shared<JensenShannon>(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

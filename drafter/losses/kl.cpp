@@ -3,7 +3,7 @@
 // at the temperature (speculators' kl_div_loss at temperature 1).
 #include "drafter/losses/registry.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -58,4 +58,4 @@ class KLDivergence final : public DraftLoss {
 
 std::shared_ptr<const DraftLoss> kl_loss() { return std::make_shared<KLDivergence>(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -11,7 +11,7 @@
 // speculators' loss configs use (its resolve_loss_config passes no eta).
 #include "drafter/losses/registry.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -61,4 +61,4 @@ class LKHybrid final : public DraftLoss {
 
 std::shared_ptr<const DraftLoss> lk_hybrid_loss() { return std::make_shared<LKHybrid>(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -6,7 +6,7 @@
 #include "drafter/losses/overlap.hpp"
 #include "drafter/losses/registry.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -41,4 +41,4 @@ class NegLogAcceptance final : public DraftLoss {
 
 std::shared_ptr<const DraftLoss> neg_log_acceptance_loss() { return std::make_shared<NegLogAcceptance>(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -1,6 +1,6 @@
 #include "drafter/losses/overlap.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 Overlap overlap(LossChunk& c, bool gradient) {
   Overlap out;
@@ -14,4 +14,4 @@ Overlap overlap(LossChunk& c, bool gradient) {
   return out;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

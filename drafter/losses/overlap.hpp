@@ -4,7 +4,7 @@
 // rate, and its gradient: what tv and neg_log_acceptance are built from.
 #include "drafter/loss.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 struct Overlap {
   torch::Tensor alpha;       // [c]
@@ -18,4 +18,4 @@ struct Overlap {
 // with them (speculators' convention).
 Overlap overlap(LossChunk& c, bool gradient);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -6,7 +6,7 @@
 
 #include "drafter/loss.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 std::vector<std::shared_ptr<const DraftLoss>> builtin_draft_losses();
 
@@ -18,4 +18,4 @@ std::shared_ptr<const DraftLoss> reverse_kl_loss();
 std::shared_ptr<const DraftLoss> neg_log_acceptance_loss();
 std::shared_ptr<const DraftLoss> lk_hybrid_loss();
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

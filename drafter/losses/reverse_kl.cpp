@@ -3,7 +3,7 @@
 // covers the target's mass (speculators' reverse_kl_div_loss).
 #include "drafter/losses/registry.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -39,4 +39,4 @@ class ReverseKL final : public DraftLoss {
 
 std::shared_ptr<const DraftLoss> reverse_kl_loss() { return std::make_shared<ReverseKL>(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

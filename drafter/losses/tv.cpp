@@ -4,7 +4,7 @@
 #include "drafter/losses/overlap.hpp"
 #include "drafter/losses/registry.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -32,4 +32,4 @@ class TotalVariation final : public DraftLoss {
 
 std::shared_ptr<const DraftLoss> tv_loss() { return std::make_shared<TotalVariation>(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -11,7 +11,9 @@
 
 #include "drafter/drafter.hpp"
 
-namespace dflow::model::testing {
+namespace dflow::target::testing {
+
+using namespace dflow::drafter;  // the drafter tests' helpers sit beside the target fixtures
 
 struct GradientPass {
   torch::Tensor out, feature_grad;
@@ -43,4 +45,4 @@ inline void check_same_pass(const GradientPass& a, const GradientPass& b, double
   }
 }
 
-}  // namespace dflow::model::testing
+}  // namespace dflow::target::testing

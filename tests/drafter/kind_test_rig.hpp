@@ -25,7 +25,9 @@
 #include "target/layers.hpp"
 #include "target/target.hpp"
 
-namespace dflow::model::testing {
+namespace dflow::target::testing {
+
+using namespace dflow::drafter;  // the drafter tests' helpers sit beside the target fixtures
 
 // A drafter of `kind` (with its params `fields`) over the tiny target:
 // blocks of `block_size`, target layers 0 and 2 (rising, not the last one:
@@ -96,7 +98,7 @@ inline AnchoredRow anchored_row(const DrafterSpec& spec, const std::vector<int64
   row.loss_mask = torch::ones({1, length}, torch::kInt64);
   row.loss_mask.narrow(1, 14, 3).zero_();  // a few slots without a label
   row.teacher_pre = torch::randn({1, length, H}, dtype) * 3.0;
-  row.teacher.final_hidden = rms_norm(row.teacher_pre, torch::ones({H}, dtype), spec.rms_norm_eps);
+  row.teacher.final_hidden = dflow::target::rms_norm(row.teacher_pre, torch::ones({H}, dtype), spec.rms_norm_eps);
   return row;
 }
 
@@ -120,7 +122,8 @@ inline ObjectiveOutput row_objective(DFlashDrafterImpl& drafter, const torch::Te
 // A DFlash drafter of `options` with its own kind replaced by dflash, whose
 // parameters `kind_drafter` (built from the same options) takes: the part
 // of the kind that is DFlash's then holds the same weights.
-inline DFlashDrafter dflash_twin(const HFConfig& target, DrafterOptions options, DFlashDrafterImpl& kind_drafter) {
+inline DFlashDrafter dflash_twin(const dflow::target::HFConfig& target, DrafterOptions options,
+                                 DFlashDrafterImpl& kind_drafter) {
   options.kind = "dflash";
   options.kind_fields = nlohmann::json::object();
   DFlashDrafter dflash(make_drafter_spec(target, options), 5);
@@ -160,17 +163,17 @@ inline std::vector<int64_t> random_prompt(int64_t length) {
 
 // Greedy speculative decoding is lossless: `new_tokens` tokens equal to the
 // target's own greedy continuation of `prompt`.
-inline void check_greedy_is_lossless(DFlashDrafterImpl& drafter, const TargetModel& target,
+inline void check_greedy_is_lossless(DFlashDrafterImpl& drafter, const dflow::target::TargetModel& target,
                                      const std::vector<int64_t>& prompt, int64_t new_tokens = 30) {
   const SpeculativeResult result = speculative_generate(drafter, target, prompt, new_tokens, {});
   CHECK(result.tokens == target.generate(prompt, new_tokens, 0.0, 0, {}));
 }
 
 // The drafter's context after the target read `prompt`, as decoding holds it.
-inline DrafterContextCache prefilled_context(DFlashDrafterImpl& drafter, const TargetModel& target,
+inline DrafterContextCache prefilled_context(DFlashDrafterImpl& drafter, const dflow::target::TargetModel& target,
                                              const std::vector<int64_t>& prompt) {
   DrafterContextCache cache;
-  const TargetOutput prefill = target.forward(torch::tensor(prompt, torch::kInt64).unsqueeze(0),
+  const dflow::target::TargetOutput prefill = target.forward(torch::tensor(prompt, torch::kInt64).unsqueeze(0),
                                               drafter.spec().target_layer_ids, false);
   cache.append(drafter, torch::cat(prefill.hidden_states, -1));
   return cache;
@@ -190,4 +193,4 @@ inline std::vector<int64_t> drafted_without(torch::Tensor& weight, const std::fu
   return drafts;
 }
 
-}  // namespace dflow::model::testing
+}  // namespace dflow::target::testing

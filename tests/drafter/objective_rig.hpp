@@ -8,7 +8,9 @@
 #include "drafter/objective.hpp"
 #include "target/model_fixtures.hpp"
 
-namespace dflow::model::testing {
+namespace dflow::target::testing {
+
+using namespace dflow::drafter;  // the drafter tests' helpers sit beside the target fixtures
 
 // Two samples of a batch padded to S = 12; sample 1 is shorter (9) and has a
 // prompt of 4 tokens; sample 0 has a hole in its loss mask.
@@ -57,4 +59,4 @@ inline AnchorBatch fixed_anchors() {
   return anchors;
 }
 
-}  // namespace dflow::model::testing
+}  // namespace dflow::target::testing

@@ -17,7 +17,9 @@
 #include "target/hf_reference_fixtures.hpp"
 #include "target/model_fixtures.hpp"
 
-namespace dflow::model::testing {
+namespace dflow::target::testing {
+
+using namespace dflow::drafter;  // the drafter tests' helpers sit beside the target fixtures
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
@@ -33,7 +35,7 @@ inline void check_with_speculators(const std::string& mode, DFlashDrafterImpl& d
                                    const std::filesystem::path& target_dir, const NamedTensors& tensors) {
   ScratchDir scratch(mode + "-reference");
   save_speculators_pretrained(drafter, {target_dir.string(), target_dir}, scratch.path() / "export");
-  write_safetensors(scratch.path() / "case.safetensors", tensors, {});
+  dflow::formats::write_safetensors(scratch.path() / "case.safetensors", tensors, {});
   if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
   const auto o = ::dflow::testing::run_command(::dflow::testing::python() + " " + ::dflow::testing::source_dir() +
                                                    "/tests/drafter/speculators_reference.py " + mode + " " +
@@ -45,4 +47,4 @@ inline void check_with_speculators(const std::string& mode, DFlashDrafterImpl& d
   CHECK(o.output.find("ok") != std::string::npos);
 }
 
-}  // namespace dflow::model::testing
+}  // namespace dflow::target::testing

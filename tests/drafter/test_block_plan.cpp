@@ -7,16 +7,16 @@
 
 #include "drafter/block_plan.hpp"
 
-using namespace dflow::model;
+using namespace dflow::drafter;
 
-namespace dflow::model {
+namespace dflow::drafter {
 // For doctest's messages.
 std::ostream& operator<<(std::ostream& os, const BlockRun& r) { return os << "{" << r.first_block << ", " << r.blocks << "}"; }
 std::ostream& operator<<(std::ostream& os, const ChunkExtent& c) {
   return os << "{q " << c.first_query << "+" << c.num_queries << ", context " << c.context_first << "+" << c.context_length
             << "}";
 }
-}  // namespace dflow::model
+}  // namespace dflow::drafter
 
 TEST_CASE("BlockPlan.FixedRunsCoverTheBlocksInOrder") {
   CHECK(fixed_runs(10, 4) == std::vector<BlockRun>{{0, 4}, {4, 4}, {8, 2}});

@@ -7,7 +7,7 @@
 
 #include "drafter/cpu_memory_counter.hpp"
 
-using namespace dflow::model;
+using namespace dflow::drafter;
 
 TEST_CASE("Model.CpuMemoryCounter.CountsAConvsStoragesUntilTheyAreFreed") {
   torch::set_num_threads(1);

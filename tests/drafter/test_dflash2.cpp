@@ -23,8 +23,8 @@
 #include "kind_test_rig.hpp"
 #include "speculators_check.hpp"
 
-using namespace dflow::model;
-using namespace dflow::model::testing;
+using namespace dflow::drafter;
+using namespace dflow::target::testing;
 
 namespace {
 
@@ -37,7 +37,7 @@ DrafterOptions dflash2_options(int64_t num_layers, const DFlash2Shape& shape) {
 TEST_CASE("Model.SpeculatorsReference.Dflash2EqualsDFlash2DraftModel") {
   torch::set_num_threads(1);
   const auto target_dir = tiny_target_dir();
-  const HFConfig target_config = load_hf_config(target_dir);
+  const dflow::target::HFConfig target_config = dflow::target::load_hf_config(target_dir);
   DFlash2Shape shape;
   shape.conv_kernel_size = 3;
   shape.conv_group_size = 8;
@@ -52,7 +52,7 @@ TEST_CASE("Model.SpeculatorsReference.Dflash2EqualsDFlash2DraftModel") {
     for (auto& item : drafter->named_parameters())
       if (item.key().find("codebook") != std::string::npos) item.value().mul_(20.0);
   }
-  const TargetHead head = TargetHead::load(target_dir);
+  const dflow::target::TargetHead head = dflow::target::TargetHead::load(target_dir);
   const AnchoredRow row = anchored_row(spec, {3, 11, 20, 37});
   // The block logits, as speculators' _backbone_forward gives them.
   const torch::Tensor logits =
@@ -85,7 +85,7 @@ TEST_CASE("Model.SpeculatorsReference.Dflash2EqualsDFlash2DraftModel") {
 TEST_CASE("Model.Dflash2.FreshDrafterComputesWhatDFlashDoes") {
   // Identity convolutions: with DFlash's backbone weights, the same hidden states.
   torch::set_num_threads(1);
-  const HFConfig target_config = load_hf_config(tiny_target_dir());
+  const dflow::target::HFConfig target_config = dflow::target::load_hf_config(tiny_target_dir());
   const DrafterOptions options = dflash2_options(2, DFlash2Shape{});
   DFlashDrafter dflash2(make_drafter_spec(target_config, options), 5);
   DFlashDrafter dflash = dflash_twin(target_config, options, *dflash2);
@@ -99,7 +99,7 @@ TEST_CASE("Model.Dflash2.FreshDrafterComputesWhatDFlashDoes") {
 
 TEST_CASE("Model.Dflash2.GreedyDraftingWithTheSelectorEqualsTargetGreedy") {
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(tiny_target_dir());
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(tiny_target_dir());
   DFlash2Shape shape;
   shape.conv_group_size = 8;
   shape.selector_rank = 8;

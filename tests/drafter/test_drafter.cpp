@@ -7,9 +7,9 @@
 #include "formats/safetensors.hpp"
 #include "target/model_fixtures.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
-using dflow::model::testing::small_drafter_spec;
+using namespace dflow::drafter;
+using dflow::target::testing::ScratchDir;
+using dflow::target::testing::small_drafter_spec;
 
 namespace {
 
@@ -118,7 +118,7 @@ TEST_CASE("Model.Drafter.SpecFromTargetConfig") {
   // The public formula repeats layers of a 6-layer target ([1, 2, 2, 2, 3]): rising ones below the last instead.
   CHECK(spec.target_layer_ids == std::vector<int64_t>{0, 1, 2, 3, 4});
   CHECK(spec.mask_token_id == 49);
-  HFConfig no_mask;
+  dflow::target::HFConfig no_mask;
   no_mask.hidden_size = 32;
   no_mask.num_hidden_layers = 6;
   no_mask.num_attention_heads = 4;
@@ -139,7 +139,7 @@ TEST_CASE("Model.Drafter.SaveLoadRoundTrip") {
   VisibilityRig rig;
   save_pretrained(*rig.drafter, dir.path());
 
-  const auto config = read_json_file(dir.path() / "config.json");
+  const auto config = dflow::target::read_json_file(dir.path() / "config.json");
   CHECK(config["architectures"] == nlohmann::json::array({"DFlashDraftModel"}));
   CHECK(config["model_type"] == "qwen3");
   CHECK(config["num_hidden_layers"] == 2);
@@ -149,7 +149,7 @@ TEST_CASE("Model.Drafter.SaveLoadRoundTrip") {
   CHECK(config["dflash_config"]["target_layer_ids"] == nlohmann::json(rig.spec.target_layer_ids));
   CHECK(config["hidden_size"] == 32);
   CHECK(config["head_dim"] == 8);
-  CHECK(SafetensorsFile(dir.path() / "model.safetensors").contains("layers.1.self_attn.k_norm.weight"));
+  CHECK(dflow::formats::SafetensorsFile(dir.path() / "model.safetensors").contains("layers.1.self_attn.k_norm.weight"));
 
   DFlashDrafter loaded = load_pretrained(dir.path());
   CHECK((loaded->fc->weight.scalar_type() == torch::kFloat64));
@@ -164,7 +164,7 @@ TEST_CASE("Model.Drafter.SaveLoadRoundTrip") {
   for (const auto& item : rig.drafter->named_parameters()) {
     if (item.key() != "layers.0.mlp.up_proj.weight") partial.emplace_back(item.key(), item.value());
   }
-  write_safetensors(dir.path() / "model.safetensors", partial);
+  dflow::formats::write_safetensors(dir.path() / "model.safetensors", partial);
   CHECK_THROWS_WITH_AS(load_pretrained(dir.path()), doctest::Contains("lacks tensor 'layers.0.mlp.up_proj.weight'"),
                        std::runtime_error);
 }

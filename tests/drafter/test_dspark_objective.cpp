@@ -15,8 +15,8 @@
 #include "drafter/objective.hpp"
 #include "objective_rig.hpp"
 
-using namespace dflow::model;
-using namespace dflow::model::testing;
+using namespace dflow::drafter;
+using namespace dflow::target::testing;
 
 namespace {
 
@@ -180,7 +180,7 @@ TEST_CASE("Model.DsparkObjective.AnOversizedMarkovRankIsRefused") {
 TEST_CASE("Model.DsparkObjective.BothExportsWriteTheSameHeadFields") {
   DrafterSpec spec = small_drafter_spec(1, 4, 2);
   spec.target_layer_ids = {1, 3};  // rising, not the target's last: servable
-  HeadConfig verifier;
+  dflow::target::HeadConfig verifier;
   verifier.hidden_size = spec.hidden_size;
   verifier.vocab_size = spec.vocab_size;
   verifier.num_hidden_layers = spec.num_target_layers;

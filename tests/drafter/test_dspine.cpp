@@ -27,8 +27,8 @@
 #include "target/target_head.hpp"
 #include "kind_test_rig.hpp"
 
-using namespace dflow::model;
-using namespace dflow::model::testing;
+using namespace dflow::drafter;
+using namespace dflow::target::testing;
 
 namespace {
 
@@ -90,7 +90,8 @@ struct Equations {
   }
   torch::Tensor refine(const torch::Tensor& h, const torch::Tensor& pred_ids) {
     const int64_t last = drafter.spec().num_layers - 1;
-    return rms_norm(write(h, feature(h, last), code(pred_ids), last), drafter.norm->weight, drafter.spec().rms_norm_eps);
+    return dflow::target::rms_norm(write(h, feature(h, last), code(pred_ids), last), drafter.norm->weight,
+                                   drafter.spec().rms_norm_eps);
   }
 };
 
@@ -108,7 +109,8 @@ Pass reference_pass(DFlashDrafterImpl& d, Equations& eq, const torch::Tensor& fe
   const int64_t T = features.size(1), N = ids.size(0), Bs = spec.block_size;
   const std::vector<ContextKV> kv = d.context_kv(d.project_features(features), 0);
   (void)T;
-  const RotaryTables rotary = rotary_tables(positions, spec.head_dim, spec.rope_theta, embeddings.scalar_type());
+  const dflow::target::RotaryTables rotary =
+      dflow::target::rotary_tables(positions, spec.head_dim, spec.rope_theta, embeddings.scalar_type());
   Pass out;
   torch::Tensor h = embeddings;
   for (int64_t l = 0; l < spec.num_layers; ++l) {
@@ -118,7 +120,7 @@ Pass reference_pass(DFlashDrafterImpl& d, Equations& eq, const torch::Tensor& fe
     out.features.push_back(eq.feature(injected, l));
     h = injected.view({1, N * Bs, -1});
   }
-  out.final_hidden = rms_norm(h, d.norm->weight, spec.rms_norm_eps).view({N, Bs, -1});
+  out.final_hidden = dflow::target::rms_norm(h, d.norm->weight, spec.rms_norm_eps).view({N, Bs, -1});
   return out;
 }
 
@@ -127,7 +129,7 @@ Pass reference_pass(DFlashDrafterImpl& d, Equations& eq, const torch::Tensor& fe
 
 TEST_CASE("DSpine.Codes.whitened_pca_of_the_head_rows_equals_a_float64_recomputation") {
   torch::set_num_threads(1);
-  const TargetHead head = TargetHead::load(tiny_target_dir());
+  const dflow::target::TargetHead head = dflow::target::TargetHead::load(tiny_target_dir());
   const torch::Tensor w = head.lm_head_weight().to(torch::kFloat64);
   const int64_t r = 16;
   const TransferSpace space = dspine_transfer_space(head.lm_head_weight(), r);
@@ -147,15 +149,19 @@ TEST_CASE("DSpine.Codes.whitened_pca_of_the_head_rows_equals_a_float64_recomputa
   CHECK(torch::allclose(space.codes.norm(2, -1), torch::ones({w.size(0)}), 1e-5, 1e-5));
 
   // A drafter's codes and every readout from the head; a rank the head cannot give is refused.
-  DFlashDrafter drafter(make_drafter_spec(load_hf_config(tiny_target_dir()), dspine_options(2, 8, small_config())), 3);
+  DFlashDrafter drafter(
+      make_drafter_spec(dflow::target::load_hf_config(tiny_target_dir()), dspine_options(2, 8, small_config())), 3);
   drafter->kind_modules().initialize_from_head(head.lm_head_weight());
   CHECK(torch::equal(dspine_transfer_codes(*drafter), space.codes));
   for (int64_t l = 0; l < 2; ++l) CHECK(torch::equal(weight_of(dspine_injection(*drafter).readouts, l), space.directions.t()));
   DSpineConfig too_wide = small_config();
   too_wide.transfer_rank = 80;
-  CHECK_THROWS_WITH_AS(DFlashDrafter(make_drafter_spec(load_hf_config(tiny_target_dir()), dspine_options(2, 8, too_wide)), 3),
-                       doctest::Contains("transfer_rank 80 exceeds min(hidden size, vocabulary - 1) = 64: set the drafter node's transfer_rank to at most 64"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      DFlashDrafter(make_drafter_spec(dflow::target::load_hf_config(tiny_target_dir()), dspine_options(2, 8, too_wide)),
+                    3),
+      doctest::Contains("transfer_rank 80 exceeds min(hidden size, vocabulary - 1) = 64: set the drafter node's "
+                        "transfer_rank to at most 64"),
+      std::invalid_argument);
   // A head of rank 8 (its rows in an 8-dimensional subspace) has at most 8
   // directions of variance beyond rounding: the refusal says how many.
   const torch::Tensor low_rank = torch::matmul(torch::randn({512, 8}), torch::randn({8, 64}));
@@ -195,12 +201,14 @@ TEST_CASE("DSpine.Rank.left_out_it_is_the_directions_the_head_has_at_most_hidden
   CHECK(kind.resolve_fields(dspine_fields(small_config()), low_rank, nullptr, &none) == dspine_fields(small_config()));
   CHECK(none.empty());
   // The memory fit counts the most it can be before the run resolves it.
-  const DrafterSpec spec = make_drafter_spec(load_hf_config(tiny_target_dir()), dspine_options(2, 8, small_config()));
+  const DrafterSpec spec =
+      make_drafter_spec(dflow::target::load_hf_config(tiny_target_dir()), dspine_options(2, 8, small_config()));
   CHECK(unset.rank_for(spec) == 64);
   // A drafter is never built with it unresolved; a config.json without it has SpecForge's 1024.
-  CHECK_THROWS_WITH_AS(DFlashDrafter(make_drafter_spec(load_hf_config(tiny_target_dir()), dspine_options(2, 8, unset)), 3),
-                       doctest::Contains("transfer_rank 0 (from the target) is resolved when a run starts"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      DFlashDrafter(make_drafter_spec(dflow::target::load_hf_config(tiny_target_dir()), dspine_options(2, 8, unset)),
+                    3),
+      doctest::Contains("transfer_rank 0 (from the target) is resolved when a run starts"), std::invalid_argument);
   nlohmann::json without = dspine_fields(small_config());
   without.erase("transfer_rank");
   CHECK(kind.fields_from_config({{"dspine_config", without}}, "config.json")->at("transfer_rank") == 1024);
@@ -225,10 +233,10 @@ TEST_CASE("DSpine.Schedule.warmup_and_teacher_forcing_follow_SpecForge's_formula
 
 TEST_CASE("DSpine.Forward.a_fresh_drafter_computes_what_DFlash_does_on_causal_blocks") {
   torch::set_num_threads(1);
-  const HFConfig target_config = load_hf_config(tiny_target_dir());
+  const dflow::target::HFConfig target_config = dflow::target::load_hf_config(tiny_target_dir());
   const DrafterOptions options = dspine_options(2, 8, small_config());
   DFlashDrafter dspine(make_drafter_spec(target_config, options), 5);
-  dspine->kind_modules().initialize_from_head(TargetHead::load(tiny_target_dir()).lm_head_weight());
+  dspine->kind_modules().initialize_from_head(dflow::target::TargetHead::load(tiny_target_dir()).lm_head_weight());
   DFlashDrafter dflash = dflash_twin(target_config, options, *dspine);
   TwoBlocks b = two_blocks(dflash->spec().hidden_size, 8);
   const int64_t Bs = b.block;
@@ -256,14 +264,15 @@ TEST_CASE("DSpine.Forward.a_fresh_drafter_computes_what_DFlash_does_on_causal_bl
 
 TEST_CASE("DSpine.Loss.forward_terms_and_gradients_equal_SpecForge's_equations_in_float64") {
   torch::set_num_threads(1);
-  const TargetHead target_head = TargetHead::load(tiny_target_dir());
+  const dflow::target::TargetHead target_head = dflow::target::TargetHead::load(tiny_target_dir());
   DSpineConfig c = small_config();
   c.alignment_warmup_steps = 4;
   c.replacement_probability = 1.0;  // every block teacher-forced in layer 0 at this step
   c.ce_weight = 0.3;
   c.candidate_mass_threshold = 0.05;
   c.top_k = 64;  // the labels among the untrained drafter's candidates at some slots
-  DFlashDrafter drafter(make_drafter_spec(load_hf_config(tiny_target_dir()), dspine_options(2, 8, c)), 5);
+  DFlashDrafter drafter(make_drafter_spec(dflow::target::load_hf_config(tiny_target_dir()), dspine_options(2, 8, c)),
+                        5);
   drafter->kind_modules().initialize_from_head(target_head.lm_head_weight());
   drafter->to(torch::kFloat64);
   perturb(*drafter, 0.05, 11);
@@ -364,7 +373,7 @@ TEST_CASE("DSpine.Loss.forward_terms_and_gradients_equal_SpecForge's_equations_i
 
 TEST_CASE("DSpine.Drafting.the_chained_selection_equals_select_cached_and_greedy_is_lossless") {
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(tiny_target_dir());
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(tiny_target_dir());
   DSpineConfig c = small_config();
   c.top_k = 5;
   DFlashDrafter drafter(make_drafter_spec(target.config(), dspine_options(1, 4, c)), 23);
@@ -383,7 +392,7 @@ TEST_CASE("DSpine.Drafting.the_chained_selection_equals_select_cached_and_greedy
     torch::NoGradGuard no_grad;
     Equations eq(*drafter, c.replacement_layers);
     const torch::Tensor pre = dspine_pre_injection(*drafter)[0].narrow(0, 1, 3);  // [S, H]
-    const torch::Tensor hidden = rms_norm(eq.inject(dspine_pre_injection(*drafter).view({1, 4, -1}), 0,
+    const torch::Tensor hidden = dflow::target::rms_norm(eq.inject(dspine_pre_injection(*drafter).view({1, 4, -1}), 0,
                                                     torch::tensor({{prompt.back(), int64_t{0}, int64_t{0}, int64_t{0}}}, torch::kInt64),
                                                     torch::Tensor(), torch::Tensor())[0],
                                           drafter->norm->weight, drafter->spec().rms_norm_eps);
@@ -412,18 +421,18 @@ TEST_CASE("DSpine.Drafting.the_chained_selection_equals_select_cached_and_greedy
 
 TEST_CASE("DSpine.Export.SpecForge's_DSpineDraftModel_names_and_fields") {
   torch::set_num_threads(1);
-  const HFConfig target_config = load_hf_config(tiny_target_dir());
+  const dflow::target::HFConfig target_config = dflow::target::load_hf_config(tiny_target_dir());
   const DSpineConfig c = small_config();
   DFlashDrafter drafter(make_drafter_spec(target_config, dspine_options(2, 8, c)), 5);
-  drafter->kind_modules().initialize_from_head(TargetHead::load(tiny_target_dir()).lm_head_weight());
+  drafter->kind_modules().initialize_from_head(dflow::target::TargetHead::load(tiny_target_dir()).lm_head_weight());
   ScratchDir scratch("dspine-export");
   save_pretrained(*drafter, scratch.path());
-  const auto config = read_json_file(scratch.path() / "config.json");
+  const auto config = dflow::target::read_json_file(scratch.path() / "config.json");
   CHECK(config["architectures"] == nlohmann::json::array({"DSpineDraftModel"}));
   CHECK(config["dspine_config"] == dspine_fields(c));
   CHECK(config["dspine_config"].size() == 11);
   CHECK(config["dflash_config"]["target_layer_ids"] == nlohmann::json::array({0, 2}));
-  const SafetensorsFile file(scratch.path() / "model.safetensors");
+  const dflow::formats::SafetensorsFile file(scratch.path() / "model.safetensors");
   const auto tensors = file.all_tensors();
   for (const std::string name :
        {"injection.readouts.0.weight", "injection.readouts.1.weight", "injection.writes.0.weight",

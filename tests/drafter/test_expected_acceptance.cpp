@@ -11,8 +11,8 @@
 #include "drafter/objective.hpp"
 #include "objective_rig.hpp"
 
-using namespace dflow::model;
-using namespace dflow::model::testing;
+using namespace dflow::drafter;
+using namespace dflow::target::testing;
 
 TEST_CASE("Model.ExpectedAcceptance.ChunkedCeGivesTheTeachersOverlapAndChangesNothingElse") {
   torch::set_num_threads(1);

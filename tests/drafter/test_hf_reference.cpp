@@ -19,9 +19,9 @@
 #include "target/model_fixtures.hpp"
 #include "tools/run_command.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
-using dflow::model::testing::tiny_target_dir;
+using namespace dflow::drafter;
+using dflow::target::testing::ScratchDir;
+using dflow::target::testing::tiny_target_dir;
 
 namespace {
 
@@ -58,7 +58,7 @@ std::vector<std::vector<int64_t>> random_rows(int64_t count, int64_t length, int
 
 TEST_CASE("Model.HFReference.FeaturesOfEveryLayerEqualTransformersHiddenStates") {
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(tiny_target_dir());
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(tiny_target_dir());
   const int64_t layers = target.num_layers(), length = 11;
   const auto rows = random_rows(2, length, 4);
   ScratchDir scratch("hf-hidden-states");
@@ -67,7 +67,7 @@ TEST_CASE("Model.HFReference.FeaturesOfEveryLayerEqualTransformersHiddenStates")
                                                        rows_argument(rows));
   INFO(o.output);
   REQUIRE(o.exit_code == 0);
-  const SafetensorsFile reference(out_path);
+  const dflow::formats::SafetensorsFile reference(out_path);
 
   std::vector<int64_t> every_layer;
   for (int64_t l = 0; l < layers; ++l) every_layer.push_back(l);
@@ -79,11 +79,12 @@ TEST_CASE("Model.HFReference.FeaturesOfEveryLayerEqualTransformersHiddenStates")
     };
     // Every path that produces features: a full forward (training, replay),
     // the KV cache (speculative decoding in eval), packed rows (training).
-    const TargetOutput full = target.forward(ids, every_layer, /*want_logits=*/true);
-    KVCache cache = target.new_cache(1, length);
-    const TargetOutput prefill = target.forward_cached(cache, ids.narrow(1, 0, 6), every_layer, false);
-    const TargetOutput rest = target.forward_cached(cache, ids.narrow(1, 6, length - 6), every_layer, false);
-    PackedDocuments one_document{torch::arange(length, torch::kInt64).unsqueeze(0),
+    const dflow::target::TargetOutput full = target.forward(ids, every_layer, /*want_logits=*/true);
+    dflow::target::KVCache cache = target.new_cache(1, length);
+    const dflow::target::TargetOutput prefill = target.forward_cached(cache, ids.narrow(1, 0, 6), every_layer, false);
+    const dflow::target::TargetOutput rest =
+        target.forward_cached(cache, ids.narrow(1, 6, length - 6), every_layer, false);
+    dflow::target::PackedDocuments one_document{torch::arange(length, torch::kInt64).unsqueeze(0),
                                  torch::zeros({1, length}, torch::kInt64)};
     const torch::Tensor packed = target.context_features(ids, one_document, every_layer);  // [1, S, L*H]
     const int64_t hidden = target.config().hidden_size;
@@ -101,7 +102,7 @@ TEST_CASE("Model.HFReference.FeaturesOfEveryLayerEqualTransformersHiddenStates")
 
 TEST_CASE("Model.HFReference.SpeculativeAcceptanceEqualsADFlashReferenceOnTransformers") {
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(tiny_target_dir());
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(tiny_target_dir());
   DrafterOptions options;
   options.num_layers = 1;
   options.block_size = 4;

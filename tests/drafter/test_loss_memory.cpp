@@ -14,7 +14,7 @@
 #include "drafter/loss.hpp"
 #include "target/model_fixtures.hpp"
 
-using namespace dflow::model;
+using namespace dflow::drafter;
 using dflow::config::YamlSection;
 
 namespace {
@@ -58,7 +58,7 @@ TEST_CASE("Model.LossMemory.EachLossHoldsAtMostTheBuffersItDeclares") {
 
 TEST_CASE("Model.LossMemory.TheFitCountsEveryKindsModulesAndTheLossesBuffers") {
   torch::set_num_threads(1);
-  const HFConfig target = load_hf_config(dflow::model::testing::tiny_target_dir());
+  const dflow::target::HFConfig target = dflow::target::load_hf_config(dflow::target::testing::tiny_target_dir());
   // Each kind at its defaults, but DSpine's transfer_rank, which a run
   // resolves from the target's LM head (set here, as this drafter is built
   // without a run), and its message width.

@@ -10,8 +10,8 @@
 #include "target/model_fixtures.hpp"
 #include "objective_rig.hpp"
 
-using namespace dflow::model;
-using namespace dflow::model::testing;
+using namespace dflow::drafter;
+using namespace dflow::target::testing;
 
 TEST_CASE("Model.Objective.AnchorsAreValidSortedDistinctAndSeeded") {
   Batch batch;

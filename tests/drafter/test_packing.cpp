@@ -14,7 +14,7 @@
 #include "drafter/objective.hpp"
 #include "target/model_fixtures.hpp"
 
-using namespace dflow::model;
+using namespace dflow::drafter;
 
 namespace {
 
@@ -27,7 +27,7 @@ struct PackedRig {
   std::vector<torch::Tensor> tokens, masks;  // per sample
   torch::Tensor unpacked_ids, unpacked_mask, unpacked_lengths;
   torch::Tensor packed_ids, packed_mask, packed_lengths;
-  PackedDocuments documents;
+  dflow::target::PackedDocuments documents;
 
   explicit PackedRig(uint64_t seed = 5) {
     torch::manual_seed(static_cast<int64_t>(seed));
@@ -86,8 +86,9 @@ struct PackedRig {
   }
 };
 
-const TargetModel& tiny_target() {
-  static const TargetModel target = TargetModel::load(dflow::model::testing::tiny_target_dir());
+const dflow::target::TargetModel& tiny_target() {
+  static const dflow::target::TargetModel target =
+      dflow::target::TargetModel::load(dflow::target::testing::tiny_target_dir());
   return target;
 }
 
@@ -128,7 +129,7 @@ struct LossAndGradients {
 
 LossAndGradients run_loss(DFlashDrafterImpl& drafter, const torch::Tensor& features, const torch::Tensor& ids,
                           const torch::Tensor& mask, const torch::Tensor& lengths, const AnchorBatch& anchors,
-                          const PackedDocuments* documents, int64_t blocks_per_chunk = 0,
+                          const dflow::target::PackedDocuments* documents, int64_t blocks_per_chunk = 0,
                           int64_t max_scores = ObjectiveOptions{}.max_attention_scores_per_chunk) {
   drafter.zero_grad();
   ObjectiveOptions options;
@@ -180,7 +181,7 @@ TEST_CASE("Pack.AnchorsArePerSampleAndMatchTheSamplesUnpacked") {
   CHECK(from_packed == from_alone);
   CHECK(packed.num_anchors() == 15);
   // Strictly inside one sample's response: never on a sample's last token.
-  const auto bounds = document_bounds(rig.documents.document_ids);
+  const auto bounds = dflow::target::document_bounds(rig.documents.document_ids);
   for (int64_t r = 0; r < packed.batch_size(); ++r)
     for (int64_t j = 0; j < packed.blocks_per_sample(); ++j) {
       if (!packed.block_keep[r][j].item<bool>()) continue;

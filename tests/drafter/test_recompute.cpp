@@ -10,12 +10,13 @@
 #include "gradient_pass.hpp"
 #include "target/model_fixtures.hpp"
 
-using namespace dflow::model;
+using namespace dflow::drafter;
+namespace testing = dflow::target::testing;
 
 namespace {
 
 DrafterSpec mixed_spec(int64_t hidden, int64_t layers, int64_t window) {
-  HFConfig target;
+  dflow::target::HFConfig target;
   target.hidden_size = hidden;
   target.num_hidden_layers = 6;
   target.num_attention_heads = 4;

@@ -6,8 +6,8 @@
 #include "target/model_fixtures.hpp"
 #include "target/naive_reference.hpp"
 
-using namespace dflow::model;
-namespace nv = dflow::model::naive;
+using namespace dflow::drafter;
+namespace nv = dflow::target::naive;
 
 namespace {
 
@@ -44,10 +44,10 @@ nv::Vec value_head(const nv::Vec& projected, int64_t head, const Shape& s) {
 
 TEST_CASE("Model.Reference.TargetMatchesNaiveLoops") {
   torch::set_num_threads(1);
-  const auto& dir = dflow::model::testing::tiny_target_dir();
-  const TargetModel target = TargetModel::load(dir, torch::kCPU, torch::kFloat64);
-  const HFConfig& c = target.config();
-  const TensorMap raw = load_checkpoint_dir(dir);
+  const auto& dir = dflow::target::testing::tiny_target_dir();
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(dir, torch::kCPU, torch::kFloat64);
+  const dflow::target::HFConfig& c = target.config();
+  const dflow::formats::TensorMap raw = dflow::formats::load_checkpoint_dir(dir);
   const Shape s{c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps, c.rope_theta};
   const std::vector<int64_t> ids = {5, 300, 17, 17, 480, 2};
   const int64_t length = static_cast<int64_t>(ids.size());
@@ -55,7 +55,8 @@ TEST_CASE("Model.Reference.TargetMatchesNaiveLoops") {
   const nv::Mat embedding = nv::to_mat(raw.at("model.embed_tokens.weight"));
   std::vector<nv::Vec> h;
   for (const int64_t id : ids) h.push_back(nv::slice(embedding.data, static_cast<size_t>(id * c.hidden_size), c.hidden_size));
-  const TargetOutput out = target.forward(torch::tensor(ids).unsqueeze(0), {0, 1, 2, 3}, /*want_logits=*/true);
+  const dflow::target::TargetOutput out =
+      target.forward(torch::tensor(ids).unsqueeze(0), {0, 1, 2, 3}, /*want_logits=*/true);
 
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const NaiveLayer w = naive_layer(raw, "model.layers." + std::to_string(layer) + ".");
@@ -100,7 +101,8 @@ TEST_CASE("Model.Reference.TargetMatchesNaiveLoops") {
 
 TEST_CASE("Model.Reference.DrafterMatchesNaiveLoops") {
   torch::set_num_threads(1);
-  const DrafterSpec spec = dflow::model::testing::small_drafter_spec(/*num_layers=*/2, /*block_size=*/4, /*features=*/2);
+  const DrafterSpec spec =
+      dflow::target::testing::small_drafter_spec(/*num_layers=*/2, /*block_size=*/4, /*features=*/2);
   DFlashDrafter drafter(spec, /*init_seed=*/5);
   drafter->to(torch::kFloat64);
   // Larger weights than the 0.02 init so that every path visibly matters.

@@ -14,9 +14,10 @@
 #include "target/model_fixtures.hpp"
 #include "target/naive_reference.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
-namespace nv = dflow::model::naive;
+using namespace dflow::drafter;
+namespace testing = dflow::target::testing;
+using dflow::target::testing::ScratchDir;
+namespace nv = dflow::target::naive;
 
 namespace {
 
@@ -224,7 +225,7 @@ TEST_CASE("Model.SlidingWindow.AQueryCountsItsOwnPositionInTheWindow") {
 
 TEST_CASE("Model.SlidingWindow.MixedLayersMatchNaiveLoops") {
   torch::set_num_threads(1);
-  const DrafterSpec base = dflow::model::testing::small_drafter_spec(1, 4, 2);
+  const DrafterSpec base = dflow::target::testing::small_drafter_spec(1, 4, 2);
   const DrafterSpec spec = with_layers(base, {"sliding_attention", "full_attention", "sliding_attention"}, 5);
   DFlashDrafter drafter = float64_drafter(spec);
   const auto w = weights_of(drafter);
@@ -254,7 +255,7 @@ TEST_CASE("Model.SlidingWindow.MixedLayersMatchNaiveLoops") {
 TEST_CASE("Model.SlidingWindow.PackedRowMatchesNaiveLoopsPerDocument") {
   torch::set_num_threads(1);
   const DrafterSpec spec =
-      with_layers(dflow::model::testing::small_drafter_spec(1, 4, 2), {"sliding_attention", "full_attention"}, 5);
+      with_layers(dflow::target::testing::small_drafter_spec(1, 4, 2), {"sliding_attention", "full_attention"}, 5);
   DFlashDrafter drafter = float64_drafter(spec);
   const PackedRow in(spec.hidden_size);
   // One chunk per document, and chunks of one block (several groups).
@@ -284,7 +285,7 @@ TEST_CASE("Model.SlidingWindow.NarrowedKeysEqualMaskingTheWholeContext") {
   // outputs and every gradient equal those of scoring the whole context and
   // masking it, and it does read fewer keys.
   torch::set_num_threads(1);
-  const DrafterSpec spec = with_layers(dflow::model::testing::small_drafter_spec(1, 4, 2),
+  const DrafterSpec spec = with_layers(dflow::target::testing::small_drafter_spec(1, 4, 2),
                                        {"sliding_attention", "full_attention", "sliding_attention"}, 5);
   DFlashDrafter drafter = float64_drafter(spec);
   SUBCASE("unpacked rows") {
@@ -338,7 +339,7 @@ TEST_CASE("Model.SlidingWindow.NarrowedKeysEqualMaskingTheWholeContext") {
 
 TEST_CASE("Model.SlidingWindow.AWindowCoveringTheContextIsFullAttentionBitForBit") {
   torch::set_num_threads(1);
-  const DrafterSpec base = dflow::model::testing::small_drafter_spec(1, 4, 2);
+  const DrafterSpec base = dflow::target::testing::small_drafter_spec(1, 4, 2);
   const std::vector<std::string> all_full = {"full_attention", "full_attention"};
   const std::vector<std::string> mixed = {"sliding_attention", "full_attention"};
   // Query positions reach anchor + Bs - 1 <= S + Bs - 3: a window of S + Bs
@@ -368,7 +369,7 @@ TEST_CASE("Model.SlidingWindow.AWindowCoveringTheContextIsFullAttentionBitForBit
 
 TEST_CASE("Model.SlidingWindow.DraftingAppliesTheWindow") {
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(dflow::model::testing::tiny_target_dir());
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(dflow::target::testing::tiny_target_dir());
   DrafterOptions options;
   options.num_layers = 2;
   options.block_size = 4;
@@ -404,7 +405,7 @@ TEST_CASE("Model.SlidingWindow.DraftingAppliesTheWindow") {
 }
 
 TEST_CASE("Model.SlidingWindow.SpecRefusesInconsistentLayers") {
-  const DrafterSpec base = dflow::model::testing::small_drafter_spec(2, 4, 2);
+  const DrafterSpec base = dflow::target::testing::small_drafter_spec(2, 4, 2);
   auto refusal = [&](std::vector<std::string> types, int64_t window) {
     DrafterSpec spec = base;
     spec.layer_types = std::move(types);
@@ -429,13 +430,13 @@ TEST_CASE("Model.SlidingWindow.SpecRefusesInconsistentLayers") {
 TEST_CASE("Model.SlidingWindow.ConfigJsonRoundTrip") {
   torch::set_num_threads(1);
   ScratchDir dir("sliding-io");
-  const DrafterSpec spec = with_layers(dflow::model::testing::small_drafter_spec(1, 4, 2),
+  const DrafterSpec spec = with_layers(dflow::target::testing::small_drafter_spec(1, 4, 2),
                                        {"sliding_attention", "sliding_attention", "full_attention"}, 6);
   DFlashDrafter drafter = float64_drafter(spec);
   save_pretrained(*drafter, dir.path());
 
   // The names z-lab's model.py, SGLang and vLLM read, and a bidirectional block.
-  nlohmann::json config = read_json_file(dir.path() / "config.json");
+  nlohmann::json config = dflow::target::read_json_file(dir.path() / "config.json");
   CHECK(config["layer_types"] == nlohmann::json({"sliding_attention", "sliding_attention", "full_attention"}));
   CHECK(config["sliding_window"] == 6);
   CHECK(config["use_sliding_window"] == true);
@@ -472,7 +473,8 @@ TEST_CASE("Model.SlidingWindow.ConfigJsonRoundTrip") {
                        std::runtime_error);
 
   // A drafter without sliding layers exports as before: no layer_types, no window.
-  const nlohmann::json plain = drafter_config_json(dflow::model::testing::small_drafter_spec(1, 4, 2), torch::kFloat32);
+  const nlohmann::json plain =
+      drafter_config_json(dflow::target::testing::small_drafter_spec(1, 4, 2), torch::kFloat32);
   CHECK_FALSE(plain.contains("layer_types"));
   CHECK_FALSE(plain.contains("is_causal"));
   CHECK(plain["use_sliding_window"] == false);

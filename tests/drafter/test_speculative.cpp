@@ -19,13 +19,13 @@
 #include "drafter/speculative.hpp"
 #include "target/model_fixtures.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
-using dflow::model::testing::tiny_target_dir;
+using namespace dflow::drafter;
+using dflow::target::testing::ScratchDir;
+using dflow::target::testing::tiny_target_dir;
 
 namespace {
 
-DFlashDrafter tiny_drafter(const TargetModel& target) {
+DFlashDrafter tiny_drafter(const dflow::target::TargetModel& target) {
   DrafterOptions options;
   options.num_layers = 1;
   options.block_size = 4;
@@ -35,8 +35,8 @@ DFlashDrafter tiny_drafter(const TargetModel& target) {
 
 // A drafter with DSpark heads whose Markov bias is large enough to change
 // the drafts (the default init's bias is tiny).
-DFlashDrafter heads_drafter(const TargetModel& target, const std::string& markov_type, bool confidence_with_markov = true,
-                            int64_t num_target_features = 2) {
+DFlashDrafter heads_drafter(const dflow::target::TargetModel& target, const std::string& markov_type,
+                            bool confidence_with_markov = true, int64_t num_target_features = 2) {
   DrafterOptions options;
   options.num_layers = 1;
   options.block_size = 4;
@@ -57,7 +57,7 @@ DFlashDrafter heads_drafter(const TargetModel& target, const std::string& markov
 
 // An XPress drafter whose refiner is large enough to change the drafts
 // (a fresh one's bias is tiny).
-DFlashDrafter xpress_drafter(const TargetModel& target) {
+DFlashDrafter xpress_drafter(const dflow::target::TargetModel& target) {
   DrafterOptions options;
   options.num_layers = 1;
   options.block_size = 4;
@@ -101,7 +101,7 @@ void check_calibration(const SpeculativeResult& result, int64_t block_size) {
 
 TEST_CASE("Model.Speculative.DsparkGreedyEqualsTargetGreedyAndCountsCalibration") {
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(tiny_target_dir());
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(tiny_target_dir());
   for (const std::string type : {"vanilla", "gated", "rnn"}) {
     for (const bool with_markov : {true, false}) {
       CAPTURE(type);
@@ -134,7 +134,7 @@ TEST_CASE("Model.Speculative.DsparkBlockLogitsAreBackbonePlusTheChainsBias") {
   // logits = backbone + W2 u_k with u from block_features over the chain
   // [anchor, anchor, draft_1, .., draft_{B-2}] (slot 0's previous token is the anchor).
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(tiny_target_dir());
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(tiny_target_dir());
   for (const std::string type : {"vanilla", "gated", "rnn"}) {
     CAPTURE(type);
     DFlashDrafter drafter = heads_drafter(target, type);
@@ -168,7 +168,7 @@ TEST_CASE("Model.Speculative.DsparkBlockLogitsAreBackbonePlusTheChainsBias") {
 
 TEST_CASE("Model.Speculative.OutputEqualsTargetGreedyDecoding") {
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(tiny_target_dir());
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(tiny_target_dir());
   DFlashDrafter drafter = tiny_drafter(target);
   const std::vector<int64_t> prompt = {10, 20, 30, 40, 50, 60};
   const std::vector<int64_t> greedy = target.generate(prompt, 40, 0.0, 0, {});
@@ -189,7 +189,7 @@ TEST_CASE("Model.Speculative.OutputEqualsTargetGreedyDecoding") {
 
 TEST_CASE("Model.Speculative.GreedyEqualsTargetGreedyOnEveryPromptOfASet") {
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(tiny_target_dir());
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(tiny_target_dir());
   DFlashDrafter drafter = tiny_drafter(target);
   torch::manual_seed(12);
   for (int64_t i = 0; i < 12; ++i) {
@@ -230,28 +230,30 @@ double chi_square_critical(int64_t df) {
 
 namespace {
 // The drafter under test, for the target and its drafter options.
-using DrafterMaker = std::function<DFlashDrafter(const TargetModel&, const DrafterOptions&)>;
+using DrafterMaker = std::function<DFlashDrafter(const dflow::target::TargetModel&, const DrafterOptions&)>;
 void check_sampling_keeps_the_target_distribution(const DrafterMaker& make);
 }
 
 TEST_CASE("Model.Speculative.SamplingKeepsTheTargetDistribution") {
-  check_sampling_keeps_the_target_distribution([](const TargetModel& target, const DrafterOptions& options) {
-    return DFlashDrafter(make_drafter_spec(target.config(), options), 5);
-  });
+  check_sampling_keeps_the_target_distribution(
+      [](const dflow::target::TargetModel& target, const DrafterOptions& options) {
+        return DFlashDrafter(make_drafter_spec(target.config(), options), 5);
+      });
 }
 
 TEST_CASE("Model.Speculative.DsparkSamplingKeepsTheTargetDistribution") {
   // The drafts come from q including the Markov bias of the token sampled
   // at the slot before; acceptance must use that q.
-  check_sampling_keeps_the_target_distribution(
-      [](const TargetModel& target, const DrafterOptions&) { return heads_drafter(target, "rnn", true, 1); });
+  check_sampling_keeps_the_target_distribution([](const dflow::target::TargetModel& target, const DrafterOptions&) {
+    return heads_drafter(target, "rnn", true, 1);
+  });
 }
 
 TEST_CASE("Model.Speculative.Dflash2SamplingKeepsTheTargetDistribution") {
   // DFlash2 samples from the selector's scores over the backbone's top k
   // (zero elsewhere): acceptance must use that q, and the residual gives
   // the target's mass outside the candidates.
-  check_sampling_keeps_the_target_distribution([](const TargetModel& target, DrafterOptions options) {
+  check_sampling_keeps_the_target_distribution([](const dflow::target::TargetModel& target, DrafterOptions options) {
     DFlash2Shape shape;
     shape.conv_group_size = 8;
     shape.selector_rank = 8;
@@ -269,7 +271,7 @@ TEST_CASE("Model.Speculative.Dflash2SamplingKeepsTheTargetDistribution") {
 TEST_CASE("Model.Speculative.XpressSamplingKeepsTheTargetDistribution") {
   // The drafts come from the last Jacobi pass's refined q; acceptance must use that q.
   check_sampling_keeps_the_target_distribution(
-      [](const TargetModel& target, const DrafterOptions&) { return xpress_drafter(target); });
+      [](const dflow::target::TargetModel& target, const DrafterOptions&) { return xpress_drafter(target); });
 }
 
 namespace {
@@ -282,15 +284,15 @@ void check_sampling_keeps_the_target_distribution(const DrafterMaker& make) {
   // deterministic; the bound is the chi-square 1e-6 quantile.
   torch::set_num_threads(1);
   ScratchDir dir("sampling-target");
-  TinyTargetOptions tiny;
+  dflow::target::TinyTargetOptions tiny;
   tiny.out_dir = dir.path();
   tiny.num_layers = 2;
   tiny.hidden_size = 32;
   tiny.intermediate_size = 64;
   tiny.vocab_size = 24;
   tiny.seed = 11;
-  make_tiny_target(tiny);
-  const TargetModel target = TargetModel::load(dir.path());
+  dflow::target::make_tiny_target(tiny);
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(dir.path());
   DrafterOptions drafter_options;
   drafter_options.block_size = 4;
   drafter_options.num_target_features = 1;
@@ -353,7 +355,7 @@ void check_sampling_keeps_the_target_distribution(const DrafterMaker& make) {
 
 TEST_CASE("Model.Speculative.ContextCacheEqualsFullRecomputation") {
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(tiny_target_dir());
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(tiny_target_dir());
   DFlashDrafter drafter = tiny_drafter(target);
   torch::manual_seed(3);
   const torch::Tensor ids = torch::randint(0, 500, {1, 9}, torch::kInt64);
@@ -379,7 +381,7 @@ TEST_CASE("Model.Speculative.ContextCacheEqualsFullRecomputation") {
 
 TEST_CASE("Model.Speculative.TrainedDrafterIsAcceptedEndToEnd") {
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(tiny_target_dir());
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(tiny_target_dir());
   DFlashDrafter drafter = tiny_drafter(target);
   // Eight prompts with the target's own greedy responses (the paper's data recipe).
   const int64_t samples = 8, prompt_length = 8, response_length = 24, length = prompt_length + response_length;

@@ -11,17 +11,17 @@
 #include "test_paths.hpp"
 #include "tools/run_command.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
+using namespace dflow::drafter;
+using dflow::target::testing::ScratchDir;
 namespace fs = std::filesystem;
 
 TEST_CASE("Model.Speculative.Qwen3_5Reference.GreedyEqualsTargetGreedyThroughTheStatesRollback") {
   static ScratchDir dir("spec-qwen3_5");
   const std::string name = "qwen3_5-dense-untied";
-  dflow::model::testing::write_with_python("hf_qwen3_5_reference.py", dir.path(), name);
+  dflow::target::testing::write_with_python("hf_qwen3_5_reference.py", dir.path(), name);
 
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(dir.path() / name);
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(dir.path() / name);
   REQUIRE(target.config().has_linear_attention());
   DrafterOptions options;
   options.num_layers = 1;

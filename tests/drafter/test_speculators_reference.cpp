@@ -20,8 +20,8 @@
 #include "drafter/drafter_export_speculators.hpp"
 #include "target/target_head.hpp"
 
-using namespace dflow::model;
-using namespace dflow::model::testing;
+using namespace dflow::drafter;
+using namespace dflow::target::testing;
 
 namespace {
 
@@ -42,7 +42,7 @@ using Named = std::vector<std::pair<std::string, torch::Tensor>>;
 void check_dspark_against_speculators(const DraftHeads& heads, int64_t num_layers) {
   torch::set_num_threads(1);
   const auto target_dir = tiny_target_dir();
-  const HFConfig target_config = load_hf_config(target_dir);
+  const dflow::target::HFConfig target_config = dflow::target::load_hf_config(target_dir);
   DrafterOptions options;
   options.num_layers = num_layers;
   options.block_size = 8;
@@ -51,7 +51,7 @@ void check_dspark_against_speculators(const DraftHeads& heads, int64_t num_layer
   DFlashDrafter drafter(make_drafter_spec(target_config, options), 5);
   const DrafterSpec& spec = drafter->spec();
   perturb(*drafter, 0.05, 11);
-  const TargetHead head = TargetHead::load(target_dir);
+  const dflow::target::TargetHead head = dflow::target::TargetHead::load(target_dir);
   const AnchoredRow row = anchored_row(spec, {3, 11, 20, 37});  // speculators' anchors lie below T - Bs
   const int64_t T = row.length, Bs = row.block, N = row.anchors_n;
   const torch::Tensor hidden = block_hidden(*drafter, head.embedding_weight(), row);
@@ -156,7 +156,7 @@ TEST_CASE("Model.SpeculatorsReference.LossesEqualSpeculatorsLosses") {
       CHECK(result.row_loss[0].item<double>() == doctest::Approx(-std::log(1e-5)).epsilon(1e-6));
     }
     const auto path = scratch.path() / ("case" + std::to_string(i) + ".safetensors");
-    write_safetensors(path,
+    dflow::formats::write_safetensors(path,
                       {{"hidden", hidden.detach()}, {"lm_head", lm_head}, {"teacher", teacher},
                        {"features", features}, {"bias_weight", bias_weight}, {"weights", weights},
                        {"labels", labels}, {"row_loss", result.row_loss}, {"accept_rate", result.accept_rate},

@@ -17,8 +17,8 @@
 #include "target/target_memory.hpp"
 #include "target/tiny_target.hpp"
 
-using namespace dflow::model;
-using namespace dflow::model::testing;
+using namespace dflow::drafter;
+using namespace dflow::target::testing;
 namespace fs = std::filesystem;
 
 namespace {
@@ -44,7 +44,7 @@ fs::path tiny_checkpoint(const std::string& arch, bool mxfp4 = false) {
   static ScratchDir dir("target-memory-tiny");
   const fs::path out = dir.path() / (arch + (mxfp4 ? "-mxfp4" : ""));
   if (fs::exists(out / "config.json")) return out;
-  TinyTargetOptions options;
+  dflow::target::TinyTargetOptions options;
   options.out_dir = out;
   options.arch = arch;
   options.num_layers = 3;
@@ -56,7 +56,7 @@ fs::path tiny_checkpoint(const std::string& arch, bool mxfp4 = false) {
   options.moe_intermediate_size = 256;
   options.seed = 11;
   options.mxfp4 = mxfp4;
-  make_tiny_target(options);
+  dflow::target::make_tiny_target(options);
   return out;
 }
 
@@ -67,7 +67,8 @@ std::vector<fs::path> checkpoints() {
 }
 
 // The peak bytes of context_features over rows x length random tokens, beyond what was held before.
-double measured_forward(const TargetModel& target, int64_t rows, int64_t length, const std::vector<int64_t>& layers) {
+double measured_forward(const dflow::target::TargetModel& target, int64_t rows, int64_t length,
+                        const std::vector<int64_t>& layers) {
   const torch::Tensor ids = torch::randint(target.config().vocab_size, {rows, length}, torch::kInt64);
   CpuMemoryCounter counter;
   { const torch::Tensor features = target.context_features(ids, layers); }
@@ -81,44 +82,47 @@ TEST_CASE("Model.TargetMemory.ResidentBytesAreTheLoadedTextModelsTensors") {
   for (const fs::path& dir : checkpoints()) {
     CAPTURE(dir.filename().string());
     int64_t loaded = 0;
-    HFConfig config;
+    dflow::target::HFConfig config;
     {
       CpuMemoryCounter counter;
-      const TargetModel target = TargetModel::load(dir, torch::kCPU, torch::kBFloat16);
+      const dflow::target::TargetModel target = dflow::target::TargetModel::load(dir, torch::kCPU, torch::kBFloat16);
       loaded = counter.current_bytes();
       config = target.config();
     }
-    const bool stored = checkpoint_stores_lm_head(dir);
-    CHECK(target_resident_bytes(config, 2, stored) == loaded);
+    const bool stored = dflow::target::checkpoint_stores_lm_head(dir);
+    CHECK(dflow::target::target_resident_bytes(config, 2, stored) == loaded);
     // The wrappers' files hold the vision tower beside the text model: more bytes than a load keeps.
     int64_t files = 0;
     for (const auto& entry : fs::directory_iterator(dir))
       if (entry.path().extension() == ".safetensors" && entry.path().filename() != "reference.safetensors")
         files += static_cast<int64_t>(entry.file_size());
-    if (config.tensor_prefix != "model.") CHECK(target_resident_bytes(config, 4, stored) < files);
+    if (config.tensor_prefix != "model.") CHECK(dflow::target::target_resident_bytes(config, 4, stored) < files);
   }
 }
 
 TEST_CASE("Model.TargetMemory.Mxfp4ExpertsCountPackedOrDequantizedAsLoaded") {
   torch::set_num_threads(1);
   const fs::path dir = tiny_checkpoint("gpt_oss", /*mxfp4=*/true);
-  TargetLoadOptions dequantize;
-  dequantize.mxfp4_experts = Mxfp4Experts::dequantize;
+  dflow::target::TargetLoadOptions dequantize;
+  dequantize.mxfp4_experts = dflow::target::Mxfp4Experts::dequantize;
   // (The first load also makes the dequantization's tables, kept for the process.)
-  const TargetModel resident = TargetModel::load(dir, torch::kCPU, torch::kBFloat16);
-  const TargetModel dequantized = TargetModel::load(dir, torch::kCPU, torch::kBFloat16, dequantize);
+  const dflow::target::TargetModel resident = dflow::target::TargetModel::load(dir, torch::kCPU, torch::kBFloat16);
+  const dflow::target::TargetModel dequantized =
+      dflow::target::TargetModel::load(dir, torch::kCPU, torch::kBFloat16, dequantize);
   int64_t dequantized_bytes = 0;
   {
     CpuMemoryCounter counter;  // dequantized on load: every kept tensor is allocated
-    const TargetModel target = TargetModel::load(dir, torch::kCPU, torch::kBFloat16, dequantize);
+    const dflow::target::TargetModel target =
+        dflow::target::TargetModel::load(dir, torch::kCPU, torch::kBFloat16, dequantize);
     dequantized_bytes = counter.current_bytes();
   }
-  const HFConfig& config = resident.config();
+  const dflow::target::HFConfig& config = resident.config();
   REQUIRE(config.moe.mxfp4);
-  const bool stored = checkpoint_stores_lm_head(dir);
-  CHECK(target_resident_bytes(config, 2, stored, /*mxfp4_dequantized=*/true) == dequantized_bytes);
+  const bool stored = dflow::target::checkpoint_stores_lm_head(dir);
+  CHECK(dflow::target::target_resident_bytes(config, 2, stored, /*mxfp4_dequantized=*/true) == dequantized_bytes);
   // Kept packed, the experts' blocks and scales instead of their bf16 weights.
-  CHECK(target_resident_bytes(config, 2, stored, true) - target_resident_bytes(config, 2, stored) ==
+  CHECK(dflow::target::target_resident_bytes(config, 2, stored, true) -
+            dflow::target::target_resident_bytes(config, 2, stored) ==
         dequantized.expert_projection_bytes() - resident.expert_projection_bytes());
 }
 
@@ -127,8 +131,8 @@ TEST_CASE("Model.TargetMemory.AForwardsPeakIsBoundedByTheModel") {
   torch::manual_seed(5);
   for (const fs::path& dir : checkpoints()) {
     for (const torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
-      const TargetModel target = TargetModel::load(dir, torch::kCPU, dtype);
-      const HFConfig& config = target.config();
+      const dflow::target::TargetModel target = dflow::target::TargetModel::load(dir, torch::kCPU, dtype);
+      const dflow::target::HFConfig& config = target.config();
       const std::vector<int64_t> layers = {0, config.num_hidden_layers - 1};
       // Shorter than a chunk, padded to whole chunks, and longer than the delta rule's window.
       for (const auto& [rows, length] : std::vector<std::pair<int64_t, int64_t>>{{8, 40}, {2, 300}, {1, 4200}}) {
@@ -136,12 +140,12 @@ TEST_CASE("Model.TargetMemory.AForwardsPeakIsBoundedByTheModel") {
         CAPTURE(name);
         CAPTURE(rows);
         CAPTURE(length);
-        TargetForwardShape shape;
+        dflow::target::TargetForwardShape shape;
         shape.rows = rows;
         shape.length = length;
         shape.element_bytes = static_cast<int64_t>(c10::elementSize(dtype));
         shape.features = static_cast<int64_t>(layers.size());
-        const double modelled = estimate_target_forward(config, shape).total_bytes();
+        const double modelled = dflow::target::estimate_target_forward(config, shape).total_bytes();
         const double measured = measured_forward(target, rows, length, layers);
         MESSAGE(name, " ", rows, "x", length, ": modelled ", modelled, " measured ", measured, " ratio ",
                 modelled / measured);
@@ -156,13 +160,13 @@ TEST_CASE("Model.TargetMemory.GenerationsCacheIsTheModelsBytes") {
   torch::set_num_threads(1);
   for (const fs::path& dir : checkpoints()) {
     CAPTURE(dir.filename().string());
-    const TargetModel target = TargetModel::load(dir, torch::kCPU, torch::kBFloat16);
+    const dflow::target::TargetModel target = dflow::target::TargetModel::load(dir, torch::kCPU, torch::kBFloat16);
     const torch::Tensor prompt = torch::randint(target.config().vocab_size, {1, 9}, torch::kInt64);
     const int64_t capacity = 48;
     CpuMemoryCounter counter;
-    KVCache cache = target.new_cache(1, capacity);
+    dflow::target::KVCache cache = target.new_cache(1, capacity);
     // The first call keeps the linear layers' states to roll back to beside them.
-    { const TargetOutput out = target.forward_cached(cache, prompt, {}, /*want_logits=*/true); }
-    CHECK(counter.current_bytes() == target_cache_bytes(target.config(), 2, capacity));
+    { const dflow::target::TargetOutput out = target.forward_cached(cache, prompt, {}, /*want_logits=*/true); }
+    CHECK(counter.current_bytes() == dflow::target::target_cache_bytes(target.config(), 2, capacity));
   }
 }

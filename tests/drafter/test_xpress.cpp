@@ -25,8 +25,8 @@
 #include "kind_test_rig.hpp"
 #include "speculators_check.hpp"
 
-using namespace dflow::model;
-using namespace dflow::model::testing;
+using namespace dflow::drafter;
+using namespace dflow::target::testing;
 
 namespace {
 
@@ -51,7 +51,7 @@ void enlarge_refiner(DFlashDrafterImpl& drafter, double scale) {
 TEST_CASE("Model.SpeculatorsReference.XpressEqualsXPressDraftModel") {
   torch::set_num_threads(1);
   const auto target_dir = tiny_target_dir();
-  const HFConfig target_config = load_hf_config(target_dir);
+  const dflow::target::HFConfig target_config = dflow::target::load_hf_config(target_dir);
   XPressShape shape;
   shape.xpress_rank = 12;
   shape.xpress_mlp_ratio = 2;
@@ -60,7 +60,7 @@ TEST_CASE("Model.SpeculatorsReference.XpressEqualsXPressDraftModel") {
   const DrafterSpec& spec = drafter->spec();
   perturb(*drafter, 0.05, 11);
   enlarge_refiner(*drafter, 20.0);
-  const TargetHead head = TargetHead::load(target_dir);
+  const dflow::target::TargetHead head = dflow::target::TargetHead::load(target_dir);
   // Anchor 0 has no token before it: its slot 0 reads the anchor's own.
   const AnchoredRow row = anchored_row(spec, {0, 11, 20, 37});
   const int64_t N = row.anchors_n, Bs = row.block;
@@ -118,7 +118,7 @@ TEST_CASE("Model.SpeculatorsReference.XpressEqualsXPressDraftModel") {
 }
 
 TEST_CASE("Model.Xpress.AFreshRefinerStartsWithItsMixerAtZeroAndIsCountedAndRefusedByTheDFlashLayout") {
-  const HFConfig target_config = load_hf_config(tiny_target_dir());
+  const dflow::target::HFConfig target_config = dflow::target::load_hf_config(tiny_target_dir());
   DFlashDrafter drafter(make_drafter_spec(target_config, xpress_options(1, XPressShape{})), 5);
   RefinerHeadImpl& refiner = refiner_head(*drafter);
   CHECK(refiner.mix_l.sizes() == torch::IntArrayRef({256, 8, 8}));
@@ -137,7 +137,7 @@ TEST_CASE("Model.Xpress.AFreshRefinerStartsWithItsMixerAtZeroAndIsCountedAndRefu
 
 TEST_CASE("Model.Xpress.GreedyJacobiDraftingEqualsTargetGreedy") {
   torch::set_num_threads(1);
-  const TargetModel target = TargetModel::load(tiny_target_dir());
+  const dflow::target::TargetModel target = dflow::target::TargetModel::load(tiny_target_dir());
   XPressShape shape;
   shape.xpress_rank = 16;
   shape.num_jacobi_passes = 3;

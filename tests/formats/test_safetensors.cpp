@@ -9,8 +9,8 @@
 #include "formats/safetensors.hpp"
 #include "target/model_fixtures.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
+using namespace dflow::formats;
+using dflow::target::testing::ScratchDir;
 
 namespace {
 

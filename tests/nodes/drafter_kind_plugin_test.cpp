@@ -29,42 +29,43 @@ struct UnigramParams {
   double l2 = 0.5;
 };
 
-const model::KeySetParams<UnigramParams>& unigram_params() {
-  static const model::KeySetParams<UnigramParams> params = [] {
+const dflow::drafter::KeySetParams<UnigramParams>& unigram_params() {
+  static const dflow::drafter::KeySetParams<UnigramParams> params = [] {
     config::KeySet<UnigramParams> k;
     k.add("l2", [](UnigramParams& p) -> auto& { return p.l2; }, config::OnResume::must_match,
           "weight of the bias's L2 term (> 0)",
           config::must<double>([](double v) { return v > 0.0; }, "must be > 0"));
-    return model::KeySetParams<UnigramParams>(std::move(k),
+    return dflow::drafter::KeySetParams<UnigramParams>(std::move(k),
                                               [](const UnigramParams& p) { return nlohmann::json{{"l2", p.l2}}; });
   }();
   return params;
 }
 
-class UnigramModules final : public model::KindModules {
+class UnigramModules final : public dflow::drafter::KindModules {
  public:
-  explicit UnigramModules(model::DFlashDrafterImpl& drafter) {
+  explicit UnigramModules(dflow::drafter::DFlashDrafterImpl& drafter) {
     table = drafter.register_module("unigram", torch::nn::Embedding(drafter.spec().vocab_size, 1));
   }
-  std::optional<model::LogitsBias> logits_bias(const model::TrainedSlots& slots) override {
-    model::LogitsBias bias;
+  std::optional<dflow::drafter::LogitsBias> logits_bias(const dflow::drafter::TrainedSlots& slots) override {
+    dflow::drafter::LogitsBias bias;
     bias.features = torch::ones({slots.rows.size(0), 1}, table->weight.options());
     bias.weight = table->weight;  // [V, 1]
     return bias;
   }
-  std::vector<model::ExtraLossTerm> extra_terms(const model::TrainedSlots&, const model::MainLossRows& main,
-                                                const nlohmann::json& options) override {
+  std::vector<dflow::drafter::ExtraLossTerm> extra_terms(const dflow::drafter::TrainedSlots&,
+                                                         const dflow::drafter::MainLossRows& main,
+                                                         const nlohmann::json& options) override {
     const torch::Tensor penalty = table->weight.pow(2).mean().to(main.row_weights.scalar_type());  // scalar
     const torch::Tensor rows = main.row_weights * penalty;                                        // [P]
-    model::ExtraLossTerm term;
+    dflow::drafter::ExtraLossTerm term;
     term.weighted_sum = rows.sum();
     term.row_terms = rows.detach();
     term.weight = options.at("l2").get<double>();
     term.slot_values = penalty.detach().expand_as(main.row_weights);
     return {term};
   }
-  model::BlockDraft draft_block(const model::BlockDraftInputs& in) override {
-    model::BlockDraftInputs biased = in;
+  dflow::drafter::BlockDraft draft_block(const dflow::drafter::BlockDraftInputs& in) override {
+    dflow::drafter::BlockDraftInputs biased = in;
     biased.backbone_logits = in.backbone_logits.to(torch::kFloat32) +
                              table->weight.view({1, -1}).to(in.backbone_logits.device(), torch::kFloat32);
     return KindModules::draft_block(biased);
@@ -72,7 +73,7 @@ class UnigramModules final : public model::KindModules {
   torch::nn::Embedding table{nullptr};
 };
 
-class UnigramKind final : public model::DrafterKind {
+class UnigramKind final : public dflow::drafter::DrafterKind {
  public:
   std::string name() const override { return "unigram_bias"; }
   std::string summary() const override { return "a learned unigram bias on the draft logits (a test's kind)"; }
@@ -86,24 +87,24 @@ class UnigramKind final : public model::DrafterKind {
     if (!config.value("unigram_bias", false)) return std::nullopt;
     return nlohmann::json{{"unigram_bias", true}};
   }
-  std::shared_ptr<model::KindModules> add_modules(model::DFlashDrafterImpl& drafter) const override {
+  std::shared_ptr<dflow::drafter::KindModules> add_modules(dflow::drafter::DFlashDrafterImpl& drafter) const override {
     return std::make_shared<UnigramModules>(drafter);
   }
   std::vector<std::string> adamw_parameters() const override { return {"unigram"}; }
-  std::vector<model::RecordTerm> record_terms(const nlohmann::json&) const override {
+  std::vector<dflow::drafter::RecordTerm> record_terms(const nlohmann::json&) const override {
     return {{"unigram_l2", "unigram_l2_per_position"}};
   }
   std::string refuses_format(const std::string& format, const nlohmann::json&) const override {
     return format == "dflash" ? "has a unigram bias, which z-lab's layout cannot carry" : "";
   }
-  model::SpeculatorsNames speculators_names() const override {
+  dflow::drafter::SpeculatorsNames speculators_names() const override {
     return {"UnigramSpeculator", "unigram_bias", "unigram_bias"};
   }
 };
 
 void register_once() {
-  if (model::find_drafter_kind("unigram_bias") == nullptr)
-    model::register_drafter_kind(std::make_shared<UnigramKind>());
+  if (dflow::drafter::find_drafter_kind("unigram_bias") == nullptr)
+    dflow::drafter::register_drafter_kind(std::make_shared<UnigramKind>());
 }
 
 
@@ -138,12 +139,12 @@ TEST_CASE("DrafterKinds.Plugin.a_kind_defined_in_a_test_trains_drafts_and_export
   }
   // The bias trained: its table moved away from its initialisation.
   const auto checkpoint = train::resolve_checkpoint(dir / "checkpoints", "latest");
-  auto drafter = model::load_pretrained(checkpoint / "drafter");
+  auto drafter = dflow::drafter::load_pretrained(checkpoint / "drafter");
   CHECK(drafter->spec().kind == "unigram_bias");
   REQUIRE(drafter->named_parameters().contains("unigram.weight"));
 
   // dflow eval's code path: greedy speculative decoding stays lossless.
-  const auto target = model::TargetModel::load(testing::assets_dir() / "target");
+  const auto target = dflow::target::TargetModel::load(testing::assets_dir() / "target");
   train::EvalOptions options;
   options.max_new_tokens = 16;
   options.max_prompts = 2;
@@ -153,15 +154,16 @@ TEST_CASE("DrafterKinds.Plugin.a_kind_defined_in_a_test_trains_drafts_and_export
   CHECK(report.mismatched_prompts == 0);
 
   // Export: the default layout is refused as the kind says; speculators' names it.
-  const model::DrafterKind& kind = model::drafter_kind(drafter->spec().kind);
+  const dflow::drafter::DrafterKind& kind = dflow::drafter::drafter_kind(drafter->spec().kind);
   CHECK(kind.refuses_format("dflash", drafter->spec().kind_fields) ==
         "has a unigram bias, which z-lab's layout cannot carry");
-  model::save_speculators_pretrained(*drafter, {"org/target", testing::assets_dir() / "target"}, dir / "export");
+  dflow::drafter::save_speculators_pretrained(*drafter, {"org/target", testing::assets_dir() / "target"},
+                                              dir / "export");
   std::ifstream in(dir / "export" / "config.json");
   const auto exported = nlohmann::json::parse(in);
   CHECK(exported["speculators_model_type"] == "unigram_bias");
   CHECK(exported["architectures"] == nlohmann::json::array({"UnigramSpeculator"}));
   CHECK(exported["unigram_bias"] == true);
-  CHECK(model::load_checkpoint_dir(dir / "export").count("unigram.weight") == 1);
+  CHECK(dflow::formats::load_checkpoint_dir(dir / "export").count("unigram.weight") == 1);
   fs::remove_all(dir);
 }

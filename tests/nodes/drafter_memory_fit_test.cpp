@@ -15,13 +15,14 @@ using namespace dflow;
 
 namespace {
 
-model::DrafterSpec qwen3_8b_drafter() {
-  const model::HFConfig target = model::tiny_target_config(model::preset_target_options("qwen3-8b"));
-  model::DrafterOptions options;
+dflow::drafter::DrafterSpec qwen3_8b_drafter() {
+  const dflow::target::HFConfig target =
+      dflow::target::tiny_target_config(dflow::target::preset_target_options("qwen3-8b"));
+  dflow::drafter::DrafterOptions options;
   options.num_layers = 5;
   options.block_size = 16;
   options.num_target_features = 5;
-  return model::make_drafter_spec(target, options);
+  return dflow::drafter::make_drafter_spec(target, options);
 }
 
 config::DataConfig recipe_data() {
@@ -35,9 +36,9 @@ config::DataConfig recipe_data() {
 }  // namespace
 
 TEST_CASE("Nodes.DrafterMemoryFit.says_whether_the_run_fits_and_what_would") {
-  const model::DrafterSpec spec = qwen3_8b_drafter();
+  const dflow::drafter::DrafterSpec spec = qwen3_8b_drafter();
   const config::DataConfig data = recipe_data();
-  model::ObjectiveOptions objective;
+  dflow::drafter::ObjectiveOptions objective;
   const double gib = 1024.0 * 1024.0 * 1024.0;
 
   // Plenty of memory: fits, and every anchor count up to max_length would.
@@ -72,18 +73,19 @@ TEST_CASE("Nodes.DrafterMemoryFit.says_whether_the_run_fits_and_what_would") {
 }
 
 TEST_CASE("Nodes.DrafterMemoryFit.the_targets_forward_beside_the_drafter_is_its_largest_micro_batchs") {
-  const model::HFConfig target = model::tiny_target_config(model::preset_target_options("qwen3-8b"));
+  const dflow::target::HFConfig target =
+      dflow::target::tiny_target_config(dflow::target::preset_target_options("qwen3-8b"));
   const config::DataConfig data = recipe_data();
   const nodes::TargetForwardFit forward = nodes::largest_target_forward(target, data, 5, 2, /*cuda=*/true);
   CHECK(forward.rows * forward.length == data.tokens_per_batch);
   for (const int64_t length : nodes::checked_lengths(data)) {
-    model::TargetForwardShape shape;
+    dflow::target::TargetForwardShape shape;
     shape.rows = data.tokens_per_batch / length;
     shape.length = length;
     shape.element_bytes = 2;
     shape.features = 5;
     shape.cuda = true;
-    CHECK(model::estimate_target_forward(target, shape).total_bytes() <= forward.bytes);
+    CHECK(dflow::target::estimate_target_forward(target, shape).total_bytes() <= forward.bytes);
   }
   // More than the five features it returns and their concatenation: a layer's working set.
   CHECK(forward.bytes > 2.0 * 5 * 16384 * 4096 * 2);
@@ -106,15 +108,16 @@ config::Config recipe_config(std::vector<std::string> extra = {}) {
   return config::load_config("", o);
 }
 
-model::DrafterSpec with_kind(const std::string& kind, const nlohmann::json& fields) {
-  const model::HFConfig target = model::tiny_target_config(model::preset_target_options("qwen3-8b"));
-  model::DrafterOptions options;
+dflow::drafter::DrafterSpec with_kind(const std::string& kind, const nlohmann::json& fields) {
+  const dflow::target::HFConfig target =
+      dflow::target::tiny_target_config(dflow::target::preset_target_options("qwen3-8b"));
+  dflow::drafter::DrafterOptions options;
   options.num_layers = 5;
   options.block_size = 16;
   options.num_target_features = 5;
   options.kind = kind;
   options.kind_fields = fields;
-  return model::make_drafter_spec(target, options);
+  return dflow::drafter::make_drafter_spec(target, options);
 }
 
 }  // namespace
@@ -123,7 +126,7 @@ model::DrafterSpec with_kind(const std::string& kind, const nlohmann::json& fiel
 // default pipeline lets 4 + 2 of them wait on target -> reorder and
 // reorder -> drafter.batch while the step runs on its own.
 TEST_CASE("Nodes.DrafterMemoryFit.the_feature_batches_the_edges_into_the_drafter_hold_are_counted") {
-  const model::DrafterSpec spec = qwen3_8b_drafter();
+  const dflow::drafter::DrafterSpec spec = qwen3_8b_drafter();
   const config::Config config = recipe_config();
   const nodes::BesideTheStep plain =
       nodes::beside_the_step(config, nodes::default_registry(), spec, torch::kBFloat16, /*teacher=*/false, 0);
@@ -138,7 +141,7 @@ TEST_CASE("Nodes.DrafterMemoryFit.the_feature_batches_the_edges_into_the_drafter
   CHECK(nodes::beside_the_step(wide, nodes::default_registry(), spec, torch::kBFloat16, false, 0).queued_batches == 10);
 
   // A fit that holds the step alone no longer does with the batches beside it, and says why.
-  const model::ObjectiveOptions objective;
+  const dflow::drafter::ObjectiveOptions objective;
   const nodes::MemoryFit alone = nodes::check_memory_fit(spec, config.data, 512, torch::kBFloat16, objective, 1e15);
   const double just_enough = alone.needed_bytes + plain.eval_drafter_bytes + 1.0;
   CHECK(nodes::check_memory_fit(spec, config.data, 512, torch::kBFloat16, objective, just_enough + plain.queued_bytes,
@@ -153,8 +156,8 @@ TEST_CASE("Nodes.DrafterMemoryFit.the_feature_batches_the_edges_into_the_drafter
 // eval.tau keeps its own copy of the drafter on the drafter's device, on
 // rank 0 only, in the drafter's dtype; rollback keeps two snapshots.
 TEST_CASE("Nodes.DrafterMemoryFit.evals_drafter_on_rank_0_and_rollbacks_snapshots_are_counted") {
-  const model::DrafterSpec spec = qwen3_8b_drafter();
-  const double parameters = model::drafter_parameter_count(spec);
+  const dflow::drafter::DrafterSpec spec = qwen3_8b_drafter();
+  const double parameters = dflow::drafter::drafter_parameter_count(spec);
   const config::Config config = recipe_config();  // eval every 50 steps on the demo's prompts
   const auto& kinds = nodes::default_registry();
   const nodes::BesideTheStep rank0 = nodes::beside_the_step(config, kinds, spec, torch::kBFloat16, false, 0);
@@ -178,18 +181,19 @@ TEST_CASE("Nodes.DrafterMemoryFit.evals_drafter_on_rank_0_and_rollbacks_snapshot
 // it under ce; a kind's own chunks of logits and its extra loss calls count.
 TEST_CASE("Nodes.DrafterMemoryFit.the_kinds_teacher_and_loss_terms_are_counted_whatever_the_loss") {
   const config::Config config = recipe_config();
-  model::ObjectiveOptions ce;  // loss: ce
-  const model::DrafterSpec dspine = with_kind("dspine", nlohmann::json::object());
+  dflow::drafter::ObjectiveOptions ce;  // loss: ce
+  const dflow::drafter::DrafterSpec dspine = with_kind("dspine", nlohmann::json::object());
   CHECK(nodes::micro_batch_shape(dspine, config.data, 8192, 512, torch::kBFloat16, ce, false).teacher);
-  const model::DrafterSpec dflash = with_kind("dflash", nlohmann::json::object());
+  const dflow::drafter::DrafterSpec dflash = with_kind("dflash", nlohmann::json::object());
   CHECK_FALSE(nodes::micro_batch_shape(dflash, config.data, 8192, 512, torch::kBFloat16, ce, false).teacher);
 
   // XPress: each consistency round keeps its refiner pass and its loss call's gradients.
-  const model::DrafterSpec xpress = with_kind("xpress", model::drafter_kind("xpress").spec_fields({}));
+  const dflow::drafter::DrafterSpec xpress =
+      with_kind("xpress", dflow::drafter::drafter_kind("xpress").spec_fields({}));
   auto per_anchor = [&](int64_t passes) {
-    model::ObjectiveOptions o;
+    dflow::drafter::ObjectiveOptions o;
     o.kind_options = {{"consistency_passes", passes}};
-    return model::estimate_drafter_memory(
+    return dflow::drafter::estimate_drafter_memory(
                xpress, nodes::micro_batch_shape(xpress, config.data, 8192, 512, torch::kBFloat16, o, false))
         .per_anchor_bytes;
   };

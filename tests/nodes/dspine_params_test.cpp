@@ -41,7 +41,7 @@ int64_t saved_transfer_rank(const fs::path& out_dir) {
 // float64: its normalised, centred rows' covariance's eigenvalues above a
 // millionth of the largest (those DSpine's codes can whiten).
 int64_t head_directions() {
-  const auto head = model::TargetHead::load(testing::assets_dir() / "target");
+  const auto head = dflow::target::TargetHead::load(testing::assets_dir() / "target");
   const torch::Tensor w = head.lm_head_weight().to(torch::kFloat64);
   const torch::Tensor rows = w / w.norm(2, -1, true).clamp_min(1e-12);  // as F.normalize: zero rows stay zero
   const torch::Tensor centred = rows - rows.mean(0);

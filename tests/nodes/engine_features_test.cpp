@@ -72,11 +72,11 @@ fs::path copy_of_files(const std::string& name) {
 
 void rewrite_with_other_tokens(const fs::path& dir, int64_t sample_id) {
   const auto path = train::engine_file_path(dir, sample_id);
-  model::SafetensorsFile file(path);
+  dflow::formats::SafetensorsFile file(path);
   auto tokens = file.tensor("token_ids").clone();
   tokens[0] = (tokens[0].item<int64_t>() + 1) % 512;
   auto hidden = file.tensor("hidden_states").clone();
-  model::write_safetensors(path, {{"token_ids", tokens}, {"hidden_states", hidden}});
+  dflow::formats::write_safetensors(path, {{"token_ids", tokens}, {"hidden_states", hidden}});
 }
 
 std::vector<char> bytes_of(const fs::path& path) {

@@ -60,7 +60,7 @@ inline void write_dflow_features_as_engine_files(const config::Config& config, c
       auto slots = torch::cat({rows, torch::zeros({place.length, 1, rows.size(2)})}, 1).contiguous();
       const auto ids = run.dataset.sample(place.sample_id).input_ids;
       auto tokens = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);
-      model::write_safetensors(train::engine_file_path(dir, place.sample_id),
+      dflow::formats::write_safetensors(train::engine_file_path(dir, place.sample_id),
                                {{"token_ids", tokens}, {"hidden_states", slots}});
     }
   }

@@ -38,11 +38,11 @@ fs::path copy_of_files(const std::string& name) {
 
 // The file of `path` with its first token changed: a sample of other tokens.
 void rewrite_with_other_tokens(const fs::path& path) {
-  model::SafetensorsFile file(path);
+  dflow::formats::SafetensorsFile file(path);
   auto tokens = file.tensor("token_ids").clone();
   tokens[0] = (tokens[0].item<int64_t>() + 1) % 512;
   auto hidden = file.tensor("hidden_states").clone();
-  model::write_safetensors(path, {{"token_ids", tokens}, {"hidden_states", hidden}});
+  dflow::formats::write_safetensors(path, {{"token_ids", tokens}, {"hidden_states", hidden}});
 }
 
 std::string error_of(const config::Config& config) {

@@ -67,8 +67,8 @@ TEST_CASE("Eval.Train.trained_drafter_beats_untrained_on_held_out_prompts") {
 
   // Greedy speculative decoding with the best drafter returns exactly the
   // target's greedy tokens on every held-out prompt, at the recorded tau.
-  const auto target = model::TargetModel::load(testing::assets_dir() / "target");
-  auto drafter = model::load_pretrained(best_dir / "drafter");
+  const auto target = dflow::target::TargetModel::load(testing::assets_dir() / "target");
+  auto drafter = dflow::drafter::load_pretrained(best_dir / "drafter");
   train::EvalOptions options;
   options.max_new_tokens = 48;
   options.max_prompts = 6;
@@ -205,23 +205,23 @@ TEST_CASE("Eval.Record.confidence_calibration_only_with_a_confidence_head") {
   // prefix, the head's mean predicted acceptance and the observed share;
   // absent for a plain DFlash drafter. Greedy stays lossless with the heads.
   torch::set_num_threads(1);
-  const auto target = model::TargetModel::load(testing::assets_dir() / "target");
+  const auto target = dflow::target::TargetModel::load(testing::assets_dir() / "target");
   const auto prompts = train::read_prompts(testing::assets_dir() / "heldout.jsonl");
   train::EvalOptions options;
   options.max_new_tokens = 24;
   options.max_prompts = 3;
-  model::DrafterOptions drafter_options;
+  dflow::drafter::DrafterOptions drafter_options;
   drafter_options.block_size = 4;
   for (const bool heads : {false, true}) {
     CAPTURE(heads);
     if (heads) {
-      model::DraftHeads dspark;
+      dflow::drafter::DraftHeads dspark;
       dspark.markov_rank = 4;
       dspark.markov_type = "rnn";
       dspark.confidence = true;
-      model::set_dspark_heads(drafter_options, dspark);
+      dflow::drafter::set_dspark_heads(drafter_options, dspark);
     }
-    model::DFlashDrafter drafter(model::make_drafter_spec(target.config(), drafter_options), 3);
+    dflow::drafter::DFlashDrafter drafter(dflow::drafter::make_drafter_spec(target.config(), drafter_options), 3);
     const auto report = train::evaluate_drafter(*drafter, target, prompts, options);
     CHECK(report.mismatched_prompts == 0);
     const nlohmann::json j = report.to_json();

@@ -115,7 +115,7 @@ TEST_CASE("HeadOnly.a_node_that_runs_a_target_dflow_cannot_run_is_refused_before
   REQUIRE(written.exit_code == 0);
   const fs::path gpt_oss = checkpoints / "gpt-oss-untied-single";
   // dflow runs gpt-oss, but not one quantized by a method it does not implement.
-  nlohmann::json config = model::read_json_file(gpt_oss / "config.json");
+  nlohmann::json config = dflow::target::read_json_file(gpt_oss / "config.json");
   config["quantization_config"] = {{"quant_method", "fp8"}};
   std::ofstream(gpt_oss / "config.json") << config.dump();
   const auto out = fresh_dir("head-gpt-oss-run");

@@ -139,7 +139,7 @@ TEST_CASE("Losses.Params.kl_temperature_is_refused_for_a_loss_without_a_temperat
 // lk_hybrid (and a mix with it) trains every registered kind: each kind's
 // own terms beside it, finite and non-negative, the acceptance rate in [0, 1].
 TEST_CASE("Losses.Train.lk_hybrid_trains_every_kind") {
-  for (const auto& kind : model::drafter_kind_names()) {
+  for (const auto& kind : dflow::drafter::drafter_kind_names()) {
     for (const std::string loss : {"lk_hybrid", "{ce: 0.1, lk_hybrid: 0.9}"}) {
       CAPTURE(kind);
       CAPTURE(loss);

@@ -74,14 +74,15 @@ std::pair<nodes::MemoryFit, double> fit_of(const config::Config& config) {
   options.prepare_nodes = false;
   nodes::RunContext run(config, options, nullptr);
   std::string teacher;
-  model::ObjectiveOptions objective = nodes::drafter_kind_choice(config, nodes::default_registry(), &teacher).objective;
+  dflow::drafter::ObjectiveOptions objective =
+      nodes::drafter_kind_choice(config, nodes::default_registry(), &teacher).objective;
   objective.loss_decay_gamma = run.objective.loss_decay_gamma;
   const nodes::MemoryFit fit = nodes::run_memory_fit(run, objective, 1e18);
   const auto& head = run.target_config;
   const double target = run.targets.empty()
                             ? 2.0 * static_cast<double>(head.vocab_size * head.hidden_size) * 4 + head.hidden_size * 4
-                            : static_cast<double>(model::target_resident_bytes(
-                                  head, 4, model::checkpoint_stores_lm_head(config.model.target.path)));
+                            : static_cast<double>(dflow::target::target_resident_bytes(
+                                  head, 4, dflow::target::checkpoint_stores_lm_head(config.model.target.path)));
   return {fit, target};
 }
 
@@ -91,7 +92,7 @@ TEST_CASE("Nodes.MemoryFitProof.every_kind_and_loss_peaks_within_the_fit_with_th
   const fs::path engine_dir = fresh_dir("fit-proof-engine");
   write_dflow_features_as_engine_files(small_run_config(fresh_dir("fit-proof-writer")), engine_dir);
   double lowest = 1e9, highest = 0;
-  for (const std::string& kind : model::drafter_kind_names())
+  for (const std::string& kind : dflow::drafter::drafter_kind_names())
     for (const std::string loss : {"ce", "kl"})
       for (const bool engine : {false, true}) {
         const Case c{kind, loss, engine};
@@ -107,7 +108,7 @@ TEST_CASE("Nodes.MemoryFitProof.every_kind_and_loss_peaks_within_the_fit_with_th
         double peak = 0;
         nodes::TrainResult result;
         {
-          model::CpuMemoryCounter counter;
+          dflow::drafter::CpuMemoryCounter counter;
           result = nodes::run_training(config, {});
           peak = static_cast<double>(counter.peak_bytes());
         }

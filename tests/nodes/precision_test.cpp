@@ -58,8 +58,8 @@ TEST_CASE("Train.Precision.bf16_loss_follows_fp32_over_30_steps") {
 
   // The checkpoint of the bf16 run: bf16 drafter weights, fp32 masters and moments.
   const auto ckpt = bf16_dir / "checkpoints" / ("step-" + std::to_string(kSteps));
-  const model::SafetensorsFile drafter(ckpt / "drafter" / "model.safetensors");
-  const model::SafetensorsFile optimizer(ckpt / "optimizer.safetensors");
+  const dflow::formats::SafetensorsFile drafter(ckpt / "drafter" / "model.safetensors");
+  const dflow::formats::SafetensorsFile optimizer(ckpt / "optimizer.safetensors");
   const auto fc = drafter.entry("fc.weight");
   CHECK(fc.dtype_name == "BF16");
   CHECK(optimizer.entry("master.fc.weight").dtype_name == "F32");

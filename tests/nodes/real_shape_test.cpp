@@ -96,11 +96,11 @@ TEST_CASE("Train.RealShape.qwen3_0_6b_bf16_two_steps_at_512") {
   const auto dir = fresh_dir("real-shape");
   const auto started = std::chrono::steady_clock::now();
 
-  model::TinyTargetOptions base;
+  dflow::target::TinyTargetOptions base;
   base.out_dir = dir / "target";
   base.seed = 3;
-  const auto preset = model::preset_target_options("qwen3-0.6b", base);
-  const model::HFConfig written = model::make_tiny_target(preset);
+  const auto preset = dflow::target::preset_target_options("qwen3-0.6b", base);
+  const dflow::target::HFConfig written = dflow::target::make_tiny_target(preset);
   CHECK(written.vocab_size == kVocab);
   CHECK(written.head_dim == 128);
   CHECK(written.tie_word_embeddings);
@@ -109,7 +109,7 @@ TEST_CASE("Train.RealShape.qwen3_0_6b_bf16_two_steps_at_512") {
   // tensor in the shard the index names, none on its own.
   REQUIRE(fs::exists(base.out_dir / "model.safetensors.index.json"));
   CHECK_FALSE(fs::exists(base.out_dir / "model.safetensors"));
-  const auto index = model::read_json_file(base.out_dir / "model.safetensors.index.json");
+  const auto index = dflow::target::read_json_file(base.out_dir / "model.safetensors.index.json");
   std::set<std::string> shards;
   for (const auto& [name, shard] : index["weight_map"].items()) shards.insert(shard.get<std::string>());
   CHECK(shards.size() >= 2);
@@ -153,7 +153,7 @@ TEST_CASE("Train.RealShape.qwen3_0_6b_bf16_two_steps_at_512") {
     CHECK(r["real_tokens"].get<int64_t>() == 2 * kLength);
   }
   // The drafter's checkpoint restores into a bf16 drafter of the real width.
-  const model::SafetensorsFile drafter(fs::path(result.last_checkpoint) / "drafter" / "model.safetensors");
+  const dflow::formats::SafetensorsFile drafter(fs::path(result.last_checkpoint) / "drafter" / "model.safetensors");
   CHECK(drafter.entry("fc.weight").shape == std::vector<int64_t>{1024, 1024});
   CHECK(drafter.entry("layers.0.self_attn.q_proj.weight").shape == std::vector<int64_t>{16 * 128, 1024});
 

@@ -10,7 +10,7 @@
 #include <set>
 #include <vector>
 
-namespace dflow::model::testing {
+namespace dflow::target::testing {
 
 class EchoPermutation {
  public:
@@ -46,4 +46,4 @@ class EchoPermutation {
   std::map<int64_t, int64_t> images_;
 };
 
-}  // namespace dflow::model::testing
+}  // namespace dflow::target::testing

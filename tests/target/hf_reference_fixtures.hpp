@@ -20,7 +20,7 @@
 #include "test_paths.hpp"
 #include "tools/run_command.hpp"
 
-namespace dflow::model::testing {
+namespace dflow::target::testing {
 
 // Runs tests/target/<script> DIR [arguments] with the venv's Python; fails
 // the test, with the script's output, when it does not succeed. The
@@ -74,7 +74,7 @@ inline double relative_error(const torch::Tensor& got, const torch::Tensor& expe
 // "float32.row<r>.hidden_states.<l + 1>" and ".logits").
 inline void check_float32_states_equal_reference(const std::filesystem::path& dir) {
   const TargetModel target = TargetModel::load(dir);
-  const SafetensorsFile reference(dir / "reference.safetensors");
+  const dflow::formats::SafetensorsFile reference(dir / "reference.safetensors");
   const auto rows = id_lists(reference_json(dir)["rows"]);
   for (size_t r = 0; r < rows.size(); ++r) {
     CAPTURE(r);
@@ -102,7 +102,7 @@ inline void check_float32_states_equal_reference(const std::filesystem::path& di
 // O(1), beyond the bound in every layer.
 inline void check_bfloat16_states_near_transformers(const std::filesystem::path& dir) {
   const TargetModel target = TargetModel::load(dir, torch::kCPU, torch::kBFloat16);
-  const SafetensorsFile reference(dir / "reference.safetensors");
+  const dflow::formats::SafetensorsFile reference(dir / "reference.safetensors");
   const auto rows = id_lists(reference_json(dir)["rows"]);
   for (size_t r = 0; r < rows.size(); ++r) {
     CAPTURE(r);
@@ -209,4 +209,4 @@ inline void check_cache_and_packing_equal_full_forward(const TargetModel& target
   check_within_float32_rounding(packed.logits.narrow(1, la, lb), full_b.logits, full_b64.logits);
 }
 
-}  // namespace dflow::model::testing
+}  // namespace dflow::target::testing

@@ -12,7 +12,7 @@
 #include "target/target.hpp"
 #include "target/tiny_target.hpp"
 
-namespace dflow::model::testing {
+namespace dflow::target::testing {
 
 // A fresh directory under the system temp dir, removed when the object dies.
 class ScratchDir {
@@ -52,7 +52,7 @@ inline const std::filesystem::path& tiny_target_dir() {
 }
 
 // A drafter spec of the given width for tests that do not need a target on disk.
-inline DrafterSpec small_drafter_spec(int64_t num_layers, int64_t block_size, int64_t num_features) {
+inline dflow::drafter::DrafterSpec small_drafter_spec(int64_t num_layers, int64_t block_size, int64_t num_features) {
   HFConfig target;
   target.hidden_size = 32;
   target.num_hidden_layers = 6;
@@ -64,11 +64,11 @@ inline DrafterSpec small_drafter_spec(int64_t num_layers, int64_t block_size, in
   target.max_position_embeddings = 256;
   target.rope_theta = 10000.0;
   target.mask_token_id = 49;
-  DrafterOptions options;
+  dflow::drafter::DrafterOptions options;
   options.num_layers = num_layers;
   options.block_size = block_size;
   options.num_target_features = num_features;
-  return make_drafter_spec(target, options);
+  return dflow::drafter::make_drafter_spec(target, options);
 }
 
-}  // namespace dflow::model::testing
+}  // namespace dflow::target::testing

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace dflow::model::naive {
+namespace dflow::target::naive {
 
 using Vec = std::vector<double>;
 
@@ -104,4 +104,4 @@ inline torch::Tensor to_tensor(const std::vector<Vec>& rows) {
   return t;
 }
 
-}  // namespace dflow::model::naive
+}  // namespace dflow::target::naive

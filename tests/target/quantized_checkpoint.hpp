@@ -18,7 +18,7 @@
 #include "formats/safetensors.hpp"
 #include "target/target_head.hpp"
 
-namespace dflow::model::testing {
+namespace dflow::target::testing {
 
 enum class QuantizedLayout {
   fp8_e4m3,     // <w>.weight F8_E4M3 + <w>.weight_scale_inv F32, quant_method fp8 (DeepSeek, Qwen3 FP8)
@@ -38,7 +38,7 @@ inline RawTensor raw_tensor(const std::string& name, const std::string& dtype_na
   return {name, dtype_name, c.sizes().vec(), std::string(static_cast<const char*>(c.data_ptr()), c.nbytes())};
 }
 inline RawTensor raw_tensor(const std::string& name, const torch::Tensor& t) {
-  return raw_tensor(name, torch_dtype_to_safetensors(t.scalar_type()), t);
+  return raw_tensor(name, dflow::formats::torch_dtype_to_safetensors(t.scalar_type()), t);
 }
 
 // A safetensors file of any dtype names: header, then the tensors back to back.
@@ -94,7 +94,7 @@ inline QuantizedCopy write_quantized_copy(const std::filesystem::path& from, con
     if (item.is_regular_file() && item.path().extension() != ".safetensors" && name != "model.safetensors.index.json")
       fs::copy_file(item.path(), to / name, fs::copy_options::overwrite_existing);
   }
-  TensorMap tensors = load_checkpoint_dir(from);
+  dflow::formats::TensorMap tensors = dflow::formats::load_checkpoint_dir(from);
   QuantizedCopy head;
   head.embedding = tensors.at(TargetHead::kEmbeddingName);
   head.final_norm = tensors.at(TargetHead::kFinalNormName);
@@ -139,4 +139,4 @@ inline QuantizedCopy write_quantized_copy(const std::filesystem::path& from, con
   return head;
 }
 
-}  // namespace dflow::model::testing
+}  // namespace dflow::target::testing

@@ -17,10 +17,10 @@
 #include "target/quantized_checkpoint.hpp"
 #include "target/target.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::RawTensor;
-using dflow::model::testing::ScratchDir;
-using dflow::model::testing::tiny_target_dir;
+using namespace dflow::target;
+using dflow::target::testing::RawTensor;
+using dflow::target::testing::ScratchDir;
+using dflow::target::testing::tiny_target_dir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -37,7 +37,7 @@ void write_fp8_and_dequantized(const fs::path& fp8, const fs::path& dequantized,
   }
   std::vector<RawTensor> raw;
   std::vector<std::pair<std::string, torch::Tensor>> plain;
-  for (const auto& [name, tensor] : load_checkpoint_dir(tiny_target_dir())) {
+  for (const auto& [name, tensor] : dflow::formats::load_checkpoint_dir(tiny_target_dir())) {
     const auto w = tensor.to(torch::kFloat32);
     if (name.rfind("model.layers.", 0) != 0 || w.dim() != 2) {
       raw.push_back(testing::raw_tensor(name, w));
@@ -72,11 +72,11 @@ void write_fp8_and_dequantized(const fs::path& fp8, const fs::path& dequantized,
                                       scales == Scales::per_row ? scale.reshape({out}) : scale));
   }
   testing::write_raw_safetensors(fp8 / "model.safetensors", raw);
-  write_safetensors(dequantized / "model.safetensors", plain);
+  dflow::formats::write_safetensors(dequantized / "model.safetensors", plain);
   nlohmann::json config = read_json_file(fp8 / "config.json");
   config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}};
   if (scales == Scales::block32) config["quantization_config"]["weight_block_size"] = {32, 32};
-  write_json_atomically(fp8 / "config.json", config);
+  dflow::formats::write_json_atomically(fp8 / "config.json", config);
 }
 
 std::string load_error(const fs::path& dir) {
@@ -124,10 +124,10 @@ TEST_CASE("Model.Fp8Target.bad_fp8_checkpoints_are_refused_naming_the_tensor") {
     for (const auto& item : fs::directory_iterator(good)) fs::copy_file(item.path(), dir / item.path().filename());
     nlohmann::json config = read_json_file(dir / "config.json");
     if (edit_config) edit_config(config);
-    write_json_atomically(dir / "config.json", config);
+    dflow::formats::write_json_atomically(dir / "config.json", config);
     if (edit_tensors) {
       std::vector<RawTensor> raw;
-      const SafetensorsFile file(good / "model.safetensors");
+      const dflow::formats::SafetensorsFile file(good / "model.safetensors");
       for (const auto& n : file.names()) {
         const auto& e = file.entry(n);
         const auto t = file.tensor(n, /*with_float8=*/true);

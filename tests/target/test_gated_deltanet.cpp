@@ -11,7 +11,7 @@
 
 #include "target/gated_deltanet.hpp"
 
-using namespace dflow::model;
+using namespace dflow::target;
 
 namespace {
 

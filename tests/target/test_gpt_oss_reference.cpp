@@ -24,8 +24,8 @@
 #include "target/model_fixtures.hpp"
 #include "tools/run_command.hpp"
 
-using namespace dflow::model;
-using namespace dflow::model::testing;
+using namespace dflow::target;
+using namespace dflow::target::testing;
 namespace fs = std::filesystem;
 
 namespace {
@@ -35,7 +35,7 @@ const char* const kCheckpoints[] = {"gpt-oss-bf16", "gpt-oss-mxfp4"};
 // The checkpoints and their references, written once per test process.
 const fs::path& gpt_oss_checkpoints() {
   static ScratchDir dir("hf-gpt-oss");
-  static const bool written = (dflow::model::testing::write_with_python("hf_gpt_oss_reference.py", dir.path()), true);
+  static const bool written = (dflow::target::testing::write_with_python("hf_gpt_oss_reference.py", dir.path()), true);
   (void)written;
   return dir.path();
 }
@@ -71,7 +71,7 @@ TEST_CASE("Model.GptOssReference.ConfigAsTransformersWroteIt") {
 }
 
 TEST_CASE("Model.GptOssReference.Mxfp4DequantizesAsTransformers") {
-  const SafetensorsFile reference(gpt_oss_checkpoints() / "mxfp4_dequantize.safetensors");
+  const dflow::formats::SafetensorsFile reference(gpt_oss_checkpoints() / "mxfp4_dequantize.safetensors");
   const torch::Tensor blocks = reference.tensor("blocks"), scales = reference.tensor("scales");  // [3, 5, 4, 16], [3, 5, 4]
   for (const auto& [key, dtype] : {std::pair{"float32", torch::kFloat32}, std::pair{"bfloat16", torch::kBFloat16}}) {
     CAPTURE(key);

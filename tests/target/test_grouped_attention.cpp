@@ -5,7 +5,7 @@
 
 #include "target/layers.hpp"
 
-using namespace dflow::model;
+using namespace dflow::target;
 
 namespace {
 

@@ -3,7 +3,7 @@
 
 #include "target/hf_config.hpp"
 
-using namespace dflow::model;
+using namespace dflow::target;
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "target/model_fixtures.hpp"
 #include "tools/run_command.hpp"
 
-using namespace dflow::model;
+using namespace dflow::target;
 
 namespace {
 
@@ -278,7 +278,7 @@ namespace {
 // Qwen3MoeSparseMoeBlock's parameters are target/moe.hpp's layout already;
 // GptOssMLP's gate_up_proj is [E, H, 2I] with gate and up interleaved
 // (columns 0, 2, 4, .. the gate), its down_proj [E, I, H].
-ExpertWeights from_transformers(const SafetensorsFile& file, const std::string& family) {
+ExpertWeights from_transformers(const dflow::formats::SafetensorsFile& file, const std::string& family) {
   const auto t = [&](const std::string& name) { return file.tensor(family + "." + name); };
   ExpertWeights w;
   if (family == "qwen3_moe") {
@@ -309,14 +309,14 @@ TEST_CASE("Model.Moe.EqualsTransformersBlocksQwen3MoeAndGptOss") {
   // slot: measured 0.6% for gpt-oss).
   torch::set_num_threads(1);
   if (::dflow::testing::python().empty()) FAIL("no Python beside the venv's torch: run tools/setup.sh");
-  dflow::model::testing::ScratchDir dir("hf-moe-blocks");
+  dflow::target::testing::ScratchDir dir("hf-moe-blocks");
   const auto path = dir.path() / "blocks.safetensors";
   const auto o = ::dflow::testing::run_command(
       ::dflow::testing::python() + " " + ::dflow::testing::source_dir() + "/tests/target/hf_moe_blocks.py " + path.string(),
       300);
   INFO(o.output);
   REQUIRE(o.exit_code == 0);
-  const SafetensorsFile file(path);
+  const dflow::formats::SafetensorsFile file(path);
   for (const std::string family : {"qwen3_moe", "gpt_oss"}) {
     CAPTURE(family);
     ExpertOptions options;

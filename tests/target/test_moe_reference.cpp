@@ -19,8 +19,8 @@
 #include "target/model_fixtures.hpp"
 #include "tools/run_command.hpp"
 
-using namespace dflow::model;
-using namespace dflow::model::testing;
+using namespace dflow::target;
+using namespace dflow::target::testing;
 namespace fs = std::filesystem;
 
 namespace {
@@ -30,7 +30,7 @@ const char* const kCheckpoints[] = {"qwen3-moe-norm-topk", "qwen3-moe-sparse-ste
 // The checkpoints and their references, written once per test process.
 const fs::path& moe_checkpoints() {
   static ScratchDir dir("hf-moe");
-  static const bool written = (dflow::model::testing::write_with_python("hf_moe_reference.py", dir.path()), true);
+  static const bool written = (dflow::target::testing::write_with_python("hf_moe_reference.py", dir.path()), true);
   (void)written;
   return dir.path();
 }
@@ -99,8 +99,8 @@ namespace {
 // The checkpoint's tensors with its sparse layers' experts fused as
 // transformers holds them in memory (mlp.experts.gate_up_proj [E, 2I, H],
 // mlp.experts.down_proj [E, H, I]), written to `dir` with its config.json.
-TensorMap fused_experts(const fs::path& source, const HFConfig& config) {
-  TensorMap tensors = load_checkpoint_dir(source);
+dflow::formats::TensorMap fused_experts(const fs::path& source, const HFConfig& config) {
+  dflow::formats::TensorMap tensors = dflow::formats::load_checkpoint_dir(source);
   for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
     if (!config.moe.sparse(layer)) continue;
     const std::string prefix = "model.layers." + std::to_string(layer) + ".mlp.experts.";
@@ -117,9 +117,9 @@ TensorMap fused_experts(const fs::path& source, const HFConfig& config) {
   return tensors;
 }
 
-void write_checkpoint(const fs::path& dir, const fs::path& config_from, const TensorMap& tensors) {
+void write_checkpoint(const fs::path& dir, const fs::path& config_from, const dflow::formats::TensorMap& tensors) {
   fs::copy_file(config_from / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
-  write_safetensors(dir / "model.safetensors", {tensors.begin(), tensors.end()});
+  dflow::formats::write_safetensors(dir / "model.safetensors", {tensors.begin(), tensors.end()});
 }
 
 }  // namespace
@@ -134,7 +134,7 @@ TEST_CASE("Model.MoeReference.FusedExpertsLoadAsThePerExpertTensorsAndOtherLayou
       TargetModel::load(source, torch::kCPU, torch::kFloat64).forward(ids, {config.num_hidden_layers - 1}, true).logits;
 
   ScratchDir dir("hf-moe-fused");
-  TensorMap tensors = fused_experts(source, config);
+  dflow::formats::TensorMap tensors = fused_experts(source, config);
   write_checkpoint(dir.path(), source, tensors);
   // Equal up to the GEMM kernels' float32 roundings: the fused tensors are
   // used where they lie in the file's mapping, the stacked ones are copies,
@@ -156,7 +156,7 @@ TEST_CASE("Model.MoeReference.FusedExpertsLoadAsThePerExpertTensorsAndOtherLayou
                          std::runtime_error);
   }
   SUBCASE("an expert's tensor missing") {
-    TensorMap per = load_checkpoint_dir(source);
+    dflow::formats::TensorMap per = dflow::formats::load_checkpoint_dir(source);
     per.erase("model.layers.2.mlp.experts.7.up_proj.weight");
     write_checkpoint(dir.path(), source, per);
     CHECK_THROWS_WITH_AS(TargetModel::load(dir.path()),
@@ -164,7 +164,7 @@ TEST_CASE("Model.MoeReference.FusedExpertsLoadAsThePerExpertTensorsAndOtherLayou
                          std::runtime_error);
   }
   SUBCASE("more experts than config.json says") {
-    TensorMap per = load_checkpoint_dir(source);
+    dflow::formats::TensorMap per = dflow::formats::load_checkpoint_dir(source);
     per["model.layers.0.mlp.experts.8.gate_proj.weight"] = torch::zeros({32, 64});
     write_checkpoint(dir.path(), source, per);
     CHECK_THROWS_WITH_AS(TargetModel::load(dir.path()), doctest::Contains("model.layers.0.mlp.experts.8.gate_proj.weight"),

@@ -18,8 +18,8 @@
 #include "target/model_fixtures.hpp"
 #include "tools/run_command.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
+using namespace dflow::target;
+using dflow::target::testing::ScratchDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -79,7 +79,7 @@ TEST_CASE("Model.Mxfp4Resident.HoldsTheCheckpointsUint8BlocksAndScalesOnly") {
   const HFConfig config = load_hf_config(mxfp4_checkpoint());
   REQUIRE(config.moe.mxfp4);
   const int64_t e = config.moe.num_experts, h = config.hidden_size, i = config.moe.expert_intermediate_size;
-  const WeightSource source(load_checkpoint_dir(mxfp4_checkpoint()), mxfp4_checkpoint(), torch::kCPU,
+  const WeightSource source(dflow::formats::load_checkpoint_dir(mxfp4_checkpoint()), mxfp4_checkpoint(), torch::kCPU,
                             torch::kBFloat16);
   const ExpertWeights w = load_gpt_oss_experts(source, "model.layers.0.mlp.", config, Mxfp4Experts::resident);
   CHECK(w.packed());

@@ -7,7 +7,7 @@
 #include "formats/safetensors_sharded.hpp"
 #include "target/model_fixtures.hpp"
 
-using namespace dflow::model;
+using namespace dflow::target;
 using testing::ScratchDir;
 
 TEST_CASE("Model.Safetensors.ShardedWriteIsReadBackThroughTheIndex") {
@@ -18,14 +18,14 @@ TEST_CASE("Model.Safetensors.ShardedWriteIsReadBackThroughTheIndex") {
       {"b", torch::randn({64}).to(torch::kBFloat16)},         // 128 bytes
       {"big", torch::randn({400})},                            // 1600 bytes: larger than a shard
       {"c", torch::arange(10, torch::kInt64)}};                // 80 bytes
-  write_sharded_safetensors(dir.path(), tensors, 512);
+  dflow::formats::write_sharded_safetensors(dir.path(), tensors, 512);
   const auto index = read_json_file(dir.path() / "model.safetensors.index.json");
   CHECK(index["metadata"]["total_size"] == 256 + 128 + 1600 + 80);
   CHECK(index["weight_map"]["a"] == "model-00001-of-00003.safetensors");
   CHECK(index["weight_map"]["b"] == "model-00001-of-00003.safetensors");
   CHECK(index["weight_map"]["big"] == "model-00002-of-00003.safetensors");
   CHECK(index["weight_map"]["c"] == "model-00003-of-00003.safetensors");
-  const TensorMap loaded = load_checkpoint_dir(dir.path());
+  const dflow::formats::TensorMap loaded = dflow::formats::load_checkpoint_dir(dir.path());
   REQUIRE(loaded.size() == tensors.size());
   for (const auto& [name, tensor] : tensors) {
     INFO(name);
@@ -60,7 +60,8 @@ TEST_CASE("Model.TinyTarget.ShardedBf16TiedWithOwnHeadDimLoadsAndRuns") {
   CHECK_FALSE(std::filesystem::exists(dir.path() / "model.safetensors"));
   const auto index = read_json_file(dir.path() / "model.safetensors.index.json");
   CHECK_FALSE(index["weight_map"].contains("lm_head.weight"));
-  const SafetensorsFile first(dir.path() / index["weight_map"]["model.embed_tokens.weight"].get<std::string>());
+  const dflow::formats::SafetensorsFile first(dir.path() /
+                                              index["weight_map"]["model.embed_tokens.weight"].get<std::string>());
   CHECK(first.entry("model.embed_tokens.weight").dtype_name == "BF16");
 
   const TargetModel target = TargetModel::load(dir.path(), torch::kCPU, torch::kFloat32);

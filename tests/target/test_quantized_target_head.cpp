@@ -9,10 +9,10 @@
 #include "target/model_fixtures.hpp"
 #include "target/quantized_checkpoint.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::QuantizedLayout;
-using dflow::model::testing::ScratchDir;
-using dflow::model::testing::tiny_target_dir;
+using namespace dflow::target;
+using dflow::target::testing::QuantizedLayout;
+using dflow::target::testing::ScratchDir;
+using dflow::target::testing::tiny_target_dir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -53,7 +53,7 @@ TEST_CASE("Model.TargetHead.reads_its_head_from_fp8_and_int4_packed_checkpoints_
                     : std::vector<fs::path>{dir / "model.safetensors"};
         bool named = false;
         for (const auto& path : files) {
-          const SafetensorsFile file(path);  // listed, not refused
+          const dflow::formats::SafetensorsFile file(path);  // listed, not refused
           int quantized_here = 0;
           for (const auto& n : file.names()) quantized_here += file.entry(n).dtype_name == l.stored_as;
           CHECK(quantized_here > 0);
@@ -84,7 +84,7 @@ TEST_CASE("Model.TargetHead.a_head_tensor_in_a_dtype_dflow_does_not_read_is_refu
     // The LM head quantized too, as some FP8 checkpoints ship it: rewritten in its file as F8_E4M3.
     const fs::path file = dir / (sharded ? "model-00002-of-00002.safetensors" : "model.safetensors");
     std::vector<testing::RawTensor> tensors;
-    const SafetensorsFile original(file);
+    const dflow::formats::SafetensorsFile original(file);
     for (const auto& n : original.names()) {
       const auto& e = original.entry(n);
       if (n == TargetHead::kLmHeadName) {
@@ -111,7 +111,7 @@ TEST_CASE("Model.TargetHead.a_malformed_entry_it_skips_is_still_refused_naming_t
   const fs::path file = dir / "model.safetensors";
   std::vector<testing::RawTensor> readable, fp8;  // the FP8 entries written last
   {
-    const SafetensorsFile original(file);
+    const dflow::formats::SafetensorsFile original(file);
     for (const auto& n : original.names()) {
       const auto& e = original.entry(n);
       if (e.dtype_name == "F8_E4M3")

@@ -22,8 +22,8 @@
 #include "target/model_fixtures.hpp"
 #include "target/target.hpp"
 
-using namespace dflow::model;
-using namespace dflow::model::testing;
+using namespace dflow::target;
+using namespace dflow::target::testing;
 namespace fs = std::filesystem;
 
 namespace {
@@ -41,13 +41,13 @@ const fs::path& qwen3_5_checkpoints() {
 // `source`'s tensors (with `edit` applied) and its config.json (with
 // `edit_config` applied) written to `dir`.
 void write_edited(const fs::path& dir, const fs::path& source, const std::function<void(nlohmann::json&)>& edit_config,
-                  const std::function<void(TensorMap&)>& edit = {}) {
+                  const std::function<void(dflow::formats::TensorMap&)>& edit = {}) {
   nlohmann::json config = read_json_file(source / "config.json");
   edit_config(config);
   std::ofstream(dir / "config.json") << config.dump();
-  TensorMap tensors = load_checkpoint_dir(source);
+  dflow::formats::TensorMap tensors = dflow::formats::load_checkpoint_dir(source);
   if (edit) edit(tensors);
-  write_safetensors(dir / "model.safetensors", {tensors.begin(), tensors.end()}, {{"format", "pt"}});
+  dflow::formats::write_safetensors(dir / "model.safetensors", {tensors.begin(), tensors.end()}, {{"format", "pt"}});
 }
 
 }  // namespace
@@ -207,7 +207,7 @@ TEST_CASE("Model.Qwen3_5Reference.ConfigsAndCheckpointsThatDoNotFitLayerTypesAre
   SUBCASE("a linear layer's tensor missing") {
     write_edited(
         dir.path(), source, [](nlohmann::json&) {},
-        [](TensorMap& tensors) { tensors.erase("model.language_model.layers.2.linear_attn.A_log"); });
+        [](dflow::formats::TensorMap& tensors) { tensors.erase("model.language_model.layers.2.linear_attn.A_log"); });
     CHECK_THROWS_WITH_AS(TargetModel::load(dir.path()),
                          doctest::Contains("lacks tensor 'model.language_model.layers.2.linear_attn.A_log'"),
                          std::runtime_error);

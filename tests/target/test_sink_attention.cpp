@@ -10,7 +10,7 @@
 
 #include "target/gpt_oss_layers.hpp"
 
-using namespace dflow::model;
+using namespace dflow::target;
 
 namespace {
 

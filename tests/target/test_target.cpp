@@ -10,10 +10,10 @@
 #include "target/echo_check.hpp"
 #include "target/model_fixtures.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::EchoPermutation;
-using dflow::model::testing::ScratchDir;
-using dflow::model::testing::tiny_target_dir;
+using namespace dflow::target;
+using dflow::target::testing::EchoPermutation;
+using dflow::target::testing::ScratchDir;
+using dflow::target::testing::tiny_target_dir;
 
 TEST_CASE("Model.Target.FeatureLayerIdsFollowThePublicFormula") {
   CHECK(feature_layer_ids(36, 5) == std::vector<int64_t>{1, 9, 17, 25, 33});
@@ -50,7 +50,7 @@ TEST_CASE("Model.Target.LoadsTinyHFCheckpoint") {
   CHECK(target.config().family == ModelFamily::Qwen3);
   CHECK(target.config().mask_token_id == 511);
   CHECK(target.embedding_weight().sizes() == torch::IntArrayRef({512, 64}));
-  const TensorMap raw = load_checkpoint_dir(tiny_target_dir());
+  const dflow::formats::TensorMap raw = dflow::formats::load_checkpoint_dir(tiny_target_dir());
   CHECK(torch::equal(target.lm_head_weight(), raw.at("lm_head.weight")));
 
   torch::manual_seed(3);  // the same ids whichever tests ran before
@@ -161,7 +161,7 @@ TEST_CASE("Model.Target.RefusesCheckpointsThatDisagreeWithConfig") {
 TEST_CASE("Model.Target.Qwen2AndLlamaLayouts") {
   torch::set_num_threads(1);
   ScratchDir dir("target-families");
-  const TensorMap qwen3 = load_checkpoint_dir(tiny_target_dir());
+  const dflow::formats::TensorMap qwen3 = dflow::formats::load_checkpoint_dir(tiny_target_dir());
   const auto qwen3_config = read_json_file(tiny_target_dir() / "config.json");
   torch::manual_seed(8);
   const torch::Tensor ids = torch::randint(0, 500, {1, 9}, torch::kInt64);
@@ -179,7 +179,7 @@ TEST_CASE("Model.Target.Qwen2AndLlamaLayouts") {
                        name.find("v_proj.weight") != std::string::npos;
       if (family == "qwen2" && qkv) tensors.emplace_back(name.substr(0, name.size() - 6) + "bias", torch::randn({tensor.size(0)}));
     }
-    write_safetensors(family_dir / "model.safetensors", tensors);
+    dflow::formats::write_safetensors(family_dir / "model.safetensors", tensors);
     auto config = qwen3_config;
     config["model_type"] = family;
     config["architectures"] = {family == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
@@ -197,7 +197,7 @@ TEST_CASE("Model.Target.Qwen2AndLlamaLayouts") {
     CHECK(torch::allclose(torch::cat({first, rest}, 1), full, 1e-4, 1e-4));
   }
   // Qwen2 without its q/k/v biases is refused, naming the tensor.
-  write_safetensors(dir.path() / "qwen2" / "model.safetensors",
+  dflow::formats::write_safetensors(dir.path() / "qwen2" / "model.safetensors",
                     std::vector<std::pair<std::string, torch::Tensor>>(qwen3.begin(), qwen3.end()));
   CHECK_THROWS_WITH_AS(TargetModel::load(dir.path() / "qwen2"), doctest::Contains("q_proj.bias"), std::runtime_error);
 }

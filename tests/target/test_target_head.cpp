@@ -16,9 +16,9 @@
 #include "target/model_fixtures.hpp"
 #include "tools/run_command.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
-using dflow::model::testing::tiny_target_dir;
+using namespace dflow::target;
+using dflow::target::testing::ScratchDir;
+using dflow::target::testing::tiny_target_dir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -40,8 +40,8 @@ const fs::path& random_checkpoints() {
 }
 
 // transformers' own tensors of the model it saved (reference.safetensors).
-TensorMap reference_of(const fs::path& checkpoint) {
-  return SafetensorsFile(checkpoint / "reference.safetensors").all_tensors();
+dflow::formats::TensorMap reference_of(const fs::path& checkpoint) {
+  return dflow::formats::SafetensorsFile(checkpoint / "reference.safetensors").all_tensors();
 }
 
 nlohmann::json config_json(const fs::path& checkpoint) { return read_json_file(checkpoint / "config.json"); }
@@ -77,7 +77,7 @@ TEST_CASE("Model.TargetHead.equals_what_transformers_holds_for_families_dflow_ca
     const uint64_t matrix_bytes = 300 * 64 * 4;
     CHECK(head.bytes() == (c.tied ? 1 : 2) * matrix_bytes + 64 * 4);
     // dflow's own full reader agrees on every tensor the head took.
-    const TensorMap all = load_checkpoint_dir(dir);
+    const dflow::formats::TensorMap all = dflow::formats::load_checkpoint_dir(dir);
     CHECK(torch::equal(head.embedding_weight(), all.at("model.embed_tokens.weight")));
     CHECK(all.count("lm_head.weight") == (c.tied ? 0u : 1u));
   }
@@ -96,7 +96,8 @@ TEST_CASE("Model.TargetHead.converts_like_the_target_and_leaves_the_norm_unless_
 
 TEST_CASE("Model.TargetHead.reads_only_the_named_tensors") {
   const fs::path dir = random_checkpoints() / "gpt-oss-untied-single";
-  const TensorMap some = read_checkpoint_tensors(dir, {"lm_head.weight", "no.such.tensor"});
+  const dflow::formats::TensorMap some =
+      dflow::formats::read_checkpoint_tensors(dir, {"lm_head.weight", "no.such.tensor"});
   CHECK(some.size() == 1);
   CHECK(torch::equal(some.at("lm_head.weight"), reference_of(dir).at("lm_head")));
 
@@ -104,7 +105,7 @@ TEST_CASE("Model.TargetHead.reads_only_the_named_tensors") {
   ScratchDir cut("head-truncated");
   fs::copy_file(dir / "model.safetensors", cut.path() / "model.safetensors");
   fs::resize_file(cut.path() / "model.safetensors", fs::file_size(dir / "model.safetensors") - 100);
-  CHECK_THROWS_WITH_AS(read_checkpoint_tensors(cut.path(), {"lm_head.weight"}),
+  CHECK_THROWS_WITH_AS(dflow::formats::read_checkpoint_tensors(cut.path(), {"lm_head.weight"}),
                        doctest::Contains("model.safetensors': tensor '"), std::runtime_error);
 }
 
@@ -113,11 +114,13 @@ TEST_CASE("Model.TargetHead.refuses_a_checkpoint_without_the_head_or_of_another_
   const fs::path source = random_checkpoints() / "gpt-oss-untied-single";
   fs::copy_file(source / "config.json", dir.path() / "config.json");
   const auto reference = reference_of(source);
-  write_safetensors(dir.path() / "model.safetensors", {{"model.embed_tokens.weight", reference.at("embedding")}});
+  dflow::formats::write_safetensors(dir.path() / "model.safetensors",
+                                    {{"model.embed_tokens.weight", reference.at("embedding")}});
   CHECK_THROWS_WITH_AS(TargetHead::load(dir.path()), doctest::Contains("lacks tensor 'lm_head.weight'"),
                        std::runtime_error);
-  write_safetensors(dir.path() / "model.safetensors", {{"model.embed_tokens.weight", reference.at("embedding")},
-                                                       {"lm_head.weight", reference.at("lm_head").narrow(0, 0, 10)}});
+  dflow::formats::write_safetensors(dir.path() / "model.safetensors",
+                                    {{"model.embed_tokens.weight", reference.at("embedding")},
+                                     {"lm_head.weight", reference.at("lm_head").narrow(0, 0, 10)}});
   CHECK_THROWS_WITH_AS(TargetHead::load(dir.path()), doctest::Contains("'lm_head.weight' has shape [10, 64]"),
                        std::runtime_error);
 }

@@ -18,9 +18,9 @@
 #include "target/model_fixtures.hpp"
 #include "tools/run_command.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::EchoPermutation;
-using dflow::model::testing::ScratchDir;
+using namespace dflow::target;
+using dflow::target::testing::EchoPermutation;
+using dflow::target::testing::ScratchDir;
 
 namespace {
 
@@ -86,7 +86,7 @@ TEST_CASE("Model.TinyTarget.MoeCheckpointsLoadInTransformersWithNoMissingOrUnexp
   TinyTargetOptions oss = small_moe("gpt_oss", scratch.path() / "gpt_oss");
   oss.tie_word_embeddings = true;
   make_tiny_target(oss);
-  const SafetensorsFile oss_file(scratch.path() / "gpt_oss" / "model.safetensors");
+  const dflow::formats::SafetensorsFile oss_file(scratch.path() / "gpt_oss" / "model.safetensors");
   CHECK(oss_file.entry("model.layers.0.mlp.experts.gate_up_proj").shape == std::vector<int64_t>{8, 64, 256});
   CHECK(oss_file.entry("model.layers.0.mlp.experts.down_proj").shape == std::vector<int64_t>{8, 128, 64});
   CHECK(oss_file.entry("model.layers.2.self_attn.sinks").shape == std::vector<int64_t>{4});
@@ -154,7 +154,7 @@ TEST_CASE("Model.TinyTarget.Mxfp4ExpertsDequantizeInTransformersToTheSameDraw") 
   make_tiny_target(quantized);
   const auto config = read_json_file(quantized.out_dir / "config.json");
   CHECK(config["quantization_config"]["quant_method"] == "mxfp4");
-  const SafetensorsFile file(quantized.out_dir / "model.safetensors");
+  const dflow::formats::SafetensorsFile file(quantized.out_dir / "model.safetensors");
   CHECK(file.entry("model.layers.0.mlp.experts.gate_up_proj_blocks").shape == std::vector<int64_t>{8, 256, 2, 16});
   CHECK(file.entry("model.layers.0.mlp.experts.gate_up_proj_scales").shape == std::vector<int64_t>{8, 256, 2});
   CHECK(file.entry("model.layers.0.mlp.experts.down_proj_blocks").dtype_name == "U8");

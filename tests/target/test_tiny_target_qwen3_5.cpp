@@ -20,8 +20,8 @@
 #include "target/hf_reference_fixtures.hpp"
 #include "target/model_fixtures.hpp"
 
-using namespace dflow::model;
-using namespace dflow::model::testing;
+using namespace dflow::target;
+using namespace dflow::target::testing;
 namespace fs = std::filesystem;
 
 namespace {
@@ -100,7 +100,7 @@ TEST_CASE("Model.TinyTargetQwen3_5.TransformersBuildsTheWrapperAndFindsEveryText
     const auto config = read_json_file(options.out_dir / "config.json");
     CHECK(config["text_config"]["model_type"] == options.arch + "_text");
     CHECK(config.contains("vision_config"));
-    const TensorMap tensors = load_checkpoint_dir(options.out_dir);
+    const dflow::formats::TensorMap tensors = dflow::formats::load_checkpoint_dir(options.out_dir);
     CHECK(tensors.count("lm_head.weight") == (options.tie_word_embeddings ? 0u : 1u));
     for (const auto& [key, tensor] : tensors)
       CHECK((key == "lm_head.weight" || key.rfind("model.language_model.", 0) == 0));
@@ -108,7 +108,7 @@ TEST_CASE("Model.TinyTargetQwen3_5.TransformersBuildsTheWrapperAndFindsEveryText
   const auto& moe = checkpoints().at("moe-untied");
   const auto text = read_json_file(moe.out_dir / "config.json")["text_config"];
   CHECK(text["layer_types"] == nlohmann::json({kLinear, kLinear, kLinear, kFull}));
-  const TensorMap tensors = load_checkpoint_dir(moe.out_dir);
+  const dflow::formats::TensorMap tensors = dflow::formats::load_checkpoint_dir(moe.out_dir);
   CHECK(tensors.at("model.language_model.layers.0.linear_attn.in_proj_qkv.weight").sizes() ==
         torch::IntArrayRef({2 * 2 * 16 + 6 * 16, 64}));
   CHECK(tensors.at("model.language_model.layers.0.linear_attn.conv1d.weight").sizes() ==
@@ -131,7 +131,7 @@ TEST_CASE("Model.TinyTargetQwen3_5.EveryLayerInDflowEqualsTransformersFloat32") 
     const HFConfig& config = target.config();
     CHECK(config.family == (options.arch == "qwen3_5" ? ModelFamily::Qwen3_5 : ModelFamily::Qwen3_5Moe));
     CHECK(config.tie_word_embeddings == options.tie_word_embeddings);
-    const SafetensorsFile reference(options.out_dir / "reference.safetensors");
+    const dflow::formats::SafetensorsFile reference(options.out_dir / "reference.safetensors");
     const auto rows = id_lists(read_json_file(options.out_dir / "transformers.json")["rows"]);
     REQUIRE(rows.size() == 3);
     for (size_t r = 0; r < rows.size(); ++r) {

@@ -9,7 +9,7 @@
 #include "target/documents.hpp"
 #include "target/varlen_attention.hpp"
 
-using namespace dflow::model;
+using namespace dflow::target;
 
 TEST_CASE("Model.Packing.CudaHalfTargetWhereTheVarlenKernelCannotRunTakesThePerDocumentPath") {
   const torch::Tensor document_ids = torch::tensor({0, 0, 0, 1, 1, 2, 0, 0, 1, 1, 1, 1}, torch::kInt64).view({2, 6});

@@ -14,8 +14,8 @@
 #include "target/target_head.hpp"
 #include "tools/run_command.hpp"
 
-using namespace dflow::model;
-using dflow::model::testing::ScratchDir;
+using namespace dflow::target;
+using dflow::target::testing::ScratchDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -57,8 +57,8 @@ const Case kCases[] = {
      false},
 };
 
-TensorMap reference_of(const fs::path& checkpoint) {
-  return SafetensorsFile(checkpoint / "reference.safetensors").all_tensors();
+dflow::formats::TensorMap reference_of(const fs::path& checkpoint) {
+  return dflow::formats::SafetensorsFile(checkpoint / "reference.safetensors").all_tensors();
 }
 
 }  // namespace
@@ -85,7 +85,7 @@ TEST_CASE("Model.WrapperHead.reads_the_text_config_and_the_tensors_transformers_
     CHECK(config.norm == c.norm);
 
     const TargetHead head = TargetHead::load(dir, torch::kCPU, torch::kFloat32, /*with_final_norm=*/true);
-    const TensorMap reference = reference_of(dir);
+    const dflow::formats::TensorMap reference = reference_of(dir);
     CHECK(torch::equal(head.embedding_weight(), reference.at("embedding")));
     CHECK(torch::equal(head.lm_head_weight(), reference.at("lm_head")));
     CHECK(torch::equal(head.final_norm_weight(), reference.at("final_norm")));
@@ -98,7 +98,7 @@ TEST_CASE("Model.WrapperHead.Reference.final_norm_and_lm_head_equal_transformers
     CAPTURE(c.name);
     const fs::path dir = wrapper_checkpoints() / c.name;
     const TargetHead head = TargetHead::load(dir, torch::kCPU, torch::kFloat32, /*with_final_norm=*/true);
-    const TensorMap reference = reference_of(dir);
+    const dflow::formats::TensorMap reference = reference_of(dir);
     const auto& weight = head.final_norm_weight();
     const auto normed = family_rms_norm(head.config(), reference.at("hidden_f32"), weight);
     // The same ATen kernels in the same order as transformers' norm: the same bits.
@@ -146,11 +146,11 @@ TEST_CASE("Model.WrapperHead.bad_wrappers_name_the_key_the_file_and_the_tensors_
 
   // Tensors under neither scheme: every embedding name tried is listed.
   ScratchDir renamed("wrapper-renamed");
-  TensorMap tensors = SafetensorsFile(moe / "model.safetensors").all_tensors();
+  dflow::formats::TensorMap tensors = dflow::formats::SafetensorsFile(moe / "model.safetensors").all_tensors();
   std::vector<std::pair<std::string, torch::Tensor>> kept;
   for (const auto& [name, tensor] : tensors)
     if (name.find("embed_tokens") == std::string::npos) kept.emplace_back(name, tensor);
-  write_safetensors(renamed.path() / "model.safetensors", kept, {{"format", "pt"}});
+  dflow::formats::write_safetensors(renamed.path() / "model.safetensors", kept, {{"format", "pt"}});
   std::ofstream(renamed.path() / "config.json") << json.dump();
   CHECK_THROWS_WITH_AS(TargetHead::load(renamed.path()),
                        doctest::Contains("tried 'model.embed_tokens.weight', "

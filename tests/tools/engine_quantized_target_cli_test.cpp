@@ -49,12 +49,13 @@ TEST_CASE("Cli.EngineFeatures.a_head_only_run_trains_over_an_fp8_stored_target_a
   // The engine's files: the original target's features, as target_forward computes them.
   testing::write_dflow_features_as_engine_files(testing::small_run_config(dir / "writer", kLayers), hs);
   // The same target with its layers stored FP8 (the demo target is untied: so is the copy).
-  REQUIRE_FALSE(model::read_json_file(original / "config.json").value("tie_word_embeddings", true));
-  model::testing::write_quantized_copy(original, fp8, model::testing::QuantizedLayout::fp8_e4m3, /*tied=*/false,
-                                       /*sharded=*/true);
+  REQUIRE_FALSE(dflow::target::read_json_file(original / "config.json").value("tie_word_embeddings", true));
+  dflow::target::testing::write_quantized_copy(original, fp8, dflow::target::testing::QuantizedLayout::fp8_e4m3,
+                                               /*tied=*/false,
+                                               /*sharded=*/true);
   const std::string down_proj = "model.layers.0.mlp.down_proj.weight";
-  const auto shard = model::read_checkpoint_index(fp8, fp8 / "model.safetensors.index.json").at(down_proj);
-  REQUIRE(model::SafetensorsFile(fp8 / shard).entry(down_proj).dtype_name == "F8_E4M3");
+  const auto shard = dflow::formats::read_checkpoint_index(fp8, fp8 / "model.safetensors.index.json").at(down_proj);
+  REQUIRE(dflow::formats::SafetensorsFile(fp8 / shard).entry(down_proj).dtype_name == "F8_E4M3");
 
   auto o = run_dflow("train " + write_engine_run(dir / "fp8", fp8, hs).string());
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
@@ -72,8 +73,8 @@ TEST_CASE("Cli.EngineFeatures.a_head_only_run_trains_over_an_fp8_stored_target_a
   o = run_dflow("export " + (dir / "plain" / "run").string() + " --out " + (dir / "spec-plain").string() +
                 " --format speculators");
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
-  const auto from_fp8 = model::SafetensorsFile(dir / "spec-fp8" / "model.safetensors").all_tensors();
-  const auto from_plain = model::SafetensorsFile(dir / "spec-plain" / "model.safetensors").all_tensors();
+  const auto from_fp8 = dflow::formats::SafetensorsFile(dir / "spec-fp8" / "model.safetensors").all_tensors();
+  const auto from_plain = dflow::formats::SafetensorsFile(dir / "spec-plain" / "model.safetensors").all_tensors();
   for (const char* name : {"embed_tokens.weight", "lm_head.weight"}) {
     CAPTURE(name);
     CHECK(torch::equal(from_fp8.at(name), from_plain.at(name)));

@@ -97,7 +97,7 @@ TEST_CASE("Cli.EngineFeatures.a_qwen3_5_moe_wrapper_trains_head_only_with_ce_and
   // The exported drafter carries the text model's sizes, vocabulary and the mask token.
   o = run_dflow("export " + (dir / "kl" / "run").string() + " --out " + (dir / "exported").string());
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
-  const auto exported = model::read_json_file(dir / "exported" / "config.json");
+  const auto exported = dflow::target::read_json_file(dir / "exported" / "config.json");
   CHECK(exported.at("hidden_size") == 64);
   CHECK(exported.at("intermediate_size") == 192);
   CHECK(exported.at("num_attention_heads") == 4);
@@ -111,15 +111,15 @@ TEST_CASE("Cli.EngineFeatures.a_qwen3_5_moe_wrapper_trains_head_only_with_ce_and
   o = run_dflow("export " + (dir / "kl" / "run").string() + " --out " + (dir / "spec").string() +
                 " --format speculators");
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
-  const auto reference = model::SafetensorsFile(target / "reference.safetensors").all_tensors();
-  const auto spec = model::SafetensorsFile(dir / "spec" / "model.safetensors").all_tensors();
+  const auto reference = dflow::formats::SafetensorsFile(target / "reference.safetensors").all_tensors();
+  const auto spec = dflow::formats::SafetensorsFile(dir / "spec" / "model.safetensors").all_tensors();
   CHECK(torch::equal(spec.at("embed_tokens.weight"), reference.at("embedding")));
   CHECK(torch::equal(spec.at("lm_head.weight"), reference.at("lm_head")));
 
   // In-process, a wrapper dflow does not run: refused naming the class, pointing to features.engine.
   const fs::path vl = dir / "vl";
   fs::copy(target, vl);
-  auto vl_config = model::read_json_file(vl / "config.json");
+  auto vl_config = dflow::target::read_json_file(vl / "config.json");
   vl_config["architectures"] = {"Qwen3VLMoeForConditionalGeneration"};
   vl_config["model_type"] = "qwen3_vl_moe";
   std::ofstream(vl / "config.json") << vl_config.dump();
@@ -134,7 +134,7 @@ TEST_CASE("Cli.EngineFeatures.a_qwen3_5_moe_wrapper_trains_head_only_with_ce_and
   // kl over a wrapper whose norm dflow does not know: refused, never computed as Qwen3's.
   const fs::path foo = dir / "foo";
   fs::copy(target, foo);
-  auto config = model::read_json_file(foo / "config.json");
+  auto config = dflow::target::read_json_file(foo / "config.json");
   config["architectures"] = {"FooForConditionalGeneration"};
   std::ofstream(foo / "config.json") << config.dump();
   o = run_dflow("train " + write_run(dir / "foo-kl", foo, dir / "data", hs, "{loss: kl}").string());

@@ -122,7 +122,7 @@ TEST_CASE("Cli.Export.speculators_format_writes_dspark_for_a_drafter_with_heads"
   CHECK(config["sample_from_anchor"] == false);
   CHECK(config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == config["block_size"].get<int>() - 1);
   CHECK_FALSE(config["transformer_layer_config"].contains("markov_rank"));
-  const model::SafetensorsFile weights(dir / "spec" / "model.safetensors");
+  const dflow::formats::SafetensorsFile weights(dir / "spec" / "model.safetensors");
   for (const std::string name : {"markov_head.markov_w1.weight", "markov_head.markov_w2.weight",
                                  "markov_head.gate_proj.weight", "confidence_head.proj.weight", "fc.weight",
                                  "embed_tokens.weight", "lm_head.weight"}) {

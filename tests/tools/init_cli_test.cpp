@@ -388,7 +388,7 @@ TEST_CASE("Cli.Init.the_target_beside_the_drafter_counts_its_text_model_not_a_wr
   const fs::path dir = root / "targets" / "qwen3_5-moe-untied-single";
   fs::remove(dir / "reference.safetensors");  // the test's reference, not the checkpoint's
   // The text model's bytes as the file's header gives them: all but the vision tower's (model.visual.*).
-  const model::SafetensorsFile file(dir / "model.safetensors");
+  const dflow::formats::SafetensorsFile file(dir / "model.safetensors");
   uint64_t text = 0, vision = 0;
   for (const std::string& name : file.names()) {
     const auto& entry = file.entry(name);

@@ -36,7 +36,7 @@ TEST_CASE("Cli.Export.every_kind_trained_on_the_demo_exports_in_a_format_that_se
   const auto target = testing::assets_dir() / "target";
   std::ofstream(root / "prompts.jsonl") << "{\"prompt_ids\": [5, 17, 99, 3, 42, 7, 8, 9]}\n"
                                         << "{\"prompt_ids\": [11, 12, 13, 200, 300, 4, 5, 6]}\n";
-  const std::vector<std::string> kinds = model::drafter_kind_names();
+  const std::vector<std::string> kinds = dflow::drafter::drafter_kind_names();
   REQUIRE(kinds.size() >= 5);
   for (const auto& kind : kinds) {
     CAPTURE(kind);

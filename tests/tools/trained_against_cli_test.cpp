@@ -42,12 +42,13 @@ fs::path target_copy(const fs::path& from, const fs::path& to,
   for (const auto& entry : fs::directory_iterator(from))
     if (entry.path().extension() != ".safetensors") fs::copy_file(entry.path(), to / entry.path().filename());
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
-  for (const auto& [name, tensor] : model::load_checkpoint_dir(from)) tensors.emplace_back(name, change(name, tensor.clone()));
-  model::write_safetensors(to / "model.safetensors", tensors, {{"format", "pt"}});
+  for (const auto& [name, tensor] : dflow::formats::load_checkpoint_dir(from))
+    tensors.emplace_back(name, change(name, tensor.clone()));
+  dflow::formats::write_safetensors(to / "model.safetensors", tensors, {{"format", "pt"}});
   if (edit) {
-    nlohmann::json config = model::read_json_file(to / "config.json");
+    nlohmann::json config = dflow::target::read_json_file(to / "config.json");
     edit(config);
-    model::write_json_atomically(to / "config.json", config);
+    dflow::formats::write_json_atomically(to / "config.json", config);
   }
   return to;
 }
@@ -84,7 +85,8 @@ TEST_CASE("Cli.TrainedAgainst.the_record_follows_the_drafter_and_another_target_
   CHECK(record["target"]["path"] == target.string());
   CHECK(record["target"]["quantization"] == "none");
   CHECK(record["target"]["checkpoint_dtype"] == "float32");
-  CHECK(record["target"]["config"]["num_hidden_layers"] == model::read_json_file(target / "config.json")["num_hidden_layers"]);
+  CHECK(record["target"]["config"]["num_hidden_layers"] ==
+        dflow::target::read_json_file(target / "config.json")["num_hidden_layers"]);
   CHECK(record["target_layer_ids"] == nlohmann::json::array({0, 1, 2}));
   CHECK(record["hidden_states_indices"] == nlohmann::json::array({1, 2, 3}));
   CHECK(record["compute_dtype"] == "float32");
@@ -137,9 +139,10 @@ TEST_CASE("Cli.TrainedAgainst.the_record_follows_the_drafter_and_another_target_
   {
     INFO("an FP8 copy (the layers float8 E4M3 with scales) runs in-process, allowed and named");
     const auto fp8 = root / "fp8";
-    const bool tied = model::read_json_file(assets_target / "config.json").value("tie_word_embeddings", false);
-    model::testing::write_quantized_copy(assets_target, fp8, model::testing::QuantizedLayout::fp8_e4m3, tied,
-                                         /*sharded=*/true);
+    const bool tied = dflow::target::read_json_file(assets_target / "config.json").value("tie_word_embeddings", false);
+    dflow::target::testing::write_quantized_copy(assets_target, fp8, dflow::target::testing::QuantizedLayout::fp8_e4m3,
+                                                 tied,
+                                                 /*sharded=*/true);
     o = eval(fp8);
     CHECK_MESSAGE(o.exit_code == 0, o.output);
     CHECK_MESSAGE(has(o.output, "a quantized copy of the target the drafter was trained against"), o.output);
@@ -199,7 +202,7 @@ TEST_CASE("Cli.Export.float16_is_refused_for_a_weight_beyond_its_range") {
   auto o = run_dflow("export " + (root / "run").string() + " --dtype float16 --out " + (root / "fp16").string());
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
   CHECK(read_json(root / "fp16" / "config.json")["torch_dtype"] == "float16");
-  CHECK(model::SafetensorsFile(root / "fp16" / "model.safetensors").entry("fc.weight").dtype_name == "F16");
+  CHECK(dflow::formats::SafetensorsFile(root / "fp16" / "model.safetensors").entry("fc.weight").dtype_name == "F16");
   o = run_dflow("export " + (root / "run").string() + " --out " + (root / "kept").string());
   REQUIRE_MESSAGE(o.exit_code == 0, o.output);
   CHECK(read_json(root / "kept" / "config.json")["torch_dtype"] == "float32");  // as trained (model.drafter.dtype)
@@ -209,12 +212,12 @@ TEST_CASE("Cli.Export.float16_is_refused_for_a_weight_beyond_its_range") {
   const auto big = root / "big";
   fs::copy(root / "kept", big);
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
-  for (const auto& [name, t] : model::load_checkpoint_dir(big)) {
+  for (const auto& [name, t] : dflow::formats::load_checkpoint_dir(big)) {
     torch::Tensor copy = t.clone();
     if (name == "fc.weight") copy[0][0] = 7.0e4;
     tensors.emplace_back(name, copy);
   }
-  model::write_safetensors(big / "model.safetensors", tensors, {{"format", "pt"}});
+  dflow::formats::write_safetensors(big / "model.safetensors", tensors, {{"format", "pt"}});
   o = run_dflow("export " + big.string() + " --dtype float16 --out " + (root / "refused").string());
   CHECK_MESSAGE(o.exit_code == 2, o.output);
   CHECK_MESSAGE(has(o.output, "tensor 'fc.weight' holds 70000"), o.output);
@@ -247,12 +250,12 @@ TEST_CASE("Cli.Export.float16_is_refused_for_an_activation_beyond_its_range_over
   const auto hot = root / "hot";
   fs::copy(root / "kept", hot);
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
-  for (const auto& [name, t] : model::load_checkpoint_dir(hot)) {
+  for (const auto& [name, t] : dflow::formats::load_checkpoint_dir(hot)) {
     torch::Tensor copy = t.clone();
     if (name == "layers.0.mlp.gate_proj.weight" || name == "layers.0.mlp.up_proj.weight") copy.fill_(50.0);
     tensors.emplace_back(name, copy);
   }
-  model::write_safetensors(hot / "model.safetensors", tensors, {{"format", "pt"}});
+  dflow::formats::write_safetensors(hot / "model.safetensors", tensors, {{"format", "pt"}});
   // An exported drafter records no run: the prompts and the target are asked for.
   o = run_dflow("export " + hot.string() + " --dtype float16 --out " + (root / "refused").string());
   CHECK_MESSAGE(o.exit_code == 2, o.output);

@@ -25,7 +25,7 @@ fs::path whole_file_with_lock_file(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const auto path = train::engine_file_path(dir, 0);
-  model::write_safetensors(path, {{"token_ids", torch::arange(5, torch::kInt64)},
+  dflow::formats::write_safetensors(path, {{"token_ids", torch::arange(5, torch::kInt64)},
                                   {"hidden_states", torch::zeros({5, 2, 8})}});
   std::ofstream(path.string() + ".lock").put('\n');
   return path;

@@ -20,8 +20,8 @@
 namespace {
 
 namespace fs = std::filesystem;
-using dflow::model::TargetModel;
-using dflow::model::testing::ScratchDir;
+using dflow::target::TargetModel;
+using dflow::target::testing::ScratchDir;
 
 std::vector<std::vector<int64_t>> read_lines(const fs::path& jsonl, std::vector<int64_t>* prompt_lengths = nullptr) {
   std::vector<std::vector<int64_t>> lines;
@@ -91,7 +91,7 @@ dflow::train::RegenerateOptions options_for(const TargetModel& target, const fs:
   dflow::train::RegenerateOptions options;
   options.max_new_tokens = 12;
   options.features.dir = cache_dir;
-  options.features.target_dir = dflow::model::testing::tiny_target_dir();
+  options.features.target_dir = dflow::target::testing::tiny_target_dir();
   options.features.dtype = dtype;
   // 3 of the 4 layers, the last (the final norm's output) among them.
   options.features.layer_ids = dflow::train::regenerate_feature_layers(target.config(), 3, {});
@@ -101,7 +101,7 @@ dflow::train::RegenerateOptions options_for(const TargetModel& target, const fs:
 }  // namespace
 
 TEST_CASE("Regenerate.features.choose_layers_as_training_does") {
-  const auto target = TargetModel::load(dflow::model::testing::tiny_target_dir());
+  const auto target = TargetModel::load(dflow::target::testing::tiny_target_dir());
   CHECK(dflow::train::regenerate_feature_layers(target.config(), 3, {}) == std::vector<int64_t>{0, 1, 2});
   CHECK(dflow::train::regenerate_feature_layers(target.config(), 0, {}) == std::vector<int64_t>{2});  // 1 draft layer
   CHECK(dflow::train::regenerate_feature_layers(target.config(), 3, {0, 3}) == std::vector<int64_t>{0, 3});
@@ -114,7 +114,7 @@ TEST_CASE("Regenerate.features.float32_greedy_batches_match_a_full_forward") {
   // eos: that row stops early while its batch keeps decoding (its extra
   // positions must be dropped).
   const auto target_dir = dir.path() / "target";
-  fs::copy(dflow::model::testing::tiny_target_dir(), target_dir);
+  fs::copy(dflow::target::testing::tiny_target_dir(), target_dir);
   {
     const auto probe = TargetModel::load(target_dir).generate(all[0], 4, 0.0, 0, {});
     auto config = nlohmann::json::parse(std::ifstream(target_dir / "config.json"));
@@ -141,7 +141,7 @@ TEST_CASE("Regenerate.features.float32_greedy_batches_match_a_full_forward") {
 }
 
 TEST_CASE("Regenerate.features.float32_sampled_matches_a_full_forward") {
-  const auto target = TargetModel::load(dflow::model::testing::tiny_target_dir());
+  const auto target = TargetModel::load(dflow::target::testing::tiny_target_dir());
   ScratchDir dir("regen-features-sampled");
   auto options = options_for(target, dir.path() / "cache", dflow::data::FeatureDtype::float32);
   options.temperature = 0.9;
@@ -161,7 +161,7 @@ TEST_CASE("Regenerate.features.float32_sampled_matches_a_full_forward") {
 }
 
 TEST_CASE("Regenerate.features.bfloat16_target_within_tolerance") {
-  const auto target = TargetModel::load(dflow::model::testing::tiny_target_dir(), torch::kCPU, torch::kBFloat16);
+  const auto target = TargetModel::load(dflow::target::testing::tiny_target_dir(), torch::kCPU, torch::kBFloat16);
   ScratchDir dir("regen-features-bf16");
   auto options = options_for(target, dir.path() / "cache", dflow::data::FeatureDtype::bfloat16);
   REQUIRE(dflow::train::regenerate_jsonl(target, prompts(), options, dir.path() / "out.jsonl") == 6);
@@ -175,7 +175,7 @@ TEST_CASE("Regenerate.features.bfloat16_target_within_tolerance") {
 }
 
 TEST_CASE("Regenerate.features.a_rerun_keeps_identical_records_and_refuses_others") {
-  const auto target = TargetModel::load(dflow::model::testing::tiny_target_dir());
+  const auto target = TargetModel::load(dflow::target::testing::tiny_target_dir());
   ScratchDir dir("regen-features-rerun");
   auto options = options_for(target, dir.path() / "cache", dflow::data::FeatureDtype::bfloat16);
   const auto all = prompts();

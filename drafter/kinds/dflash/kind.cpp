@@ -2,7 +2,7 @@
 // adds to. It takes no params and adds no module, term or field.
 #include "drafter/kinds/registry.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -18,4 +18,4 @@ class DFlashKind final : public DrafterKind {
 
 std::shared_ptr<const DrafterKind> dflash_kind() { return std::make_shared<DFlashKind>(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -21,7 +21,7 @@
 
 #include "drafter/drafter.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 // The shape fields, under speculators' config names.
 struct DFlash2Shape {
@@ -79,4 +79,4 @@ TORCH_MODULE(CandidateSelector);
 CandidateSelectorImpl& candidate_selector(DFlashDrafterImpl& drafter);
 GroupedDynamicConvImpl& sublayer_conv(DFlashDrafterImpl& drafter, int64_t layer, bool attention);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

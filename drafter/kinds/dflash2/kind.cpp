@@ -12,7 +12,7 @@
 #include "drafter/learning_rate_scale.hpp"
 #include "drafter/rerank_draft.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 class DFlash2Modules final : public KindModules {
  public:
@@ -322,4 +322,4 @@ double learning_rate_scale(const std::string& name, const torch::Tensor& param) 
 
 std::shared_ptr<const DrafterKind> dflash2_kind() { return std::make_shared<DFlash2Kind>(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -6,7 +6,7 @@
 
 #include "drafter/kinds/dflash2/dflash2.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -145,4 +145,4 @@ torch::Tensor CandidateSelectorImpl::scores(const torch::Tensor& unary, const to
   return unary + transition.to(unary.scalar_type());
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -19,7 +19,7 @@
 
 #include "drafter/drafter.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 struct DraftHeads {
   // Markov head: a low-rank logit bias W2 u from the previous token, with
@@ -110,4 +110,4 @@ ConfidenceHeadImpl* confidence_head(DFlashDrafterImpl& drafter);  // null withou
 torch::Tensor confidence_logits(DFlashDrafterImpl& drafter, const torch::Tensor& hidden,
                                 const torch::Tensor& prev_embedding);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -5,7 +5,7 @@
 #include "drafter/kinds/dspark/dspark.hpp"
 #include "drafter/kinds/dspark/limits.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 void DraftHeads::validate() const {
   if (markov_rank < 0 || markov_rank > kMaxMarkovRank)
@@ -137,4 +137,4 @@ ConfidenceHeadImpl::ConfidenceHeadImpl(int64_t input_dim) {
   proj = register_module("proj", torch::nn::Linear(input_dim, 1));
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -10,7 +10,7 @@
 #include "drafter/kinds/dspark/limits.hpp"
 #include "drafter/kinds/registry.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 // The heads as the kind registered them on one drafter.
 class DSparkModules final : public KindModules {
@@ -329,4 +329,4 @@ torch::Tensor confidence_logits(DFlashDrafterImpl& drafter, const torch::Tensor&
 
 std::shared_ptr<const DrafterKind> dspark_kind() { return std::make_shared<DSparkKind>(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -4,11 +4,11 @@
 // same (a drafter's config.json).
 #include <cstdint>
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 // speculators' default rank is 256; at Qwen3's vocabulary (151936) rank 4096
 // already puts 1.2 billion parameters in the head's factors W1, W2
 // [vocabulary, rank], more than the drafter's backbone.
 inline constexpr int64_t kMaxMarkovRank = 4096;
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

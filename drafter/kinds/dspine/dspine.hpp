@@ -21,7 +21,7 @@
 
 #include "drafter/drafter.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 // SpecForge's 1024: its default transfer_rank, the rank a config.json
 // without one has, and the most the default takes from a large target.
@@ -112,4 +112,4 @@ torch::Tensor dspine_pre_injection(DFlashDrafterImpl& drafter);
 torch::Tensor dspine_refine(DFlashDrafterImpl& drafter, const torch::Tensor& hidden,
                             const torch::Tensor& predecessor_ids);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

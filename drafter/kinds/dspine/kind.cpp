@@ -13,7 +13,7 @@
 #include "drafter/kinds/registry.hpp"
 #include "drafter/rerank_draft.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 class DSpineModules final : public KindModules {
  public:
@@ -473,4 +473,4 @@ torch::Tensor dspine_refine(DFlashDrafterImpl& drafter, const torch::Tensor& hid
 
 std::shared_ptr<const DrafterKind> dspine_kind() { return std::make_shared<DSpineKind>(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -9,7 +9,7 @@
 
 #include "drafter/kinds/dspine/dspine.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -242,4 +242,4 @@ torch::Tensor AdjacentInjectionImpl::write(const torch::Tensor& hidden, const to
   return hidden + scale * delta;
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

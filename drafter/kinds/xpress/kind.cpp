@@ -10,7 +10,7 @@
 #include "drafter/kinds/registry.hpp"
 #include "drafter/kinds/xpress/xpress.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 class XPressModules final : public KindModules {
  public:
@@ -335,4 +335,4 @@ RefinerHeadImpl& refiner_head(DFlashDrafterImpl& drafter) {
 
 std::shared_ptr<const DrafterKind> xpress_kind() { return std::make_shared<XPressKind>(); }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

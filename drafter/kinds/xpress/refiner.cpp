@@ -4,7 +4,7 @@
 
 #include "drafter/kinds/xpress/xpress.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 namespace {
 
@@ -86,4 +86,4 @@ torch::Tensor RefinerHeadImpl::features(const torch::Tensor& prev, const torch::
   return x + mlp_down->forward(torch::silu(mlp_gate->forward(x)) * mlp_up->forward(x));
 }
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter

@@ -22,7 +22,7 @@
 
 #include "drafter/drafter.hpp"
 
-namespace dflow::model {
+namespace dflow::drafter {
 
 // The shape fields, under speculators' config names.
 struct XPressShape {
@@ -58,4 +58,4 @@ TORCH_MODULE(RefinerHead);
 // An XPress drafter's refiner (throws for a drafter of another kind).
 RefinerHeadImpl& refiner_head(DFlashDrafterImpl& drafter);
 
-}  // namespace dflow::model
+}  // namespace dflow::drafter
