@@ -71,7 +71,7 @@ KindConfig read_kind_config(const config::Config& config) {
   return out;
 }
 
-std::string kind_resume_text(const config::Config& /*config*/, const KindConfig& kind) {
+std::string kind_resume_text(const KindConfig& kind) {
   return terms_text(drafter::drafter_kind(kind.kind).resume_terms(kind.params));
 }
 

@@ -31,7 +31,7 @@ KindConfig read_kind_config(const config::Config& config);
 
 // What a resume must keep of the kind's params ("" for none), as YAML:
 // "{markov_rank: 32}", its must_match params away from their defaults.
-std::string kind_resume_text(const config::Config& config, const KindConfig& kind);
+std::string kind_resume_text(const KindConfig& kind);
 
 // The kind and fields model.drafter chooses, with the objective the drafter
 // node's params choose (RunHooks::objective; kind_options the kind's

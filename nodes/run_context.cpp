@@ -244,7 +244,7 @@ std::optional<train::LoadedCheckpoint> open_resume_checkpoint(const config::Conf
   // The drafter kind's params a resume must keep (the kind says which).
   const KindConfig saved_kind = read_kind_config(saved_config), now_kind = read_kind_config(config);
   if (saved_kind.kind == now_kind.kind) {
-    const std::string before = kind_resume_text(saved_config, saved_kind), after = kind_resume_text(config, now_kind);
+    const std::string before = kind_resume_text(saved_kind), after = kind_resume_text(now_kind);
     if (before != after)
       differences.push_back("model.drafter (kind " + now_kind.kind + "'s params): " +
                             (before.empty() ? "(defaults)" : before) + " -> " + (after.empty() ? "(defaults)" : after));

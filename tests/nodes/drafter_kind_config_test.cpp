@@ -43,7 +43,7 @@ TEST_CASE("DrafterKindConfig.the_kind_and_its_params_are_read_from_model_drafter
   CHECK(kind.kind == "dspark");
   CHECK(kind.params.at("markov_rank") == 32);
   CHECK(kind.params.at("markov_head") == "gated");
-  CHECK(nodes::kind_resume_text(config, kind) == "{markov_rank: 32, markov_head: gated}");
+  CHECK(nodes::kind_resume_text(kind) == "{markov_rank: 32, markov_head: gated}");
   std::string teacher;
   const auto choice = nodes::drafter_kind_choice(config, nodes::default_registry(), &teacher);
   CHECK(choice.kind == "dspark");
@@ -53,7 +53,7 @@ TEST_CASE("DrafterKindConfig.the_kind_and_its_params_are_read_from_model_drafter
   const auto plain = nodes::read_kind_config(load("{}"));
   CHECK(plain.kind == "dflash");
   CHECK(plain.params.empty());
-  CHECK(nodes::kind_resume_text(load("{}"), plain).empty());
+  CHECK(nodes::kind_resume_text(plain).empty());
 }
 
 TEST_CASE("DrafterKindConfig.bad_keys_are_refused_naming_the_key_and_its_line") {
